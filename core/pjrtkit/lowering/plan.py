@@ -1,0 +1,206 @@
+"""Build an executable plan from a Program with a LoweringRegistry.
+
+A plan is a flat list of steps ``(kernel, operand slots, result slots)`` over a list of value
+slots. Building it walks the IR once and runs every rule; running it touches only kernels and
+arrays, never MLIR or IR decoding. Regions (reduce bodies, while/if/case branches) and called
+functions become nested plans through the same builder.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from pjrtkit.errors import Internal, PjrtError, Unimplemented
+from pjrtkit.lowering.registry import Kernel, LoweringRegistry
+from pjrtkit.stablehlo.ir import Block, Op, Program, Region, TensorType, Value
+
+# Terminators hand their operands back to the caller of the block instead of running a kernel.
+TERMINATORS = frozenset({"stablehlo.return", "func.return", "sdy.return"})
+
+_CHECK_KERNELS = os.environ.get("PJRTKIT_CHECK_KERNELS", "") not in ("", "0")
+
+
+class Plan:
+    """A lowered block: call it with the block's argument arrays, get the terminator's operands.
+
+    Built once at compile time; ``__call__`` is the whole execute-time interpreter.
+    """
+
+    __slots__ = ("num_slots", "arg_slots", "steps", "result_slots", "constants", "name")
+
+    def __init__(self, name: str, num_slots: int, arg_slots: tuple[int, ...],
+                 steps: list[tuple[Kernel, tuple[int, ...], tuple[int, ...], Op]],
+                 result_slots: tuple[int, ...], constants: dict[int, np.ndarray]):
+        self.name = name
+        self.num_slots = num_slots
+        self.arg_slots = arg_slots
+        self.steps = steps
+        self.result_slots = result_slots
+        self.constants = constants
+
+    def __call__(self, *args):
+        env = [None] * self.num_slots
+        for slot, value in self.constants.items():
+            env[slot] = value
+        for slot, value in zip(self.arg_slots, args):
+            env[slot] = value
+        for kernel, ins, outs, _op in self.steps:
+            results = kernel(*[env[i] for i in ins])
+            for slot, value in zip(outs, results):
+                env[slot] = value
+        return tuple(env[i] for i in self.result_slots)
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+
+class PlanBuilder:
+    """Lowers blocks of one Program with one registry. Implements ``LoweringContext``."""
+
+    def __init__(self, program: Program, registry: LoweringRegistry):
+        self.program = program
+        self.registry = registry
+        self.backend = registry.backend
+        self._functions: dict[str, Kernel] = {}
+        self._in_progress: set[str] = set()
+        self._lowering: list[tuple[Value, ...]] = []  # captures of the ops being lowered
+
+    # -- LoweringContext -------------------------------------------------------------------
+    def compile_region(self, region: Region) -> Kernel:
+        """Plan for a region of the op being lowered, called as ``plan(*block_args, *captures)``
+        where ``captures`` are ``self.captures(op)`` of that op (often empty)."""
+        if len(region.blocks) != 1:
+            raise Unimplemented(f"{self.backend}: regions with {len(region.blocks)} blocks "
+                                f"are not supported (only single-block regions)")
+        captures = self._lowering[-1] if self._lowering else ()
+        return self.build_block(region.entry, "region", captures)
+
+    def captures(self, op: Op) -> tuple[Value, ...]:
+        """Values defined outside ``op`` that its regions use, in a fixed order. The kernel of
+        ``op`` receives them after its operands: ``kernel(*operands, *captures)``."""
+        found: dict[int, Value] = {}
+        defined: set[int] = set()
+        _collect_free(op.regions, defined, found)
+        return tuple(found.values())
+
+    def compile_function(self, name: str) -> Kernel:
+        if name in self._functions:
+            return self._functions[name]
+        if name in self._in_progress:
+            raise Unimplemented(f"{self.backend}: recursive call of function @{name}")
+        try:
+            function = self.program.functions[name]
+        except KeyError:
+            raise Internal(f"{self.backend}: call of unknown function @{name}") from None
+        self._in_progress.add(name)
+        try:
+            plan = self.build_block(function.body.entry, name)
+            plan.name = name
+        finally:
+            self._in_progress.discard(name)
+        self._functions[name] = plan
+        return plan
+
+    def unimplemented(self, op: Op, why: str) -> Unimplemented:
+        return Unimplemented(f"{self.backend}: {op.name} is not supported: {why} "
+                             f"({op.describe()})")
+
+    # -- building ----------------------------------------------------------------------------
+    def check_dtypes(self, op: Op) -> None:
+        if not self.registry.dtypes:
+            return
+        for value in (*op.operands, *op.results):
+            if isinstance(value.type, TensorType) and value.type.dtype not in self.registry.dtypes:
+                raise Unimplemented(
+                    f"{self.backend}: {op.name} on dtype {value.type.dtype.name} is not "
+                    f"supported; supported dtypes: "
+                    f"{', '.join(sorted(d.name for d in self.registry.dtypes))} "
+                    f"({op.describe()})")
+
+    def build_block(self, block: Block, name: str, captures: tuple[Value, ...] = ()) -> Plan:
+        slots: dict[int, int] = {}
+
+        def slot_of(value: Value) -> int:
+            if value.id not in slots:
+                slots[value.id] = len(slots)
+            return slots[value.id]
+
+        arg_slots = tuple(slot_of(v) for v in (*block.arguments, *captures))
+        steps = []
+        constants: dict[int, np.ndarray] = {}
+        result_slots: tuple[int, ...] = ()
+        for op in block.ops:
+            if op.name in TERMINATORS:
+                result_slots = tuple(self._outer_slot(slot_of, v) for v in op.operands)
+                break
+            self.check_dtypes(op)
+            rule = self.registry.lookup(op)
+            op_captures = self.captures(op) if op.regions else ()
+            self._lowering.append(op_captures)
+            try:
+                kernel = rule(op, self)
+            except PjrtError:
+                raise
+            except (NotImplementedError, KeyError, ValueError, TypeError, IndexError) as exc:
+                raise Unimplemented(f"{self.backend}: lowering {op.describe()} failed: "
+                                    f"{type(exc).__name__}: {exc}") from exc
+            finally:
+                self._lowering.pop()
+            ins = tuple(slot_of(v) for v in (*op.operands, *op_captures))
+            outs = tuple(slot_of(v) for v in op.results)
+            if op.name == "stablehlo.constant" and not ins:
+                # Constants are materialised once, at build time.
+                (value,) = kernel()
+                constants[outs[0]] = value
+                continue
+            if _CHECK_KERNELS:
+                kernel = _checked(kernel, op)
+            steps.append((kernel, ins, outs, op))
+        return Plan(name, len(slots), arg_slots, steps, result_slots, constants)
+
+    @staticmethod
+    def _outer_slot(slot_of: Callable[[Value], int], value: Value) -> int:
+        return slot_of(value)
+
+
+def _collect_free(regions, defined: set[int], found: dict[int, Value]) -> None:
+    for region in regions:
+        for block in region.blocks:
+            defined.update(v.id for v in block.arguments)
+            for op in block.ops:
+                for v in op.operands:
+                    if v.id not in defined:
+                        found.setdefault(v.id, v)
+                _collect_free(op.regions, defined, found)
+                defined.update(v.id for v in op.results)
+
+
+def _checked(kernel: Kernel, op: Op) -> Kernel:
+    """Wrap a kernel so every result is checked against the op's declared types (tests)."""
+
+    def run(*args):
+        results = kernel(*args)
+        if len(results) != len(op.results):
+            raise Internal(f"kernel for {op.describe()} returned {len(results)} results")
+        for value, result in zip(op.results, results):
+            if isinstance(value.type, TensorType):
+                arr = np.asarray(result)
+                if arr.shape != value.type.shape or arr.dtype != value.type.dtype:
+                    raise Internal(f"kernel for {op.describe()} returned "
+                                   f"{arr.dtype.name}{list(arr.shape)}, expected {value.type}")
+        return results
+
+    return run
+
+
+def build_plan(program: Program, registry: LoweringRegistry,
+               function: str | None = None) -> Plan:
+    """Lower ``function`` (default: the entry point) of ``program`` to a Plan."""
+    builder = PlanBuilder(program, registry)
+    return builder.compile_function(function or program.entry)
+
+
+def run_plan(plan: Plan, args: Sequence[np.ndarray]) -> tuple[np.ndarray, ...]:
+    return plan(*args)

@@ -1,0 +1,85 @@
+"""The lowering registry: one rule per StableHLO op name, filled with a decorator.
+
+A *rule* runs at compile time. It receives the decoded ``Op`` and a ``LoweringContext`` and
+returns a *kernel*: a plain callable that takes the operand arrays (positionally, one per
+operand) and returns a tuple with one array per result, of exactly the result's shape and dtype.
+All attribute decoding, shape work and kernel choice happen in the rule, never in the kernel.
+
+A backend builds its registry from a base by merging (``base.merged({...})``), not by if-chains.
+A missing rule is an UNIMPLEMENTED error at compile time that names the op and the backend.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Protocol
+
+import numpy as np
+
+from pjrtkit.errors import Unimplemented
+
+if TYPE_CHECKING:
+    from pjrtkit.stablehlo.ir import Op, Program, Region
+
+Kernel = Callable[..., tuple]
+
+
+class LoweringContext(Protocol):
+    """What a rule may ask of the compiler while lowering one op."""
+
+    backend: str
+    program: "Program"
+
+    def compile_region(self, region: "Region") -> Kernel:
+        """Lower a region (e.g. a reduce body, a while cond) to a kernel taking the block
+        arguments and returning the operands of its terminator as a tuple."""
+
+    def compile_function(self, name: str) -> Kernel:
+        """Lower ``func.func @name`` of the program (for ``func.call``) to a kernel."""
+
+    def unimplemented(self, op: "Op", why: str) -> Unimplemented:
+        """An UNIMPLEMENTED error naming the op, the backend and ``why``; raise it."""
+
+
+Rule = Callable[["Op", LoweringContext], Kernel]
+
+
+class LoweringRegistry:
+    """Rules keyed by op name plus the dtypes a backend's kernels accept."""
+
+    def __init__(self, backend: str, rules: Mapping[str, Rule] | None = None,
+                 dtypes: Iterable[Any] = ()):
+        self.backend = backend
+        self._rules: dict[str, Rule] = dict(rules or {})
+        self.dtypes = frozenset(np.dtype(d) for d in dtypes)
+
+    def register(self, *op_names: str) -> Callable[[Rule], Rule]:
+        """Decorator: ``@registry.register("stablehlo.add")`` on a rule."""
+
+        def decorate(rule: Rule) -> Rule:
+            for name in op_names:
+                self._rules[name] = rule
+            return rule
+
+        return decorate
+
+    def merged(self, overrides: Mapping[str, Rule], *, backend: str | None = None,
+               dtypes: Iterable[Any] | None = None) -> "LoweringRegistry":
+        """A new registry: these rules with ``overrides`` on top (``{**base, **overrides}``)."""
+        return LoweringRegistry(backend or self.backend, {**self._rules, **overrides},
+                                self.dtypes if dtypes is None else dtypes)
+
+    @property
+    def rules(self) -> Mapping[str, Rule]:
+        return dict(self._rules)
+
+    def __contains__(self, op_name: str) -> bool:
+        return op_name in self._rules
+
+    def lookup(self, op: "Op") -> Rule:
+        try:
+            return self._rules[op.name]
+        except KeyError:
+            raise Unimplemented(
+                f"{self.backend}: no lowering rule for op '{op.name}' ({op.describe()}). "
+                f"The backend does not implement this StableHLO op; implement a rule for it "
+                f"or run this program on another backend.") from None

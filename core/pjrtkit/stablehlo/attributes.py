@@ -1,0 +1,80 @@
+"""Decoded forms of StableHLO attributes.
+
+The loader decodes every MLIR attribute into plain Python:
+
+| MLIR attribute                               | Python value                                |
+|----------------------------------------------|---------------------------------------------|
+| DenseElementsAttr (incl. splat)              | ``np.ndarray`` of the element dtype, full shape |
+| DenseI64ArrayAttr / DenseI32 / DenseBool     | ``tuple[int, ...]`` / ``tuple[bool, ...]``   |
+| IntegerAttr / BoolAttr / FloatAttr           | ``int`` / ``bool`` / ``float``               |
+| StringAttr / FlatSymbolRefAttr               | ``str``                                      |
+| ArrayAttr / DictAttr                         | ``tuple`` / ``dict`` of decoded values       |
+| TypeAttr                                     | the decoded type (TensorType, ...)          |
+| #stablehlo.comparison_direction<LT>          | ``"LT"`` (likewise comparison_type "FLOAT", "TOTALORDER", "SIGNED", "UNSIGNED", "NOTYPE"; precision "DEFAULT"; rng_algorithm "DEFAULT"/"THREE_FRY"/"PHILOX"; fft_type "FFT"...; transpose) |
+| #stablehlo.dot<...>                          | ``DotDimensionNumbers``                      |
+| #stablehlo.conv<...>                         | ``ConvDimensionNumbers``                     |
+| #stablehlo.gather<...>                       | ``GatherDimensionNumbers``                   |
+| #stablehlo.scatter<...>                      | ``ScatterDimensionNumbers``                  |
+| #stablehlo.output_operand_alias<...>         | ``OutputOperandAlias``                       |
+| anything else                                | ``OpaqueAttribute(text)``                    |
+
+Field names follow the StableHLO specification.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class DotDimensionNumbers:
+    lhs_batching_dimensions: tuple[int, ...]
+    rhs_batching_dimensions: tuple[int, ...]
+    lhs_contracting_dimensions: tuple[int, ...]
+    rhs_contracting_dimensions: tuple[int, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class ConvDimensionNumbers:
+    input_batch_dimension: int
+    input_feature_dimension: int
+    input_spatial_dimensions: tuple[int, ...]
+    kernel_input_feature_dimension: int
+    kernel_output_feature_dimension: int
+    kernel_spatial_dimensions: tuple[int, ...]
+    output_batch_dimension: int
+    output_feature_dimension: int
+    output_spatial_dimensions: tuple[int, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class GatherDimensionNumbers:
+    offset_dims: tuple[int, ...]
+    collapsed_slice_dims: tuple[int, ...]
+    operand_batching_dims: tuple[int, ...]
+    start_indices_batching_dims: tuple[int, ...]
+    start_index_map: tuple[int, ...]
+    index_vector_dim: int
+
+
+@dataclasses.dataclass(frozen=True)
+class ScatterDimensionNumbers:
+    update_window_dims: tuple[int, ...]
+    inserted_window_dims: tuple[int, ...]
+    input_batching_dims: tuple[int, ...]
+    scatter_indices_batching_dims: tuple[int, ...]
+    scatter_dims_to_operand_dims: tuple[int, ...]
+    index_vector_dim: int
+
+
+@dataclasses.dataclass(frozen=True)
+class OutputOperandAlias:
+    output_tuple_indices: tuple[int, ...]
+    operand_index: int
+    operand_tuple_indices: tuple[int, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class OpaqueAttribute:
+    """An attribute the loader has no decoder for, kept as its MLIR text."""
+
+    text: str

@@ -1,0 +1,4 @@
+# cffi_modules has no pyproject.toml spelling yet; everything else lives in pyproject.toml.
+from setuptools import setup
+
+setup(cffi_modules=["core/pjrtkit/abi/_build.py:ffibuilder"])
