@@ -1,0 +1,1 @@
+"""Test support shipped with pjrtkit: program lowering helpers, tolerances, conformance suite."""
