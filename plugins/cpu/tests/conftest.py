@@ -1,0 +1,46 @@
+"""Shared fixtures for the cpu plugin's lowering tests.
+
+Each test lowers a real JAX function to StableHLO, runs it through the cpu registry's plan and
+compares with XLA's CPU backend in the same process (per-dtype tolerances). Kernels are checked
+for exact result shapes and dtypes on every call.
+"""
+import os
+import zlib
+
+os.environ.setdefault("PJRTKIT_CHECK_KERNELS", "1")
+
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+jax.config.update("jax_enable_x64", True)
+
+from pjrtkit.testing.programs import run_on_xla_cpu, run_with_registry  # noqa: E402
+from pjrtkit.testing.tolerances import assert_close  # noqa: E402
+
+
+@pytest.fixture
+def rng(request):
+    """A NumPy Generator seeded from the test's name, so every test is reproducible."""
+    return np.random.default_rng(zlib.crc32(request.node.nodeid.encode()))
+
+
+@pytest.fixture
+def registry():
+    from pjrtkit_cpu.lowering import RULES
+    return RULES
+
+
+@pytest.fixture
+def check(registry):
+    """check(fn, *args, static_argnums=(), loosen=1.0): compare pjrtkit_cpu's plan with XLA."""
+
+    def run(fn, *args, static_argnums=(), loosen=1.0):
+        ours = run_with_registry(fn, args, registry, static_argnums=static_argnums)
+        ref = run_on_xla_cpu(fn, args, static_argnums=static_argnums)
+        assert len(ours) == len(ref)
+        for i, (a, b) in enumerate(zip(ours, ref)):
+            assert_close(a, b, what=f"output {i}", loosen=loosen)
+        return ours
+
+    return run
