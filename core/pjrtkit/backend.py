@@ -1,0 +1,119 @@
+"""The one typed facade through which the core calls a backend's hooks.
+
+One ``Backend`` per loaded backend: its own pluggy PluginManager holding the built-in plugin
+and the backend's hook module. Every call goes through ``_call``, which turns a non-PJRT
+exception into INTERNAL naming the hook and the backend, and a missing mandatory answer into
+UNIMPLEMENTED naming the hook.
+"""
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pluggy
+
+from pjrtkit import builtin, hookspecs
+from pjrtkit._markers import PROJECT
+from pjrtkit.errors import Internal, InvalidArgument, PjrtError, Unimplemented
+from pjrtkit.types import (CompiledProgram, CompileOptions, DeviceSpec, MemoryStats,
+                           PlatformInfo, Topology)
+
+log = logging.getLogger(__name__)
+
+
+class Backend:
+    """A backend as the core sees it: ``name`` (``"cpu"``), ``platform_name``
+    (``"pjrtkit_cpu"``), ``version``, and one method per hook."""
+
+    def __init__(self, name: str, plugin: object, version: str = "unknown"):
+        self.name = name
+        self.version = version
+        self._pm = pluggy.PluginManager(PROJECT)
+        self._pm.add_hookspecs(hookspecs)
+        self._pm.register(builtin, "pjrtkit.builtin")
+        self._pm.register(plugin, f"pjrtkit.backends.{name}")
+        self.platform_name = f"pjrtkit_{name}"  # until the plugin names itself, for messages
+        self.platform: PlatformInfo = self._call("pjrtkit_platform")
+        self.platform_name = self.platform.name
+
+    @property
+    def plugin_manager(self) -> pluggy.PluginManager:
+        return self._pm
+
+    def _call(self, hook_name: str, **kwargs) -> Any:
+        hook = getattr(self._pm.hook, hook_name)
+        try:
+            result = hook(**kwargs)
+        except PjrtError:
+            raise
+        except Exception as exc:
+            raise Internal(f"{self.platform_name}: hook {hook_name} raised "
+                           f"{type(exc).__name__}: {exc}") from exc
+        if result is None and hook_name not in _OPTIONAL_ANSWERS:
+            raise Unimplemented(f"{self.platform_name}: no plugin implements {hook_name}")
+        return result
+
+    # -- topology ----------------------------------------------------------------------------
+    def client_topology(self, *, options: Mapping[str, Any]) -> Topology:
+        return self._call("pjrtkit_client_topology", options=dict(options))
+
+    def make_topology(self, *, name: str, options: Mapping[str, Any]) -> Topology:
+        topology = self._call("pjrtkit_make_topology", name=name, options=dict(options))
+        if topology is None:
+            raise InvalidArgument(f"{self.platform_name}: unknown topology name {name!r}")
+        return topology
+
+    # -- memory ------------------------------------------------------------------------------
+    def transfer_to_device(self, *, array, device: DeviceSpec, memory_kind: str) -> Any:
+        return self._call("pjrtkit_transfer_to_device", array=array, device=device,
+                          memory_kind=memory_kind)
+
+    def transfer_to_host(self, *, payload, device: DeviceSpec, memory_kind: str):
+        return self._call("pjrtkit_transfer_to_host", payload=payload, device=device,
+                          memory_kind=memory_kind)
+
+    def copy_buffer(self, *, payload, src_device: DeviceSpec, src_memory_kind: str,
+                    dst_device: DeviceSpec, dst_memory_kind: str) -> Any:
+        return self._call("pjrtkit_copy_buffer", payload=payload, src_device=src_device,
+                          src_memory_kind=src_memory_kind, dst_device=dst_device,
+                          dst_memory_kind=dst_memory_kind)
+
+    def memory_stats(self, *, device: DeviceSpec, tracked: MemoryStats) -> MemoryStats:
+        return self._call("pjrtkit_memory_stats", device=device, tracked=tracked)
+
+    # -- compile and execute -----------------------------------------------------------------
+    def compile(self, *, program, options: CompileOptions,
+                devices: Sequence[DeviceSpec]) -> CompiledProgram:
+        return self._call("pjrtkit_compile", program=program, options=options,
+                          devices=tuple(devices))
+
+    def execute(self, *, executable: Any, arguments: Sequence[Sequence[Any]],
+                devices: Sequence[DeviceSpec]) -> Sequence[Sequence[Any]]:
+        return self._call("pjrtkit_execute", executable=executable, arguments=arguments,
+                          devices=devices)
+
+    # -- what the ABI layer asks for ---------------------------------------------------------
+    def plugin_attributes(self) -> dict[str, Any]:
+        """PJRT_Plugin_Attributes: the versions XLA's own C API tests require."""
+        from jaxlib.mlir.dialects import stablehlo
+
+        def version(text: str) -> list[int]:
+            return [int(part) for part in text.split(".")]
+
+        return {
+            "xla_version": 2,
+            "stablehlo_current_version": version(stablehlo.get_current_version()),
+            "stablehlo_minimum_version": version(stablehlo.get_minimum_version()),
+            "pjrtkit_backend": self.name,
+            "pjrtkit_version": self.version,
+        }
+
+    def topology_description(self, name: str, options: Mapping[str, Any]):
+        """PJRT_TopologyDescription_Create: a compile-only topology as a runtime object."""
+        from pjrtkit.runtime.topology import TopologyDescription
+
+        return TopologyDescription(self, self.make_topology(name=name, options=options))
+
+
+_OPTIONAL_ANSWERS = frozenset({"pjrtkit_make_topology"})

@@ -1,0 +1,18 @@
+"""Built-in behaviour, loaded as a plugin through the same path as any backend's hooks.
+
+These implementations run last (``trylast``) so a backend overrides them by implementing the
+hook itself.
+"""
+from __future__ import annotations
+
+from pjrtkit._markers import hookimpl
+
+
+@hookimpl(trylast=True)
+def pjrtkit_memory_stats(device, tracked):
+    return tracked
+
+
+@hookimpl(trylast=True)
+def pjrtkit_make_topology(name, options):
+    return None

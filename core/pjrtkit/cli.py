@@ -1,0 +1,92 @@
+"""The ``pjrtkit`` command.
+
+    pjrtkit list                    installed backends, versions, status, why a broken one failed
+    pjrtkit info BACKEND            platform, devices, memory spaces of a backend's client
+    pjrtkit topology BACKEND NAME   a compile-only topology (AOT) by name
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def _cmd_list(args) -> int:
+    from pjrtkit import discovery
+
+    statuses = discovery.discover()
+    if args.json:
+        print(json.dumps([{"name": s.name, "platform": f"pjrtkit_{s.name}",
+                           "distribution": s.distribution, "version": s.version,
+                           "status": s.status, "reason": s.reason} for s in statuses], indent=2))
+        return 0
+    if not statuses:
+        print("no pjrtkit backends installed (install one, e.g. pjrtkit-cpu)")
+        return 0
+    print(f"{'backend':<10} {'JAX platform':<16} {'distribution':<16} {'version':<10} status")
+    for s in statuses:
+        line = f"{s.name:<10} {'pjrtkit_' + s.name:<16} {s.distribution:<16} {s.version:<10} {s.status}"
+        if s.reason:
+            line += f" ({s.reason})"
+        print(line)
+    return 0
+
+
+def _describe(topology) -> list[str]:
+    lines = []
+    for d in topology.devices:
+        kinds = ", ".join(f"{m.kind}{'*' if m.kind == d.default_memory_kind else ''}"
+                          for m in d.memory_spaces)
+        lines.append(f"  device {d.id}: kind={d.kind} process={d.process_index} "
+                     f"local_hardware_id={d.local_hardware_id} coords={tuple(d.coords)} "
+                     f"memories=[{kinds}]")
+    return lines
+
+
+def _cmd_info(args) -> int:
+    from pjrtkit import discovery
+
+    backend = discovery.load_backend(args.backend)
+    topology = backend.client_topology(options={})
+    print(f"backend {backend.name}: JAX platform {backend.platform_name}, "
+          f"{backend.platform.version}, {len(topology.devices)} device(s) "
+          f"(* = default memory)")
+    print("\n".join(_describe(topology)))
+    return 0
+
+
+def _cmd_topology(args) -> int:
+    from pjrtkit import discovery
+
+    backend = discovery.load_backend(args.backend)
+    topology = backend.make_topology(name=args.name, options={})
+    print(f"compile-only topology {topology.name!r} of {backend.platform_name}: "
+          f"{len(topology.devices)} device(s)")
+    print("\n".join(_describe(topology)))
+    return 0
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="pjrtkit", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("list", help="installed backends and their status")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(run=_cmd_list)
+    p = sub.add_parser("info", help="devices and memories of a backend")
+    p.add_argument("backend")
+    p.set_defaults(run=_cmd_info)
+    p = sub.add_parser("topology", help="a compile-only topology by name")
+    p.add_argument("backend")
+    p.add_argument("name", nargs="?", default="")
+    p.set_defaults(run=_cmd_topology)
+    args = parser.parse_args(argv)
+    try:
+        return args.run(args)
+    except Exception as exc:  # the CLI reports, it does not dump tracebacks on users
+        print(f"pjrtkit: error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Backend-independent objects behind the PJRT handles (contract: INTERFACE.md)."""

@@ -1,0 +1,147 @@
+"""Buffers: an array of a known shape and dtype in one memory space of one device.
+
+The contents are the plugin's *payload* (opaque here). A buffer produced by an execution is
+created pending and becomes ready (or failed) when its event completes.
+"""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from pjrtkit.errors import FailedPrecondition, Internal, InvalidArgument, PjrtError
+from pjrtkit.runtime.event import Event
+
+
+class Buffer:
+    def __init__(self, client, dtype: np.dtype, shape: tuple[int, ...], device, memory,
+                 payload=None, ready: Event | None = None):
+        self.client = client
+        self.dtype = np.dtype(dtype)
+        self.shape = tuple(int(d) for d in shape)
+        self.device = device
+        self.memory = memory
+        self.payload = payload
+        self.ready = ready if ready is not None else Event.completed()
+        self.nbytes = int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+        self._deleted = False
+        self._external_refs = 0
+        self._lock = threading.Lock()
+        memory.allocated(self.nbytes)
+
+    # -- state ------------------------------------------------------------------------------
+    @property
+    def on_device_size_in_bytes(self) -> int:
+        return self.nbytes
+
+    @property
+    def is_deleted(self) -> bool:
+        return self._deleted
+
+    @property
+    def is_on_cpu(self) -> bool:
+        return False
+
+    def _release(self) -> None:
+        with self._lock:
+            if self._deleted:
+                return
+            self._deleted = True
+        self.memory.freed(self.nbytes)
+
+    def delete(self) -> None:
+        """Free the contents now; the handle stays valid and reports is_deleted."""
+        if self.ready.is_ready():
+            self.payload = None
+            self._release()
+        else:
+            self._release()
+            self.ready.on_ready(lambda _error: setattr(self, "payload", None))
+
+    def donate(self):
+        """Give the contents to an execution: the buffer reads as deleted from now on, and the
+        caller gets the object to read the payload from once ready."""
+        self.check_usable("donated")
+        self._release()
+        return self
+
+    def destroy(self) -> None:
+        self.delete()
+
+    def check_usable(self, use: str) -> None:
+        if self._deleted:
+            raise FailedPrecondition(f"buffer {self.dtype.name}{list(self.shape)} on "
+                                     f"{self.device.debug_string} cannot be {use}: it was "
+                                     f"deleted or donated")
+
+    # -- transfers --------------------------------------------------------------------------
+    def to_host(self, dst) -> Event:
+        """Copy the contents into ``dst`` (a writable buffer of exactly nbytes) once ready."""
+        self.check_usable("read")
+        view = memoryview(dst).cast("B")
+        if view.nbytes != self.nbytes:
+            raise InvalidArgument(f"destination has {view.nbytes} bytes, buffer "
+                                  f"{self.dtype.name}{list(self.shape)} needs {self.nbytes}")
+        done = Event()
+
+        def copy(error):
+            if error is not None:
+                done.set(error)
+                return
+            try:
+                if self.payload is None:
+                    raise FailedPrecondition("buffer was deleted before its contents were read")
+                host = self.client.backend.transfer_to_host(
+                    payload=self.payload, device=self.device.spec, memory_kind=self.memory.kind)
+                out = np.frombuffer(view, dtype=self.dtype, count=int(np.prod(self.shape))).reshape(self.shape)
+                np.copyto(out, np.asarray(host), casting="no")
+            except PjrtError as exc:
+                done.set(exc)
+                return
+            except Exception as exc:
+                done.set(Internal(f"copying a buffer to host failed: {type(exc).__name__}: {exc}"))
+                return
+            done.set()
+
+        self.ready.on_ready(copy)
+        return done
+
+    def copy_to_memory(self, memory, device=None) -> "Buffer":
+        self.check_usable("copied")
+        device = device or (memory.devices[0] if memory.devices else self.device)
+        result = Buffer(self.client, self.dtype, self.shape, device, memory, ready=Event())
+
+        def copy(error):
+            if error is not None:
+                result.ready.set(error)
+                return
+            try:
+                result.payload = self.client.backend.copy_buffer(
+                    payload=self.payload, src_device=self.device.spec,
+                    src_memory_kind=self.memory.kind, dst_device=device.spec,
+                    dst_memory_kind=memory.kind)
+            except PjrtError as exc:
+                result.ready.set(exc)
+                return
+            result.ready.set()
+
+        self.ready.on_ready(copy)
+        return result
+
+    def copy_to_device(self, device) -> "Buffer":
+        return self.copy_to_memory(device.default_memory, device)
+
+    # -- external references (zero-copy views held by the framework) -------------------------
+    def increase_external_reference(self) -> None:
+        with self._lock:
+            self._external_refs += 1
+
+    def decrease_external_reference(self) -> None:
+        with self._lock:
+            if self._external_refs == 0:
+                raise InvalidArgument("decrease of the external reference count below zero")
+            self._external_refs -= 1
+
+    def unsafe_pointer(self) -> int:
+        raise InvalidArgument("buffer contents are not addressable from the host "
+                              "(Buffer_IsOnCpu is false)")

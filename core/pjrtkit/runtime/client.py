@@ -1,0 +1,122 @@
+"""The client: one backend's live devices, memories, buffers and executables."""
+from __future__ import annotations
+
+import numpy as np
+
+from pjrtkit.errors import InvalidArgument, PjrtError
+from pjrtkit.runtime.buffer import Buffer
+from pjrtkit.runtime.devices import Device, DeviceDescription, Memory  # noqa: F401 (re-export)
+from pjrtkit.runtime.event import Event
+from pjrtkit.runtime.executable import Executable, LoadedExecutable, load_and_compile
+from pjrtkit.runtime.executor import Executor
+
+
+class Client:
+    def __init__(self, backend, options: dict):
+        self.backend = backend
+        self.platform_name = backend.platform_name
+        self.platform_version = backend.platform.version
+        self.process_index = 0
+        self._topology = backend.client_topology(options=options)
+        self.devices: list[Device] = []
+        self.memories: list[Memory] = []
+        seen_ids = set()
+        for spec in self._topology.devices:
+            if spec.id in seen_ids:
+                raise InvalidArgument(f"{self.platform_name}: device id {spec.id} appears twice "
+                                      f"in the client topology")
+            seen_ids.add(spec.id)
+            memories = []
+            for space in spec.memory_spaces:
+                memory = Memory(len(self.memories), space.kind, space.capacity_bytes)
+                self.memories.append(memory)
+                memories.append(memory)
+            device = Device(self, spec, memories)
+            for memory in memories:
+                memory.devices.append(device)
+            self.devices.append(device)
+        self.addressable_devices = [d for d in self.devices if d.is_addressable]
+        self._by_id = {d.id: d for d in self.devices}
+        self._by_local_id = {d.local_hardware_id: d for d in self.addressable_devices}
+        self.executor = Executor(self.platform_name)
+        self._topology_description = None
+
+    # -- devices ---------------------------------------------------------------------------------
+    def lookup_device(self, device_id: int) -> Device:
+        try:
+            return self._by_id[device_id]
+        except KeyError:
+            raise InvalidArgument(f"{self.platform_name}: no device with id {device_id}; ids are "
+                                  f"{sorted(self._by_id)}") from None
+
+    def lookup_addressable_device(self, local_hardware_id: int) -> Device:
+        try:
+            return self._by_local_id[local_hardware_id]
+        except KeyError:
+            raise InvalidArgument(f"{self.platform_name}: no addressable device with local "
+                                  f"hardware id {local_hardware_id}; ids are "
+                                  f"{sorted(self._by_local_id)}") from None
+
+    @property
+    def topology(self):
+        if self._topology_description is None:
+            from pjrtkit.runtime.topology import TopologyDescription
+            self._topology_description = TopologyDescription(self.backend, self._topology)
+        return self._topology_description
+
+    # -- buffers ---------------------------------------------------------------------------------
+    def _placement(self, device, memory):
+        if device is None and memory is None:
+            raise InvalidArgument("a buffer needs a device or a memory")
+        if memory is None:
+            memory = device.default_memory
+        if device is None:
+            device = memory.devices[0]
+        if memory not in device.memories:
+            raise InvalidArgument(f"memory {memory.debug_string} is not attached to device "
+                                  f"{device.debug_string}")
+        return device, memory
+
+    def buffer_from_host(self, array: np.ndarray, *, device=None, memory=None) -> Buffer:
+        device, memory = self._placement(device, memory)
+        payload = self.backend.transfer_to_device(array=array, device=device.spec,
+                                                  memory_kind=memory.kind)
+        return Buffer(self, array.dtype, array.shape, device, memory, payload=payload)
+
+    def create_uninitialized_buffer(self, shape, dtype, *, device=None, memory=None) -> Buffer:
+        device, memory = self._placement(device, memory)
+        array = np.zeros(shape, dtype=dtype)
+        return self.buffer_from_host(array, device=device, memory=memory)
+
+    def create_error_buffer(self, error: PjrtError, shape, dtype, *, memory) -> Buffer:
+        device, memory = self._placement(None, memory)
+        return Buffer(self, dtype, shape, device, memory, ready=Event.completed(error))
+
+    # -- executables -----------------------------------------------------------------------------
+    def _assigned_devices(self, options) -> list[Device]:
+        if options.num_partitions * options.num_replicas > 1 and options.device_assignment is None:
+            count = options.num_partitions * options.num_replicas
+            return self.addressable_devices[:count]
+        if options.device_assignment is None:
+            return self.addressable_devices[:1]
+        return [self.lookup_device(i) for row in options.device_assignment for i in row]
+
+    def compile(self, code: bytes, fmt: str, compile_options: bytes) -> LoadedExecutable:
+        holder = {}
+
+        def specs_for(options):
+            holder["devices"] = self._assigned_devices(options)
+            return [d.spec for d in holder["devices"]]
+
+        executable = load_and_compile(self.backend, code, fmt, compile_options, specs_for)
+        return LoadedExecutable(self, executable, holder["devices"])
+
+    def load(self, executable: Executable) -> LoadedExecutable:
+        return LoadedExecutable(self, executable, self._assigned_devices(executable.options))
+
+    def deserialize_executable(self, data: bytes, compile_options: bytes | None = None):
+        code, options = Executable.unpack(bytes(data), self.platform_name)
+        return self.compile(code, "mlir", compile_options if compile_options else options)
+
+    def destroy(self) -> None:
+        self.executor.shutdown()

@@ -1,0 +1,96 @@
+"""Devices, device descriptions and memory spaces of a client or a compile-only topology."""
+from __future__ import annotations
+
+import threading
+
+from pjrtkit.errors import InvalidArgument
+from pjrtkit.types import MEMORY_KINDS, DeviceSpec, MemoryStats
+
+
+def _attributes(spec: DeviceSpec) -> dict:
+    attrs = dict(spec.attributes)
+    attrs.setdefault("coords", tuple(spec.coords))
+    attrs.setdefault("core_on_chip", spec.core_on_chip)
+    return attrs
+
+
+class DeviceDescription:
+    """The facts about one device (PJRT_DeviceDescription_*); compile-only topology devices
+    are descriptions only."""
+
+    def __init__(self, spec: DeviceSpec, platform_name: str):
+        self.spec = spec
+        self.id = spec.id
+        self.process_index = spec.process_index
+        self.kind = spec.kind
+        self.attributes = _attributes(spec)
+        self.debug_string = f"{platform_name}:{spec.id} ({spec.kind})"
+        self.to_string = (f"{type(self).__name__}(platform={platform_name}, id={spec.id}, "
+                          f"process_index={spec.process_index}, coords={tuple(spec.coords)})")
+
+
+class Memory:
+    """One memory space of a device, with the allocation statistics the core tracks."""
+
+    def __init__(self, memory_id: int, kind: str, capacity_bytes: int | None):
+        self.id = memory_id
+        self.kind = kind
+        self.kind_id = MEMORY_KINDS.index(kind) if kind in MEMORY_KINDS else len(MEMORY_KINDS)
+        self.capacity_bytes = capacity_bytes
+        self.devices: list[Device] = []
+        self.debug_string = f"memory {memory_id} ({kind})"
+        self.to_string = f"Memory(id={memory_id}, kind={kind})"
+        self._lock = threading.Lock()
+        self.bytes_in_use = 0
+        self.peak_bytes_in_use = 0
+        self.num_allocs = 0
+        self.largest_alloc_size = 0
+
+    def allocated(self, nbytes: int) -> None:
+        with self._lock:
+            self.bytes_in_use += nbytes
+            self.peak_bytes_in_use = max(self.peak_bytes_in_use, self.bytes_in_use)
+            self.num_allocs += 1
+            self.largest_alloc_size = max(self.largest_alloc_size, nbytes)
+
+    def freed(self, nbytes: int) -> None:
+        with self._lock:
+            self.bytes_in_use -= nbytes
+
+    def stats(self) -> MemoryStats:
+        with self._lock:
+            return MemoryStats(self.bytes_in_use, self.peak_bytes_in_use, self.num_allocs,
+                               self.largest_alloc_size, self.capacity_bytes)
+
+
+class Device(DeviceDescription):
+    """A device of a live client, with its memories."""
+
+    def __init__(self, client, spec: DeviceSpec, memories: list[Memory]):
+        super().__init__(spec, client.platform_name)
+        self.client = client
+        self.local_hardware_id = spec.local_hardware_id
+        self.is_addressable = spec.process_index == client.process_index
+        self.memories = memories
+        by_kind = {m.kind: m for m in memories}
+        if spec.default_memory_kind not in by_kind:
+            raise InvalidArgument(f"{client.platform_name}: device {spec.id} declares default "
+                                  f"memory kind {spec.default_memory_kind!r} but has "
+                                  f"{sorted(by_kind)}")
+        self.default_memory = by_kind[spec.default_memory_kind]
+        self._by_kind = by_kind
+
+    @property
+    def description(self) -> DeviceDescription:
+        return self
+
+    def memory(self, kind: str) -> Memory:
+        try:
+            return self._by_kind[kind]
+        except KeyError:
+            raise InvalidArgument(f"device {self.id} has no memory of kind {kind!r}; it has "
+                                  f"{sorted(self._by_kind)}") from None
+
+    def memory_stats(self) -> MemoryStats:
+        return self.client.backend.memory_stats(device=self.spec,
+                                                tracked=self.default_memory.stats())

@@ -1,0 +1,205 @@
+"""Executables: a compiled program (``Executable``) and one loaded on a client's devices
+(``LoadedExecutable``), which runs asynchronously and reports completion through events."""
+from __future__ import annotations
+
+import hashlib
+import json
+import struct
+
+import numpy as np
+
+from pjrtkit.errors import Internal, InvalidArgument, PjrtError
+from pjrtkit.runtime.buffer import Buffer
+from pjrtkit.runtime.compile_options import parse_compile_options
+from pjrtkit.runtime.event import Event, when_all
+from pjrtkit.stablehlo.ir import Program, TensorType
+from pjrtkit.stablehlo.loader import load_program
+from pjrtkit.types import CompiledProgram, CompileOptions
+
+# A program whose estimated work is below this runs inline on the caller's thread (when the
+# worker is idle and its inputs are ready): a thread hand-off costs tens of microseconds,
+# more than such a program takes. Units: flops + bytes accessed (see ARCHITECTURE.md).
+INLINE_WORK_LIMIT = 2_000_000
+
+_MAGIC = b"PJRTKIT-EXE1"
+
+
+def load_and_compile(backend, code: bytes, fmt: str, compile_options: bytes, device_specs_for):
+    """Shared by Client.compile and TopologyDescription.compile."""
+    if fmt != "mlir":
+        raise InvalidArgument(f"{backend.platform_name}: program format {fmt!r} is not "
+                              f"supported; expected 'mlir' (StableHLO)")
+    options = parse_compile_options(compile_options)
+    program = load_program(code)
+    specs = device_specs_for(options)
+    compiled = backend.compile(program=program, options=options, devices=specs)
+    if not isinstance(compiled, CompiledProgram):
+        raise Internal(f"{backend.platform_name}: pjrtkit_compile returned "
+                       f"{type(compiled).__name__}, expected CompiledProgram")
+    return Executable(backend, program, options, bytes(code), compiled)
+
+
+class Executable:
+    def __init__(self, backend, program: Program, options: CompileOptions, code: bytes,
+                 compiled: CompiledProgram):
+        self.backend = backend
+        self.program = program
+        self.options = options
+        self.code = code
+        self.compiled = compiled
+        main = program.main
+        self.name = str(program.attributes.get("sym_name", main.name))
+        self.num_replicas = options.num_replicas
+        self.num_partitions = options.num_partitions
+        outputs = [t for t in main.result_types]
+        self.output_dtypes = [t.dtype if isinstance(t, TensorType) else np.dtype(np.uint8)
+                              for t in outputs]
+        self.output_shapes = [t.shape if isinstance(t, TensorType) else (0,) for t in outputs]
+        self.num_outputs = len(outputs)
+        self.output_memory_kinds = [
+            str(attrs.get("mhlo.memory_kind", "device")) for attrs in
+            (main.result_attributes or [{}] * len(outputs))]
+        params = [v.type for v in main.arguments]
+        self.parameter_dtypes = [t.dtype for t in params if isinstance(t, TensorType)]
+        self.parameter_shapes = [t.shape for t in params if isinstance(t, TensorType)]
+        self.num_parameters = len(params)
+        self.donated_parameters = frozenset(
+            i for i, attrs in enumerate(main.arg_attributes)
+            if "tf.aliasing_output" in attrs or attrs.get("jax.buffer_donor"))
+        self.compile_options = options.serialized
+        self.fingerprint = hashlib.sha256(
+            backend.platform_name.encode() + code + options.serialized).hexdigest()
+        self.size_of_generated_code = int(compiled.code_size_bytes)
+
+    def cost_analysis(self) -> dict[str, float]:
+        cost = self.compiled.cost
+        return {"flops": float(cost.flops), "bytes accessed": float(cost.bytes_accessed),
+                "transcendentals": float(cost.transcendentals)}
+
+    def compiled_memory_stats(self) -> dict[str, int]:
+        def nbytes(dtypes, shapes):
+            return int(sum(np.dtype(d).itemsize * int(np.prod(s, dtype=np.int64))
+                           for d, s in zip(dtypes, shapes)))
+
+        return {"argument_size_in_bytes": nbytes(self.parameter_dtypes, self.parameter_shapes),
+                "output_size_in_bytes": nbytes(self.output_dtypes, self.output_shapes),
+                "alias_size_in_bytes": 0, "temp_size_in_bytes": int(self.compiled.temp_bytes),
+                "generated_code_size_in_bytes": self.size_of_generated_code}
+
+    def optimized_program(self) -> str:
+        return self.program.text
+
+    def serialize(self) -> bytes:
+        """The program and options themselves, so a later process can compile it again."""
+        header = json.dumps({"platform": self.backend.platform_name,
+                             "fingerprint": self.fingerprint}).encode()
+        return b"".join([_MAGIC, struct.pack("<QQQ", len(header), len(self.code),
+                                             len(self.options.serialized)),
+                         header, self.code, self.options.serialized])
+
+    @staticmethod
+    def unpack(data: bytes, platform_name: str) -> tuple[bytes, bytes]:
+        try:
+            if not data.startswith(_MAGIC):
+                raise ValueError("not a pjrtkit executable")
+            pos = len(_MAGIC)
+            n_header, n_code, n_options = struct.unpack_from("<QQQ", data, pos)
+            pos += 24
+            header = json.loads(data[pos:pos + n_header])
+            pos += n_header
+            code, options = data[pos:pos + n_code], data[pos + n_code:pos + n_code + n_options]
+            if len(options) != n_options:
+                raise ValueError("truncated")
+        except (ValueError, struct.error) as exc:
+            raise InvalidArgument(f"serialized executable is malformed ({len(data)} bytes): "
+                                  f"{exc}") from None
+        if header.get("platform") != platform_name:
+            raise InvalidArgument(f"serialized executable was compiled for "
+                                  f"{header.get('platform')!r}, not {platform_name!r}")
+        return code, options
+
+
+class LoadedExecutable:
+    def __init__(self, client, executable: Executable, devices: list):
+        self.client = client
+        self.executable = executable
+        self.addressable_devices = devices
+        opts = executable.options
+        if opts.device_assignment is not None:
+            self.device_assignment = [list(row) for row in opts.device_assignment]
+        else:
+            self.device_assignment = [[d.id] for d in devices]
+        self._deleted = False
+
+    @property
+    def is_deleted(self) -> bool:
+        return self._deleted
+
+    def delete(self) -> None:
+        self._deleted = True
+
+    def destroy(self) -> None:
+        self._deleted = True
+
+    def execute(self, argument_lists, *, execute_device=None, non_donatable=frozenset()):
+        exe = self.executable
+        if self._deleted:
+            raise InvalidArgument(f"executable {exe.name} was deleted")
+        devices = [execute_device] if execute_device is not None else self.addressable_devices
+        if len(argument_lists) != len(devices):
+            raise InvalidArgument(f"executable {exe.name} runs on {len(devices)} device(s) but "
+                                  f"got {len(argument_lists)} argument list(s)")
+        for d, args in enumerate(argument_lists):
+            if len(args) != exe.num_parameters:
+                raise InvalidArgument(f"executable {exe.name} takes {exe.num_parameters} "
+                                      f"argument(s); argument list {d} has {len(args)}")
+            for i, buf in enumerate(args):
+                buf.check_usable(f"passed as argument {i} of {exe.name}")
+        donate = exe.donated_parameters - frozenset(non_donatable)
+        sources = [[buf.donate() if i in donate else buf for i, buf in enumerate(args)]
+                   for args in argument_lists]
+        outputs = [[Buffer(self.client, dtype, shape, dev,
+                           dev.memory(kind) if kind in ("device", "pinned_host", "unpinned_host")
+                           else dev.default_memory, ready=Event())
+                    for dtype, shape, kind in zip(exe.output_dtypes, exe.output_shapes,
+                                                  exe.output_memory_kinds)]
+                   for dev in devices]
+        done = [Event() for _ in devices]
+        inputs_ready = [buf.ready for args in sources for buf in args]
+
+        def run(input_error):
+            error = input_error
+            if error is None:
+                try:
+                    payloads = [[buf.payload for buf in args] for args in sources]
+                    results = self.client.backend.execute(
+                        executable=exe.compiled.executable, arguments=payloads,
+                        devices=[dev.spec for dev in devices])
+                    if len(results) != len(devices) or any(
+                            len(r) != exe.num_outputs for r in results):
+                        raise Internal(f"{exe.backend.platform_name}: pjrtkit_execute returned "
+                                       f"the wrong number of outputs for {exe.name}")
+                    for outs, res in zip(outputs, results):
+                        for buf, payload in zip(outs, res):
+                            buf.payload = payload
+                except PjrtError as exc:
+                    error = exc
+                except Exception as exc:
+                    error = Internal(f"executing {exe.name} failed: {type(exc).__name__}: {exc}")
+            for args in sources:
+                for i, buf in enumerate(args):
+                    if i in donate:
+                        buf.payload = None
+            for outs, event in zip(outputs, done):
+                for buf in outs:
+                    buf.ready.set(error)
+                event.set(error)
+
+        work = exe.compiled.cost.flops + exe.compiled.cost.bytes_accessed
+        executor = self.client.executor
+        if (work <= INLINE_WORK_LIMIT and executor.idle
+                and all(e.is_ready() for e in inputs_ready)):
+            when_all(inputs_ready, run)
+        else:
+            executor.submit(lambda: when_all(inputs_ready, run))
+        return outputs, done

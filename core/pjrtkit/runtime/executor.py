@@ -1,0 +1,48 @@
+"""The async executor: one worker thread per client runs programs in submission order.
+
+In-order execution on one thread means a program never starts before the programs that
+produce its inputs (they were submitted earlier), so execution itself needs no dependency
+tracking; the events tell JAX when results are ready.
+"""
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Callable
+
+log = logging.getLogger(__name__)
+
+
+class Executor:
+    def __init__(self, name: str):
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._pending = 0
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, name=f"pjrtkit-{name}", daemon=True)
+        self._thread.start()
+
+    @property
+    def idle(self) -> bool:
+        return self._pending == 0
+
+    def submit(self, work: Callable[[], None]) -> None:
+        with self._lock:
+            self._pending += 1
+        self._queue.put(work)
+
+    def _run(self) -> None:
+        while True:
+            work = self._queue.get()
+            if work is None:
+                return
+            try:
+                work()
+            except BaseException:  # work reports its own errors through events
+                log.exception("pjrtkit executor: unexpected error escaped a work item")
+            finally:
+                with self._lock:
+                    self._pending -= 1
+
+    def shutdown(self) -> None:
+        self._queue.put(None)

@@ -1,0 +1,68 @@
+"""The cpu backend's hook implementations (entry point ``pjrtkit.backends: cpu``)."""
+from __future__ import annotations
+
+import numpy as np
+
+from pjrtkit import hookimpl
+from pjrtkit.errors import Unimplemented
+from pjrtkit.lowering.plan import build_plan
+from pjrtkit.stablehlo.cost import estimate_cost
+from pjrtkit.types import CompiledProgram, PlatformInfo
+
+from pjrtkit_cpu import __version__
+from pjrtkit_cpu.topology import DEVICE_KIND, cpu_topology, device_count, parse_topology_name
+
+PLATFORM = "pjrtkit_cpu"
+
+
+@hookimpl
+def pjrtkit_platform():
+    return PlatformInfo(name=PLATFORM, version=f"pjrtkit-cpu {__version__}",
+                        device_kind=DEVICE_KIND)
+
+
+# -- topology -----------------------------------------------------------------------------------
+@hookimpl
+def pjrtkit_client_topology(options):
+    return cpu_topology("cpu", device_count(options))
+
+
+@hookimpl
+def pjrtkit_make_topology(name, options):
+    count = parse_topology_name(name)
+    return None if count is None else cpu_topology(name or "cpu", count)
+
+
+# -- memory: every memory kind is host RAM, and a payload is a NumPy array --------------------
+@hookimpl
+def pjrtkit_transfer_to_device(array, device, memory_kind):
+    return array
+
+
+@hookimpl
+def pjrtkit_transfer_to_host(payload, device, memory_kind):
+    return payload
+
+
+@hookimpl
+def pjrtkit_copy_buffer(payload, src_device, src_memory_kind, dst_device, dst_memory_kind):
+    return np.array(payload, copy=True)
+
+
+# -- compile and execute ------------------------------------------------------------------------
+@hookimpl
+def pjrtkit_compile(program, options, devices):
+    from pjrtkit_cpu.lowering import RULES
+
+    if options.num_partitions > 1:
+        raise Unimplemented(
+            f"{PLATFORM}: programs partitioned over {options.num_partitions} devices (sharded "
+            f"jit / shard_map) are not supported yet; run on one device or use jax.pmap-free "
+            f"code")
+    plan = build_plan(program, RULES)
+    return CompiledProgram(executable=plan, cost=estimate_cost(program))
+
+
+@hookimpl
+def pjrtkit_execute(executable, arguments, devices):
+    return [executable(*args) for args in arguments]

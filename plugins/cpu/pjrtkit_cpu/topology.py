@@ -1,0 +1,61 @@
+"""The cpu backend's devices: N host "devices" (``PJRTKIT_CPU_DEVICES``, default 1), each with
+the three memory kinds, all backed by host RAM."""
+from __future__ import annotations
+
+import os
+
+from pjrtkit.errors import InvalidArgument
+from pjrtkit.types import DeviceSpec, MemorySpaceSpec, Topology
+
+DEVICE_COUNT_VARIABLE = "PJRTKIT_CPU_DEVICES"
+DEVICE_KIND = "cpu"
+MAX_DEVICES = 1024
+
+
+def _host_memory_bytes() -> int | None:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def device_count(options=None) -> int:
+    raw = os.environ.get(DEVICE_COUNT_VARIABLE, "1").strip() or "1"
+    try:
+        count = int(raw)
+    except ValueError:
+        raise InvalidArgument(f"{DEVICE_COUNT_VARIABLE}={raw!r} is not a whole number of "
+                              f"devices") from None
+    if not 1 <= count <= MAX_DEVICES:
+        raise InvalidArgument(f"{DEVICE_COUNT_VARIABLE}={count} is out of range 1..{MAX_DEVICES}")
+    return count
+
+
+def cpu_topology(name: str, count: int) -> Topology:
+    host = _host_memory_bytes()
+    spaces = (MemorySpaceSpec("device", host), MemorySpaceSpec("pinned_host", host),
+              MemorySpaceSpec("unpinned_host", host))
+    devices = tuple(
+        DeviceSpec(id=i, kind=DEVICE_KIND, process_index=0, local_hardware_id=i,
+                   coords=(i, 0, 0), core_on_chip=0, memory_spaces=spaces,
+                   default_memory_kind="device")
+        for i in range(count))
+    return Topology(name=name, devices=devices, attributes={"device_count": count})
+
+
+def parse_topology_name(name: str) -> int | None:
+    """``"cpu:4"`` -> 4 devices; ``""``/``"cpu"`` -> the configured count; else None."""
+    if name in ("", "cpu", "pjrtkit_cpu"):
+        return device_count()
+    for prefix in ("cpu:", "pjrtkit_cpu:"):
+        if name.startswith(prefix):
+            try:
+                count = int(name[len(prefix):])
+            except ValueError:
+                raise InvalidArgument(f"topology {name!r}: expected '{prefix}N' with N a whole "
+                                      f"number of devices") from None
+            if not 1 <= count <= MAX_DEVICES:
+                raise InvalidArgument(f"topology {name!r}: device count out of range "
+                                      f"1..{MAX_DEVICES}")
+            return count
+    return None
