@@ -1,0 +1,135 @@
+"""dot_general and dot: contractions as one batched np.matmul so BLAS does the work.
+
+The rule turns any dimension numbers into a fixed recipe: transpose lhs to (batch, free,
+contracting) and rhs to (batch, contracting, free), flatten each group, matmul (B,M,K)@(B,K,N)
+and reshape to the StableHLO result layout (batch..., lhs free..., rhs free...).
+
+Numerics follow XLA's CPU backend: f16/bf16 contract in f32 and round once; integers are exact
+with wraparound in the result type (a ring homomorphism, so any wider exact accumulator works);
+bool is OR of ANDs.
+"""
+from __future__ import annotations
+
+import math
+import re
+
+import ml_dtypes
+import numpy as np
+
+from pjrtkit.stablehlo.attributes import DotDimensionNumbers, OpaqueAttribute
+from pjrtkit_cpu.lowering.registry import RULES
+
+_F32 = np.dtype(np.float32)
+_F64 = np.dtype(np.float64)
+_NARROW_FLOATS = (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
+
+# Algorithms that mean exactly what the default lowering computes for these operand dtypes.
+_ALGORITHM_FIELDS = re.compile(r"(lhs_precision_type|rhs_precision_type|accumulation_type|"
+                               r"lhs_component_count|rhs_component_count|"
+                               r"num_primitive_operations)\s*=\s*(\w+)")
+_MLIR_FLOAT = {"f16": np.dtype(np.float16), "bf16": np.dtype(ml_dtypes.bfloat16), "f32": _F32,
+               "f64": _F64}
+
+
+def _compute_dtype(lhs: np.dtype, rhs: np.dtype, result: np.dtype, contracted: int):
+    """The dtype the matmul runs in, or None when no exact/faithful choice exists."""
+    kinds = {lhs.kind, rhs.kind, result.kind}
+    if result.kind == "f" or result in _NARROW_FLOATS:
+        if _F64 in (lhs, rhs, result):
+            return _F64
+        return _F32
+    if result.kind == "b" and kinds == {"b"}:
+        return _F64  # counts of true products; compared with 0 afterwards
+    if kinds <= {"b", "i", "u"}:
+        # Float64 BLAS is exact while |sum| < 2**53; use it for narrow operands, else int64
+        # (NumPy's integer matmul wraps mod 2**64, which is exact mod 2**k for any k <= 64).
+        bound = max(_magnitude(lhs), 1) * max(_magnitude(rhs), 1) * max(contracted, 1)
+        return _F64 if bound < 2 ** 53 else np.dtype(np.int64)
+    return None
+
+
+def _magnitude(dtype: np.dtype) -> int:
+    if dtype.kind == "b":
+        return 1
+    info = np.iinfo(dtype)
+    return max(abs(int(info.min)), int(info.max))
+
+
+def _check_algorithm(op, ctx, compute: np.dtype, lhs: np.dtype, rhs: np.dtype) -> None:
+    algorithm = op.attributes.get("algorithm")
+    if algorithm is None:
+        return
+    fields = dict(_ALGORITHM_FIELDS.findall(algorithm.text)) \
+        if isinstance(algorithm, OpaqueAttribute) else {}
+    faithful = (
+        _MLIR_FLOAT.get(fields.get("lhs_precision_type")) == lhs
+        and _MLIR_FLOAT.get(fields.get("rhs_precision_type")) == rhs
+        and _MLIR_FLOAT.get(fields.get("accumulation_type")) == compute
+        and fields.get("lhs_component_count") == "1"
+        and fields.get("rhs_component_count") == "1"
+        and fields.get("num_primitive_operations") == "1")
+    if not faithful:
+        raise ctx.unimplemented(op, f"dot algorithm {algorithm} (only the default algorithm "
+                                    f"for the operand dtypes is implemented)")
+
+
+def _lower(op, ctx, dims: DotDimensionNumbers):
+    lhs_t, rhs_t = op.operands[0].type, op.operands[1].type
+    result_t = op.results[0].type
+    lb, rb = list(dims.lhs_batching_dimensions), list(dims.rhs_batching_dimensions)
+    lc, rc = list(dims.lhs_contracting_dimensions), list(dims.rhs_contracting_dimensions)
+    lf = [d for d in range(lhs_t.rank) if d not in lb and d not in lc]
+    rf = [d for d in range(rhs_t.rank) if d not in rb and d not in rc]
+
+    def size(shape, ds):
+        return math.prod(shape[d] for d in ds)
+
+    batch, m = size(lhs_t.shape, lb), size(lhs_t.shape, lf)
+    k, n = size(lhs_t.shape, lc), size(rhs_t.shape, rf)
+    compute = _compute_dtype(lhs_t.dtype, rhs_t.dtype, result_t.dtype, k)
+    if compute is None:
+        raise ctx.unimplemented(op, f"dot of {lhs_t.dtype.name} x {rhs_t.dtype.name} -> "
+                                    f"{result_t.dtype.name}")
+    _check_algorithm(op, ctx, compute, lhs_t.dtype, rhs_t.dtype)
+
+    lhs_perm = tuple(lb + lf + lc)
+    rhs_perm = tuple(rb + rc + rf)
+    lhs_identity = lhs_perm == tuple(range(lhs_t.rank))
+    rhs_identity = rhs_perm == tuple(range(rhs_t.rank))
+    lhs_cast = lhs_t.dtype != compute
+    rhs_cast = rhs_t.dtype != compute
+    out_shape, out_dtype = result_t.shape, result_t.dtype
+    to_bool = out_dtype.kind == "b"
+    # Float results go straight from compute to result dtype (one rounding); integer results
+    # computed in float64 pass through int64 so the final cast wraps instead of saturating.
+    via_int64 = out_dtype.kind in "iu" and compute == _F64
+
+    def kernel(lhs, rhs):
+        if not lhs_identity:
+            lhs = np.transpose(lhs, lhs_perm)
+        if not rhs_identity:
+            rhs = np.transpose(rhs, rhs_perm)
+        # order="C" makes the cast copy land in the permuted layout, so reshape is a view.
+        if lhs_cast:
+            lhs = lhs.astype(compute, order="C")
+        if rhs_cast:
+            rhs = rhs.astype(compute, order="C")
+        product = np.matmul(lhs.reshape(batch, m, k), rhs.reshape(batch, k, n))
+        if to_bool:
+            return ((product > 0).reshape(out_shape),)
+        if via_int64:
+            product = product.astype(np.int64)
+        return (product.reshape(out_shape).astype(out_dtype, copy=False),)
+
+    return kernel
+
+
+@RULES.register("stablehlo.dot_general")
+def dot_general(op, ctx):
+    return _lower(op, ctx, op.attributes["dot_dimension_numbers"])
+
+
+@RULES.register("stablehlo.dot")
+def dot(op, ctx):
+    lhs_rank = op.operands[0].type.rank
+    return _lower(op, ctx, DotDimensionNumbers((), (), (lhs_rank - 1,), (0,)))
