@@ -144,9 +144,16 @@ def pjrtkit_transfer_to_device(array, device: DeviceSpec, memory_kind: str) -> A
 def pjrtkit_transfer_to_host(payload, device: DeviceSpec, memory_kind: str):
     """Read a payload back as a NumPy array (PJRT_Buffer_ToHostBuffer).
 
+    Args:
+        payload: what ``pjrtkit_transfer_to_device`` or ``pjrtkit_execute`` returned.
+        device, memory_kind: where the payload lives.
+
     Returns:
         A NumPy array of the buffer's shape and dtype; the core copies it into the caller's
         memory and never writes to it.
+
+    Raises:
+        Any PjrtError; it completes the transfer's event with that error.
 
     firstresult: yes.
 
@@ -165,8 +172,15 @@ def pjrtkit_copy_buffer(payload, src_device: DeviceSpec, src_memory_kind: str,
     PJRT_Buffer_CopyToMemory). The result must not share storage that either side may later
     write (donation may reuse a payload in place).
 
+    Args:
+        payload: the source payload (ready).
+        src_device, src_memory_kind, dst_device, dst_memory_kind: from where to where.
+
     Returns:
         The new payload.
+
+    Raises:
+        ResourceExhausted when the destination memory is full.
 
     firstresult: yes.
 

@@ -1,0 +1,31 @@
+# Two commands do all the set-up on a fresh machine: `make demo` and `make test`.
+# Each creates .venv and installs the pinned dependencies when missing.
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.pjrtkit-installed
+
+.PHONY: demo test install bench conformance clean
+
+$(STAMP): pyproject.toml setup.py constraints.txt plugins/cpu/pyproject.toml core/pjrtkit/abi/_build.py core/pjrtkit/abi/pjrt_declarations.h
+	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON) (Python 3.11) on PATH, or run: make PYTHON=/path/to/python3.11"; exit 1; }
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade "pip>=24" -c constraints.txt
+	$(BIN)/python -m pip install -q -c constraints.txt setuptools wheel cffi
+	$(BIN)/python -m pip install -q -c constraints.txt --no-build-isolation -e '.[test]'
+	$(BIN)/python -m pip install -q -c constraints.txt --no-build-isolation -e plugins/cpu
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/python examples/mlp_train.py --steps 20
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q -p no:cacheprovider
+
+bench: $(STAMP)
+	$(BIN)/python -m benchmarks
+
+clean:
+	rm -rf $(VENV) build core/*.egg-info plugins/*/*.egg-info core/pjrtkit/abi/_pjrt_cffi*
