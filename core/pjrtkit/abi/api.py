@@ -1,0 +1,72 @@
+"""One PJRT_Api table per backend, handed to JAX as a ``"pjrt_c_api"`` PyCapsule.
+
+Tables are never freed: jaxlib keeps the pointer for the life of the process.
+"""
+from __future__ import annotations
+
+import ctypes
+import threading
+from typing import Any
+
+from pjrtkit.abi._cffi import ffi, lib
+from pjrtkit.errors import Internal, ResourceExhausted
+
+MAX_BACKENDS: int = lib.PJRTKIT_MAX_BACKENDS
+API_VERSION = (0, lib.PJRTKIT_API_MINOR)
+
+_PyCapsule_New = ctypes.pythonapi.PyCapsule_New
+_PyCapsule_New.restype = ctypes.py_object
+_PyCapsule_New.argtypes = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
+# The capsule keeps a pointer to its name, so the name buffer must live forever too.
+_CAPSULE_NAME = ctypes.create_string_buffer(b"pjrt_c_api")
+
+_lock = threading.Lock()
+_backends: list[Any] = []   # index is the slot the C trampolines pass back
+_tables: list[Any] = []     # PJRT_Api cdata; alive for the process (jaxlib never lets go)
+_capsules: list[Any] = []
+
+
+def _load_callbacks() -> None:
+    """Import every callback module so no extern "Python" slot is left undefined.
+
+    An extern "Python" function without a Python implementation returns 0 from C, which PJRT
+    reads as success; fn_unimplemented therefore fills whatever the area modules left open.
+    """
+    from pjrtkit.abi import (  # noqa: F401
+        errors, fn_buffer, fn_client, fn_device, fn_event, fn_executable, fn_memory, fn_plugin,
+        fn_topology, fn_unimplemented,
+    )
+
+
+def register_backend(backend: Any) -> tuple[Any, int]:
+    """Build (once per backend object) the PJRT_Api for ``backend``; returns (capsule, slot)."""
+    _load_callbacks()
+    with _lock:
+        for slot, known in enumerate(_backends):
+            if known is backend:
+                return _capsules[slot], slot
+        slot = len(_backends)
+        if slot >= MAX_BACKENDS:
+            names = ", ".join(repr(getattr(b, "name", b)) for b in _backends)
+            raise ResourceExhausted(
+                f"pjrtkit supports at most {MAX_BACKENDS} backends per process; already "
+                f"registered: {names}; cannot add {getattr(backend, 'name', backend)!r}")
+        api = ffi.new("PJRT_Api*")
+        lib.pjrtkit_fill_api(api, slot)
+        capsule = _PyCapsule_New(int(ffi.cast("uintptr_t", api)), ctypes.addressof(_CAPSULE_NAME), None)
+        _backends.append(backend)
+        _tables.append(api)
+        _capsules.append(capsule)
+        return capsule, slot
+
+
+def backend_for_slot(slot: int) -> Any:
+    try:
+        return _backends[slot]
+    except IndexError:
+        raise Internal(f"no pjrtkit backend is registered in api slot {slot}") from None
+
+
+def api_for_slot(slot: int) -> Any:
+    """The PJRT_Api* of a slot (tests call through it as C would)."""
+    return _tables[slot]

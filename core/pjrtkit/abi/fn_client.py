@@ -1,0 +1,151 @@
+"""PJRT_Client_*: creation, identity, device and memory lists, compile."""
+from __future__ import annotations
+
+from typing import Any
+
+from pjrtkit.abi import named_values
+from pjrtkit.abi.api import backend_for_slot
+from pjrtkit.abi.args import Args, data, string
+from pjrtkit.abi.errors import pjrt_function
+from pjrtkit.abi.fn_executable import new_loaded_executable
+from pjrtkit.abi.handles import CLIENTS, ClientRef, deref
+
+
+def client_of(a: Args, field: str = "client") -> ClientRef:
+    return deref(a.req(field), ClientRef, f"{a.name}.{field}")
+
+
+@pjrt_function("PJRT_Client_Create")
+def client_create(slot: int, args: Any) -> None:
+    a = Args(args)
+    a.require_outputs("client")
+    options = named_values.read(a.req("create_options"), a.req("num_options"),
+                                "PJRT_Client_Create_Args.create_options")
+    # kv_get/kv_put/kv_try_get serve multi-process key-value exchange; pjrtkit clients are
+    # single-process, so the callbacks are accepted and not used.
+    backend = backend_for_slot(slot)
+    from pjrtkit.runtime.client import Client  # runtime is imported lazily: abi must load alone
+    client = Client(backend, options)
+    a.set("client", CLIENTS.new(ClientRef(client, backend)))
+
+
+@pjrt_function("PJRT_Client_Destroy", never_fails=True)
+def client_destroy(args: Any) -> None:
+    ref = CLIENTS.release(Args(args).req("client"))
+    if ref is not None:
+        ref.obj.destroy()
+
+
+@pjrt_function("PJRT_Client_PlatformName")
+def client_platform_name(args: Any) -> None:
+    a = Args(args)
+    ref = client_of(a)
+    chars, size = ref.cstr("platform_name", ref.obj.platform_name)
+    a.require_outputs("platform_name", "platform_name_size")
+    a.set("platform_name", chars)
+    a.set("platform_name_size", size)
+
+
+@pjrt_function("PJRT_Client_PlatformVersion")
+def client_platform_version(args: Any) -> None:
+    a = Args(args)
+    ref = client_of(a)
+    chars, size = ref.cstr("platform_version", ref.obj.platform_version)
+    a.require_outputs("platform_version", "platform_version_size")
+    a.set("platform_version", chars)
+    a.set("platform_version_size", size)
+
+
+@pjrt_function("PJRT_Client_ProcessIndex")
+def client_process_index(args: Any) -> None:
+    a = Args(args)
+    a.set("process_index", client_of(a).obj.process_index)
+
+
+@pjrt_function("PJRT_Client_TopologyDescription")
+def client_topology_description(args: Any) -> None:
+    a = Args(args)
+    a.require_outputs("topology")
+    a.set("topology", client_of(a).topology_ptr())
+
+
+@pjrt_function("PJRT_Client_Devices")
+def client_devices(args: Any) -> None:
+    a = Args(args)
+    ref = client_of(a)
+    array, count = ref.device_array("all", ref.obj.devices)
+    a.require_outputs("devices", "num_devices")
+    a.set("devices", array)
+    a.set("num_devices", count)
+
+
+@pjrt_function("PJRT_Client_AddressableDevices")
+def client_addressable_devices(args: Any) -> None:
+    a = Args(args)
+    ref = client_of(a)
+    array, count = ref.device_array("addressable", ref.obj.addressable_devices)
+    a.require_outputs("addressable_devices", "num_addressable_devices")
+    a.set("addressable_devices", array)
+    a.set("num_addressable_devices", count)
+
+
+@pjrt_function("PJRT_Client_AddressableMemories")
+def client_addressable_memories(args: Any) -> None:
+    a = Args(args)
+    ref = client_of(a)
+    array, count = ref.memory_array("addressable", ref.obj.memories)
+    a.require_outputs("addressable_memories", "num_addressable_memories")
+    a.set("addressable_memories", array)
+    a.set("num_addressable_memories", count)
+
+
+@pjrt_function("PJRT_Client_LookupDevice")
+def client_lookup_device(args: Any) -> None:
+    a = Args(args)
+    ref = client_of(a)
+    a.require_outputs("device")
+    a.set("device", ref.device_ptr(ref.obj.lookup_device(a.req("id"))))
+
+
+@pjrt_function("PJRT_Client_LookupAddressableDevice")
+def client_lookup_addressable_device(args: Any) -> None:
+    a = Args(args)
+    ref = client_of(a)
+    a.require_outputs("addressable_device")
+    device = ref.obj.lookup_addressable_device(a.req("local_hardware_id"))
+    a.set("addressable_device", ref.device_ptr(device))
+
+
+def read_program(ptr: Any, what: str) -> tuple[bytes, str]:
+    program = Args(ptr, what)
+    code = data(program.req("code"), program.req("code_size"), f"{what}.code")
+    fmt = string(program.req("format"), program.req("format_size"), f"{what}.format")
+    return code, fmt
+
+
+@pjrt_function("PJRT_Client_Compile")
+def client_compile(args: Any) -> None:
+    a = Args(args)
+    ref = client_of(a)
+    a.require_outputs("executable")
+    code, fmt = read_program(a.req("program"), "PJRT_Client_Compile_Args.program")
+    options = data(a.req("compile_options"), a.req("compile_options_size"),
+                   "PJRT_Client_Compile_Args.compile_options")
+    loaded = ref.obj.compile(code, fmt, options)
+    a.set("executable", new_loaded_executable(loaded, ref))
+
+
+@pjrt_function("PJRT_Executable_DeserializeAndLoad")
+def executable_deserialize_and_load(args: Any) -> None:
+    a = Args(args)
+    ref = client_of(a)
+    a.require_outputs("loaded_executable")
+    blob = data(a.req("serialized_executable"), a.req("serialized_executable_size"),
+                "PJRT_Executable_DeserializeAndLoad_Args.serialized_executable")
+    # Absent for callers older than the field, and size 0 when there is no override.
+    override_size = a.opt("overridden_serialized_compile_options_size", 0)
+    override = data(a.req("overridden_serialized_compile_options"), override_size,
+                    "PJRT_Executable_DeserializeAndLoad_Args.overridden_serialized_compile_options"
+                    ) if override_size else None
+    loaded = ref.obj.deserialize_executable(blob, override)
+    a.set("loaded_executable", new_loaded_executable(loaded, ref))

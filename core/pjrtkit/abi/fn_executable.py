@@ -1,0 +1,316 @@
+"""PJRT_Executable_*, PJRT_LoadedExecutable_* and PJRT_ExecuteContext_*."""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from pjrtkit.abi._cffi import ffi, lib
+from pjrtkit.abi.args import Args, int_list
+from pjrtkit.abi.dtypes import to_code
+from pjrtkit.abi.errors import pjrt_function
+from pjrtkit.abi.handles import (
+    EXECUTABLES, EXECUTE_CONTEXTS, LOADED_EXECUTABLES, BufferRef, ClientRef, DeviceRef,
+    ExecutableRef, ExecuteContextRef, LoadedExecutableRef, deref, new_blob, new_buffer, new_event,
+)
+from pjrtkit.abi.named_values import NamedValues
+from pjrtkit.errors import InvalidArgument, Unimplemented
+
+NULL = ffi.NULL
+
+
+def serialized_device_assignment(assignment: list[list[int]]) -> bytes:
+    """DeviceAssignmentProto bytes for a replica x partition table of device ids."""
+    from jaxlib import xla_client  # jaxlib owns the proto; imported only when compiling
+    return xla_client.DeviceAssignment.create(np.array(assignment, dtype=np.int64)).serialize()
+
+
+def new_loaded_executable(loaded: Any, client: ClientRef) -> Any:
+    # Everything LoadedExecutable_GetDeviceAssignment hands out is computed here, where failing
+    # is still allowed: an error from GetDeviceAssignment aborts the process.
+    assignment = serialized_device_assignment(loaded.device_assignment)
+    return LOADED_EXECUTABLES.new(LoadedExecutableRef(loaded, client, assignment))
+
+
+def executable_of(a: Args) -> ExecutableRef:
+    return deref(a.req("executable"), ExecutableRef, f"{a.name}.executable")
+
+
+def loaded_of(a: Args, field: str = "executable") -> LoadedExecutableRef:
+    return deref(a.req(field), LoadedExecutableRef, f"{a.name}.{field}")
+
+
+def _string_out(a: Args, ref: Any, field: str, value: str) -> None:
+    chars, size = ref.cstr(field, value)
+    a.require_outputs(field, f"{field}_size")
+    a.set(field, chars)
+    a.set(f"{field}_size", size)
+
+
+def _blob_out(a: Args, data: bytes, handle_field: str, deleter_field: str, ctype: str) -> None:
+    a.require_outputs("serialized_bytes", "serialized_bytes_size", handle_field, deleter_field)
+    handle, chars, size = new_blob(data)
+    a.set("serialized_bytes", chars)
+    a.set("serialized_bytes_size", size)
+    a.set(handle_field, ffi.cast(f"{ctype}*", handle))
+    a.set(deleter_field, getattr(lib, f"pjrtkit_free_{ctype}"))
+
+
+# ---- Executable (compiled, not loaded) --------------------------------------------------------
+
+@pjrt_function("PJRT_Executable_Destroy", never_fails=True)
+def executable_destroy(args: Any) -> None:
+    # The runtime Executable belongs to its LoadedExecutable (or to nobody after PJRT_Compile);
+    # dropping the handle is all there is to do.
+    EXECUTABLES.release(Args(args).req("executable"))
+
+
+@pjrt_function("PJRT_Executable_Name")
+def executable_name(args: Any) -> None:
+    a = Args(args)
+    ref = executable_of(a)
+    _string_out(a, ref, "executable_name", ref.obj.name)
+
+
+@pjrt_function("PJRT_Executable_NumReplicas")
+def executable_num_replicas(args: Any) -> None:
+    a = Args(args)
+    a.set("num_replicas", executable_of(a).obj.num_replicas)
+
+
+@pjrt_function("PJRT_Executable_NumPartitions")
+def executable_num_partitions(args: Any) -> None:
+    a = Args(args)
+    a.set("num_partitions", executable_of(a).obj.num_partitions)
+
+
+@pjrt_function("PJRT_Executable_NumOutputs")
+def executable_num_outputs(args: Any) -> None:
+    a = Args(args)
+    a.set("num_outputs", executable_of(a).obj.num_outputs)
+
+
+@pjrt_function("PJRT_Executable_SizeOfGeneratedCodeInBytes")
+def executable_size_of_generated_code(args: Any) -> None:
+    a = Args(args)
+    a.set("size_in_bytes", int(executable_of(a).obj.size_of_generated_code))
+
+
+@pjrt_function("PJRT_Executable_Fingerprint")
+def executable_fingerprint(args: Any) -> None:
+    a = Args(args)
+    ref = executable_of(a)
+    _string_out(a, ref, "executable_fingerprint", ref.obj.fingerprint)
+
+
+@pjrt_function("PJRT_Executable_GetCostAnalysis")
+def executable_get_cost_analysis(args: Any) -> None:
+    a = Args(args)
+    ref = executable_of(a)
+    values = ref.cached("cost_analysis", lambda: NamedValues(
+        {name: float(v) for name, v in ref.obj.cost_analysis().items()}))
+    a.require_outputs("properties", "num_properties")
+    a.set("properties", values.array)
+    a.set("num_properties", values.count)
+
+
+@pjrt_function("PJRT_Executable_OutputElementTypes")
+def executable_output_element_types(args: Any) -> None:
+    a = Args(args)
+    ref = executable_of(a)
+    def make():
+        codes = [to_code(dt) for dt in ref.obj.output_dtypes]
+        return ffi.new("PJRT_Buffer_Type[]", codes or [0]), len(codes)
+    types, n = ref.cached("output_types", make)
+    a.require_outputs("output_types", "num_output_types")
+    a.set("output_types", types)
+    a.set("num_output_types", n)
+
+
+@pjrt_function("PJRT_Executable_OutputDimensions")
+def executable_output_dimensions(args: Any) -> None:
+    a = Args(args)
+    ref = executable_of(a)
+    def make():
+        shapes = [tuple(s) for s in ref.obj.output_shapes]
+        flat = [int(d) for s in shapes for d in s]
+        return (ffi.new("int64_t[]", flat or [0]), ffi.new("size_t[]", [len(s) for s in shapes] or [0]),
+                len(shapes))
+    dims, sizes, n = ref.cached("output_dims", make)
+    a.require_outputs("num_outputs", "dims", "dim_sizes")
+    a.set("num_outputs", n)
+    a.set("dims", dims)
+    a.set("dim_sizes", sizes)
+
+
+@pjrt_function("PJRT_Executable_OutputMemoryKinds")
+def executable_output_memory_kinds(args: Any) -> None:
+    a = Args(args)
+    ref = executable_of(a)
+    def make():
+        kinds = [k.encode() for k in ref.obj.output_memory_kinds]
+        chars = [ffi.new("char[]", k) for k in kinds]
+        return (ffi.new("const char*[]", chars or [NULL]), ffi.new("size_t[]", [len(k) for k in kinds] or [0]),
+                len(kinds), chars)
+    kinds, sizes, n, _ = ref.cached("output_memory_kinds", make)
+    a.require_outputs("num_outputs", "memory_kinds", "memory_kind_sizes")
+    a.set("num_outputs", n)
+    a.set("memory_kinds", kinds)
+    a.set("memory_kind_sizes", sizes)
+
+
+@pjrt_function("PJRT_Executable_OptimizedProgram")
+def executable_optimized_program(args: Any) -> None:
+    a = Args(args)
+    ref = executable_of(a)
+    program = Args(a.req("program"), f"{a.name}.program")
+    text = ref.cached("optimized_program", lambda: ref.obj.optimized_program().encode())
+    fmt, fmt_size = ref.cstr("optimized_program_format", "mlir")
+    program.set("format", fmt)
+    program.set("format_size", fmt_size)
+    code = program.req("code")
+    if code == NULL:
+        program.set("code_size", len(text))  # first call: the caller asks for the size
+        return
+    if program.req("code_size") < len(text):
+        raise InvalidArgument(f"{a.name}.program.code_size is {program.req('code_size')} bytes, "
+                              f"the optimized program needs {len(text)}")
+    ffi.memmove(code, text, len(text))
+    program.set("code_size", len(text))
+
+
+@pjrt_function("PJRT_Executable_GetCompiledMemoryStats")
+def executable_get_compiled_memory_stats(args: Any) -> None:
+    a = Args(args)
+    stats = executable_of(a).obj.compiled_memory_stats()
+    for name, _ in ffi.typeof("PJRT_Executable_GetCompiledMemoryStats_Args").fields[3:]:
+        if a.has(name):
+            a.set(name, int(getattr(stats, name, 0) or 0))
+
+
+@pjrt_function("PJRT_Executable_Serialize")
+def executable_serialize(args: Any) -> None:
+    a = Args(args)
+    data = executable_of(a).obj.serialize()
+    _blob_out(a, data, "serialized_executable", "serialized_executable_deleter",
+              "PJRT_SerializedExecutable")
+
+
+@pjrt_function("PJRT_Executable_GetCompileOptions")
+def executable_get_compile_options(args: Any) -> None:
+    a = Args(args)
+    data = executable_of(a).obj.compile_options
+    _blob_out(a, data, "serialized_compile_options", "serialized_compile_options_deleter",
+              "PJRT_SerializedCompileOptions")
+
+
+# ---- LoadedExecutable -------------------------------------------------------------------------
+
+@pjrt_function("PJRT_LoadedExecutable_Destroy", never_fails=True)
+def loaded_executable_destroy(args: Any) -> None:
+    ref = LOADED_EXECUTABLES.release(Args(args).req("executable"))
+    if ref is not None:
+        ref.obj.destroy()
+
+
+@pjrt_function("PJRT_LoadedExecutable_GetExecutable", never_fails=True)
+def loaded_executable_get_executable(args: Any) -> None:
+    a = Args(args)
+    ref = loaded_of(a, "loaded_executable")
+    # A new handle per call: the caller destroys it with PJRT_Executable_Destroy.
+    a.set("executable", EXECUTABLES.new(ExecutableRef(ref.obj.executable)))
+
+
+@pjrt_function("PJRT_LoadedExecutable_GetDeviceAssignment", never_fails=True)
+def loaded_executable_get_device_assignment(args: Any) -> None:
+    a = Args(args)
+    _blob_out(a, loaded_of(a).device_assignment, "serialized_device_assignment",
+              "serialized_device_assignment_deleter", "PJRT_DeviceAssignmentSerialized")
+
+
+@pjrt_function("PJRT_LoadedExecutable_AddressableDevices")
+def loaded_executable_addressable_devices(args: Any) -> None:
+    a = Args(args)
+    ref = loaded_of(a)
+    def make():
+        ptrs = [ref.client.device_ptr(d) for d in ref.obj.addressable_devices]
+        return ffi.new("PJRT_Device*[]", ptrs or [NULL]), len(ptrs)
+    array, n = ref.cached("addressable_devices", make)
+    a.require_outputs("addressable_devices", "num_addressable_devices")
+    a.set("addressable_devices", array)
+    a.set("num_addressable_devices", n)
+
+
+@pjrt_function("PJRT_LoadedExecutable_Delete")
+def loaded_executable_delete(args: Any) -> None:
+    loaded_of(Args(args)).obj.delete()
+
+
+@pjrt_function("PJRT_LoadedExecutable_IsDeleted")
+def loaded_executable_is_deleted(args: Any) -> None:
+    a = Args(args)
+    a.set("is_deleted", bool(loaded_of(a).obj.is_deleted))
+
+
+@pjrt_function("PJRT_LoadedExecutable_Fingerprint")
+def loaded_executable_fingerprint(args: Any) -> None:
+    a = Args(args)
+    ref = loaded_of(a)
+    _string_out(a, ref, "executable_fingerprint", ref.obj.executable.fingerprint)
+
+
+def _execute_options(ptr: Any, what: str) -> frozenset[int]:
+    if ptr == NULL:
+        return frozenset()
+    o = Args(ptr, what)
+    if o.opt("num_send_ops", 0) or o.opt("num_recv_ops", 0):
+        raise Unimplemented(f"{what}: send/recv callbacks (host transfers) are not implemented "
+                            "by pjrtkit")
+    # launch_id and context matter only for multi-process collectives and FFI execution
+    # contexts, which pjrtkit does not have; they are accepted and ignored.
+    indices = int_list(o.opt("non_donatable_input_indices", NULL),
+                       o.opt("num_non_donatable_input_indices", 0),
+                       f"{what}.non_donatable_input_indices")
+    return frozenset(int(i) for i in indices)
+
+
+@pjrt_function("PJRT_LoadedExecutable_Execute")
+def loaded_executable_execute(args: Any) -> None:
+    a = Args(args)
+    ref = loaded_of(a)
+    non_donatable = _execute_options(a.req("options"), f"{a.name}.options")
+    num_devices, num_args = a.req("num_devices"), a.req("num_args")
+    lists, outputs_ptr = a.req("argument_lists"), a.req("output_lists")
+    if num_devices and (lists == NULL and num_args or outputs_ptr == NULL):
+        raise InvalidArgument(f"{a.name}: argument_lists or output_lists is NULL")
+    arguments = [
+        [deref(lists[d][i], BufferRef, f"{a.name}.argument_lists[{d}][{i}]").obj for i in range(num_args)]
+        for d in range(num_devices)
+    ]
+    device_ptr = a.opt("execute_device", NULL)
+    device = None if device_ptr == NULL else deref(device_ptr, DeviceRef, f"{a.name}.execute_device").obj
+    events_ptr = a.req("device_complete_events")
+    outputs, events = ref.obj.execute(arguments, execute_device=device, non_donatable=non_donatable)
+    if len(outputs) != num_devices or len(events) != num_devices:
+        raise InvalidArgument(f"{a.name}: the runtime returned {len(outputs)} output lists and "
+                              f"{len(events)} events for {num_devices} devices")
+    for d, row in enumerate(outputs):
+        out = outputs_ptr[d]
+        for o, buffer in enumerate(row):
+            out[o] = new_buffer(buffer, ref.client)
+    if events_ptr != NULL:
+        for d, event in enumerate(events):
+            events_ptr[d] = new_event(event)
+
+
+# ---- ExecuteContext: accepted and carried, pjrtkit keeps nothing in it -------------------------
+
+@pjrt_function("PJRT_ExecuteContext_Create")
+def execute_context_create(slot: int, args: Any) -> None:
+    a = Args(args)
+    a.set("context", EXECUTE_CONTEXTS.new(ExecuteContextRef(None)))
+
+
+@pjrt_function("PJRT_ExecuteContext_Destroy", never_fails=True)
+def execute_context_destroy(args: Any) -> None:
+    EXECUTE_CONTEXTS.release(Args(args).req("context"))

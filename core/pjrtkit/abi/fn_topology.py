@@ -1,0 +1,93 @@
+"""PJRT_TopologyDescription_* and PJRT_Compile (client-free, ahead-of-time compile)."""
+from __future__ import annotations
+
+from typing import Any
+
+from pjrtkit.abi import named_values
+from pjrtkit.abi.api import backend_for_slot
+from pjrtkit.abi.args import Args, data, string
+from pjrtkit.abi.errors import pjrt_function
+from pjrtkit.abi.fn_client import read_program
+from pjrtkit.abi.fn_executable import _blob_out
+from pjrtkit.abi.handles import EXECUTABLES, TOPOLOGIES, ExecutableRef, TopologyRef, deref
+from pjrtkit.abi.named_values import NamedValues
+
+
+def topology_of(a: Args) -> TopologyRef:
+    return deref(a.req("topology"), TopologyRef, f"{a.name}.topology")
+
+
+@pjrt_function("PJRT_TopologyDescription_Create")
+def topology_create(slot: int, args: Any) -> None:
+    a = Args(args)
+    a.require_outputs("topology")
+    name = string(a.req("topology_name"), a.req("topology_name_size"), f"{a.name}.topology_name")
+    options = named_values.read(a.req("create_options"), a.req("num_options"),
+                                f"{a.name}.create_options")
+    topology = backend_for_slot(slot).topology_description(name, options)
+    a.set("topology", TOPOLOGIES.new(TopologyRef(topology)))
+
+
+@pjrt_function("PJRT_TopologyDescription_Destroy", never_fails=True)
+def topology_destroy(args: Any) -> None:
+    # A client's own topology is not in TOPOLOGIES (the client owns it): release ignores it.
+    TOPOLOGIES.release(Args(args).req("topology"))
+
+
+@pjrt_function("PJRT_TopologyDescription_PlatformName")
+def topology_platform_name(args: Any) -> None:
+    a = Args(args)
+    ref = topology_of(a)
+    chars, size = ref.cstr("platform_name", ref.obj.platform_name)
+    a.require_outputs("platform_name", "platform_name_size")
+    a.set("platform_name", chars)
+    a.set("platform_name_size", size)
+
+
+@pjrt_function("PJRT_TopologyDescription_PlatformVersion")
+def topology_platform_version(args: Any) -> None:
+    a = Args(args)
+    ref = topology_of(a)
+    chars, size = ref.cstr("platform_version", ref.obj.platform_version)
+    a.require_outputs("platform_version", "platform_version_size")
+    a.set("platform_version", chars)
+    a.set("platform_version_size", size)
+
+
+@pjrt_function("PJRT_TopologyDescription_GetDeviceDescriptions")
+def topology_get_device_descriptions(args: Any) -> None:
+    a = Args(args)
+    array, count = topology_of(a).description_array()
+    a.require_outputs("descriptions", "num_descriptions")
+    a.set("descriptions", array)
+    a.set("num_descriptions", count)
+
+
+@pjrt_function("PJRT_TopologyDescription_Attributes")
+def topology_attributes(args: Any) -> None:
+    a = Args(args)
+    ref = topology_of(a)
+    values = ref.cached("attributes", lambda: NamedValues(ref.obj.attributes))
+    a.require_outputs("attributes", "num_attributes")
+    a.set("attributes", values.array)
+    a.set("num_attributes", values.count)
+
+
+@pjrt_function("PJRT_TopologyDescription_Serialize")
+def topology_serialize(args: Any) -> None:
+    a = Args(args)
+    _blob_out(a, topology_of(a).obj.serialize(), "serialized_topology",
+              "serialized_topology_deleter", "PJRT_SerializedTopology")
+
+
+@pjrt_function("PJRT_Compile")
+def compile_(args: Any) -> None:
+    a = Args(args)
+    ref = topology_of(a)
+    a.require_outputs("executable")
+    code, fmt = read_program(a.req("program"), f"{a.name}.program")
+    options = data(a.req("compile_options"), a.req("compile_options_size"),
+                   f"{a.name}.compile_options")
+    # The optional client is not needed: the topology alone decides the compile.
+    executable = ref.obj.compile(code, fmt, options)
+    a.set("executable", EXECUTABLES.new(ExecutableRef(executable)))

@@ -1,0 +1,69 @@
+"""PJRT_Buffer_MemoryLayout: pjrtkit stores every array dense and row-major, nothing else."""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from pjrtkit.abi._cffi import ffi, lib
+from pjrtkit.abi.args import Args, int_list
+from pjrtkit.errors import InvalidArgument, Unimplemented
+
+
+def row_major_strides(shape: Sequence[int], itemsize: int) -> list[int]:
+    strides, step = [], itemsize
+    for dim in reversed(shape):
+        strides.append(step)
+        step *= max(int(dim), 1)
+    return strides[::-1]
+
+
+def require_dense(ptr: Any, shape: Sequence[int], itemsize: int, what: str) -> None:
+    """Accept NULL or a layout equal to dense row-major; anything else is UNIMPLEMENTED."""
+    if ptr == ffi.NULL:
+        return
+    layout = Args(ptr, what)
+    kind = layout.req("type")
+    n = len(shape)
+    if kind == lib.PJRT_Buffer_MemoryLayout_Type_Tiled:
+        tiled = Args(ffi.addressof(layout.p, "tiled"), f"{what}.tiled")
+        order = int_list(tiled.req("minor_to_major"), tiled.req("minor_to_major_size"),
+                         f"{what}.tiled.minor_to_major")
+        if order in ([], list(range(n - 1, -1, -1))) and tiled.req("num_tiles") == 0:
+            return
+        detail = f"tiled layout minor_to_major={order} with {tiled.req('num_tiles')} tile(s)"
+    elif kind == lib.PJRT_Buffer_MemoryLayout_Type_Strides:
+        strides = Args(ffi.addressof(layout.p, "strides"), f"{what}.strides")
+        got = int_list(strides.req("byte_strides"), strides.req("num_byte_strides"),
+                       f"{what}.strides.byte_strides")
+        if got == row_major_strides(shape, itemsize):
+            return
+        detail = f"byte strides {got}"
+    else:
+        detail = f"layout type {kind}"
+    raise Unimplemented(
+        f"{what}: pjrtkit only handles dense row-major arrays, got {detail} for shape "
+        f"{tuple(shape)}; pass the default layout")
+
+
+def host_array(ptr: Any, shape: Sequence[int], dtype: np.dtype,
+               byte_strides: Sequence[int] | None, what: str) -> np.ndarray:
+    """An owned C-contiguous copy of host memory, honouring byte strides."""
+    shape = tuple(int(d) for d in shape)
+    if any(d < 0 for d in shape):
+        raise InvalidArgument(f"{what}: negative dimension in shape {shape}")
+    if 0 in shape:
+        return np.empty(shape, dtype)
+    if ptr == ffi.NULL:
+        raise InvalidArgument(f"{what} is NULL for a non-empty array of shape {shape}")
+    if byte_strides is None:
+        span = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        return np.ndarray(shape, dtype, buffer=ffi.buffer(ptr, span)).copy()
+    if len(byte_strides) != len(shape):
+        raise InvalidArgument(
+            f"{what}: {len(byte_strides)} byte strides for a rank-{len(shape)} array")
+    if any(s < 0 for s in byte_strides):
+        raise Unimplemented(f"{what}: negative byte strides {list(byte_strides)}")
+    span = sum((d - 1) * s for d, s in zip(shape, byte_strides)) + dtype.itemsize
+    view = np.ndarray(shape, dtype, buffer=ffi.buffer(ptr, span), strides=tuple(byte_strides))
+    return np.array(view, copy=True, order="C")
