@@ -1,6 +1,7 @@
 """PJRT_Executable_*, PJRT_LoadedExecutable_* and PJRT_ExecuteContext_*."""
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -183,9 +184,11 @@ def executable_optimized_program(args: Any) -> None:
 def executable_get_compiled_memory_stats(args: Any) -> None:
     a = Args(args)
     stats = executable_of(a).obj.compiled_memory_stats()
+    # A mapping or a record with the Args field names; a stat the runtime omits is 0.
+    get = stats.get if isinstance(stats, Mapping) else (lambda name, d: getattr(stats, name, d))
     for name, _ in ffi.typeof("PJRT_Executable_GetCompiledMemoryStats_Args").fields[3:]:
         if a.has(name):
-            a.set(name, int(getattr(stats, name, 0) or 0))
+            a.set(name, int(get(name, 0) or 0))
 
 
 @pjrt_function("PJRT_Executable_Serialize")

@@ -25,16 +25,18 @@ def require_dense(ptr: Any, shape: Sequence[int], itemsize: int, what: str) -> N
     layout = Args(ptr, what)
     kind = layout.req("type")
     n = len(shape)
+    # The union members carry a struct_size of their own that jaxlib leaves 0; the outer
+    # struct_size already covers them, so they are read directly.
     if kind == lib.PJRT_Buffer_MemoryLayout_Type_Tiled:
-        tiled = Args(ffi.addressof(layout.p, "tiled"), f"{what}.tiled")
-        order = int_list(tiled.req("minor_to_major"), tiled.req("minor_to_major_size"),
+        tiled = layout.req("tiled")
+        order = int_list(tiled.minor_to_major, tiled.minor_to_major_size,
                          f"{what}.tiled.minor_to_major")
-        if order in ([], list(range(n - 1, -1, -1))) and tiled.req("num_tiles") == 0:
+        if order in ([], list(range(n - 1, -1, -1))) and tiled.num_tiles == 0:
             return
-        detail = f"tiled layout minor_to_major={order} with {tiled.req('num_tiles')} tile(s)"
+        detail = f"tiled layout minor_to_major={order} with {tiled.num_tiles} tile(s)"
     elif kind == lib.PJRT_Buffer_MemoryLayout_Type_Strides:
-        strides = Args(ffi.addressof(layout.p, "strides"), f"{what}.strides")
-        got = int_list(strides.req("byte_strides"), strides.req("num_byte_strides"),
+        strides = layout.req("strides")
+        got = int_list(strides.byte_strides, strides.num_byte_strides,
                        f"{what}.strides.byte_strides")
         if got == row_major_strides(shape, itemsize):
             return
