@@ -1,0 +1,107 @@
+"""dot_general / dot against XLA's CPU backend: dimension numbers, dtypes, mixed precision."""
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import pytest
+from jax import lax
+
+from pjrtkit.errors import Unimplemented
+
+DTYPES = [np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32,
+          np.uint64, np.float16, ml_dtypes.bfloat16, np.float32, np.float64]
+
+
+def ids(dtypes):
+    return [np.dtype(d).name for d in dtypes]
+
+
+def sample(rng, shape, dtype):
+    """Full-range integers (to exercise wraparound); small-integer floats, so every product and
+    partial sum is exact and results are bit-comparable whatever the summation order."""
+    dtype = np.dtype(dtype)
+    if dtype.kind == "b":
+        return rng.integers(0, 2, shape).astype(dtype)
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        return rng.integers(info.min, info.max, shape, dtype=dtype, endpoint=True)
+    return rng.integers(-4, 5, shape).astype(dtype)
+
+
+# (lhs shape, rhs shape, ((lhs contracting, rhs contracting), (lhs batch, rhs batch)))
+DOTS = [
+    ((3, 4), (4, 5), (((1,), (0,)), ((), ()))),                   # matmul
+    ((4,), (4,), (((0,), (0,)), ((), ()))),                       # inner product
+    ((3, 4), (4,), (((1,), (0,)), ((), ()))),                     # matrix-vector
+    ((3,), (5,), (((), ()), ((), ()))),                           # outer product
+    ((2, 3, 4), (2, 4, 5), (((2,), (1,)), ((0,), (0,)))),         # batched matmul
+    ((4, 2, 3), (4, 3, 5, 2), (((0,), (0,)), ((1, 2), (3, 1)))),  # batch dims anywhere
+    ((3, 4, 5), (5, 6, 4), (((1, 2), (2, 0)), ((), ()))),         # two contracting dims
+    ((3, 0), (0, 5), (((1,), (0,)), ((), ()))),                   # empty contraction -> zeros
+    ((0, 4), (4, 5), (((1,), (0,)), ((), ()))),                   # empty result
+    ((2, 3, 7), (7, 2, 1), (((2,), (0,)), ((0,), (1,)))),
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=ids(DTYPES))
+def test_dot_general(check, rng, dtype):
+    operands = [(sample(rng, a, dtype), sample(rng, b, dtype)) for a, b, _ in DOTS]
+    check(lambda ops: tuple(lax.dot_general(x, y, dims)
+                            for (x, y), (_, _, dims) in zip(ops, DOTS)), operands)
+
+
+def test_float_rounds_once_on_long_contractions(check, rng):
+    # Sums of 64 terms exceed f16/bf16 precision: the result must be the exact sum rounded
+    # once, not a running sum rounded per step.
+    for dtype in (np.float16, ml_dtypes.bfloat16):
+        x, y = sample(rng, (5, 64), dtype), sample(rng, (64, 3), dtype)
+        check(jnp.matmul, x, y)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["float32", "float64"])
+def test_float_values(check, rng, dtype):
+    x = rng.standard_normal((17, 33)).astype(dtype)
+    y = rng.standard_normal((2, 33, 9)).astype(dtype)
+    # Non-integer values: results differ from XLA only by summation order; with 33 terms of
+    # magnitude ~1 that is a few ulps of the term size, hence the looser absolute bound.
+    check(lambda x, y: jnp.einsum("mk,bkn->bmn", x, y), x, y, loosen=20)
+
+
+@pytest.mark.parametrize("lhs,rhs,out", [
+    (np.int8, np.int8, np.int32), (np.uint8, np.uint8, np.int32), (np.int16, np.int16, np.int64),
+    (np.int32, np.int32, np.int64), (np.uint32, np.uint32, np.uint64), (np.int8, np.int8, np.int8),
+    (ml_dtypes.bfloat16, ml_dtypes.bfloat16, np.float32), (np.float16, np.float16, np.float32),
+    (np.float32, np.float32, np.float64), (np.bool_, np.bool_, np.int32),
+])
+def test_preferred_element_type(check, rng, lhs, rhs, out):
+    x, y = sample(rng, (4, 6), lhs), sample(rng, (6, 3), rhs)
+    check(lambda x, y: lax.dot(x, y, preferred_element_type=out), x, y)
+
+
+def test_integer_wraparound_in_result_type(check, rng):
+    # Products near the top of int64/uint64 overflow: XLA wraps modulo 2**64.
+    for dtype in (np.int64, np.uint64, np.int32):
+        info = np.iinfo(dtype)
+        x = rng.integers(info.max // 4, info.max, (3, 40), dtype=dtype, endpoint=True)
+        y = rng.integers(info.max // 4, info.max, (40, 2), dtype=dtype, endpoint=True)
+        check(jnp.matmul, x, y)
+
+
+def test_dot_in_larger_program(check, rng):
+    w1 = rng.standard_normal((8, 16)).astype(np.float32)
+    w2 = rng.standard_normal((16, 4)).astype(np.float32)
+    x = rng.standard_normal((5, 8)).astype(np.float32)
+    check(lambda x, w1, w2: jnp.tanh(x @ w1) @ w2, x, w1, w2, loosen=20)
+
+
+def test_default_equivalent_algorithm_is_accepted(check, rng):
+    x, y = (rng.standard_normal(s).astype(np.float32) for s in ((3, 5), (5, 2)))
+    check(lambda x, y: lax.dot(x, y, precision=lax.DotAlgorithmPreset.F32_F32_F32), x, y,
+          loosen=20)
+
+
+def test_other_algorithm_is_unimplemented(registry, rng):
+    from pjrtkit.testing.programs import run_with_registry
+    x, y = (rng.standard_normal(s).astype(np.float32) for s in ((3, 5), (5, 2)))
+    with pytest.raises(Unimplemented, match="dot algorithm"):
+        run_with_registry(lambda x, y: lax.dot(
+            x, y, precision=lax.DotAlgorithmPreset.BF16_BF16_F32), (x, y), registry)
