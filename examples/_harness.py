@@ -203,7 +203,7 @@ def run(experiment: Experiment, backend: str, *, out=sys.stdout) -> int:
     say(f"step outputs checked on: {backend} -> {tested.device}, "
         f"cpu -> {reference.device}")
     say(f"time on {backend}: {tested.timing()}")
-    say(f"time on cpu: {reference.timing()}")
+    say(f"time on xla cpu (reference): {reference.timing()}")
     if worst_step:
         say(f"max rel diff: {worst:.2e} at step {worst_step} "
             f"(tolerance {experiment.tolerance:g})")
