@@ -88,3 +88,15 @@ def test_more_than_eight_backends_is_resource_exhausted():
     """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.stdout.strip() == "OK", out.stderr
+
+
+def test_compiled_module_matches_the_header():
+    # A stale build (header edited, module not rebuilt) would pass the layout test yet differ here.
+    import pathlib
+    import re
+
+    header = (pathlib.Path(__file__).resolve().parents[2] / "core" / "pjrtkit" / "abi"
+              / "pjrt_declarations.h").read_text()
+    body = re.search(r"typedef struct PJRT_Api \{(.*?)\} PJRT_Api;", header, re.S).group(1)
+    assert list(SLOTS) == re.findall(r"^\s*PJRT_\w+\* (PJRT_\w+);", body, re.M), (
+        "rebuild the C module: pip install -e . --no-deps --no-build-isolation")

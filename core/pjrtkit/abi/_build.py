@@ -127,4 +127,6 @@ ffibuilder.cdef(CDEF)
 ffibuilder.set_source("pjrtkit.abi._pjrt_cffi", SOURCE)
 
 if __name__ == "__main__":
-    ffibuilder.compile(tmpdir=str(HERE.parent.parent), verbose=True)
+    # Same file name as `pip install -e .` produces (cffi builds a limited-API module there);
+    # a differently tagged .so next to it would shadow it at import.
+    ffibuilder.compile(tmpdir=str(HERE.parent.parent), target="_pjrt_cffi.abi3.so", verbose=True)
