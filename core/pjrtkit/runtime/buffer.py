@@ -25,6 +25,7 @@ class Buffer:
         self.ready = ready if ready is not None else Event.completed()
         self.nbytes = int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
         self._deleted = False
+        self._holds = 0  # executions queued that will read the payload
         self._external_refs = 0
         self._lock = threading.Lock()
         memory.allocated(self.nbytes)
@@ -50,18 +51,32 @@ class Buffer:
         self.memory.freed(self.nbytes)
 
     def delete(self) -> None:
-        """Free the contents now; the handle stays valid and reports is_deleted."""
-        if self.ready.is_ready():
-            self.payload = None
-            self._release()
-        else:
-            self._release()
-            self.ready.on_ready(lambda _error: setattr(self, "payload", None))
+        """Free the contents (now, or when the last queued execution reading them is done);
+        the handle stays valid and reports is_deleted."""
+        self._release()
+        self.ready.on_ready(lambda _error: self._drop_if_unused())
 
-    def donate(self):
+    def _drop_if_unused(self) -> None:
+        with self._lock:
+            if self._deleted and self._holds == 0:
+                self.payload = None
+
+    def hold(self) -> "Buffer":
+        """An execution will read the payload: keep it even if the buffer is deleted."""
+        self.check_usable("used")
+        with self._lock:
+            self._holds += 1
+        return self
+
+    def unhold(self) -> None:
+        with self._lock:
+            self._holds -= 1
+        self._drop_if_unused()
+
+    def donate(self) -> "Buffer":
         """Give the contents to an execution: the buffer reads as deleted from now on, and the
-        caller gets the object to read the payload from once ready."""
-        self.check_usable("donated")
+        execution still reads the payload (it holds it)."""
+        self.hold()
         self._release()
         return self
 

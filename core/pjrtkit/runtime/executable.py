@@ -156,7 +156,7 @@ class LoadedExecutable:
             for i, buf in enumerate(args):
                 buf.check_usable(f"passed as argument {i} of {exe.name}")
         donate = exe.donated_parameters - frozenset(non_donatable)
-        sources = [[buf.donate() if i in donate else buf for i, buf in enumerate(args)]
+        sources = [[buf.donate() if i in donate else buf.hold() for i, buf in enumerate(args)]
                    for args in argument_lists]
         outputs = [[Buffer(self.client, dtype, shape, dev,
                            dev.memory(kind) if kind in ("device", "pinned_host", "unpinned_host")
@@ -187,9 +187,8 @@ class LoadedExecutable:
                 except Exception as exc:
                     error = Internal(f"executing {exe.name} failed: {type(exc).__name__}: {exc}")
             for args in sources:
-                for i, buf in enumerate(args):
-                    if i in donate:
-                        buf.payload = None
+                for buf in args:
+                    buf.unhold()
             for outs, event in zip(outputs, done):
                 for buf in outs:
                     buf.ready.set(error)
