@@ -1,0 +1,117 @@
+"""JAX end to end on pjrtkit_cpu: selection, errors that reach the user, and that the process
+lives on after each. Each scenario runs in a fresh interpreter, because JAX fixes its set of
+platforms at the first backend use."""
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+HERE = os.path.dirname(__file__)
+
+
+def run_python(code: str, **env) -> subprocess.CompletedProcess:
+    environment = {k: v for k, v in os.environ.items()
+                   if k not in ("JAX_PLATFORMS", "PJRTKIT_BACKENDS", "PJRTKIT_CPU_DEVICES")}
+    environment.update(env)
+    environment["PYTHONPATH"] = HERE + os.pathsep + environment.get("PYTHONPATH", "")
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                          text=True, env=environment, timeout=300)
+
+
+def test_installing_the_plugin_does_not_change_the_default_backend():
+    out = run_python("""
+        import jax
+        print(jax.default_backend(), jax.devices()[0].platform)
+        print(sorted(jax._src.xla_bridge.backends()))
+    """)
+    assert out.returncode == 0, out.stderr
+    first, second = out.stdout.splitlines()
+    assert first == "cpu cpu"
+    assert "pjrtkit_cpu" in second
+
+
+def test_jax_platforms_selects_pjrtkit_cpu_with_no_code_change():
+    out = run_python("""
+        import jax, jax.numpy as jnp
+        print(jax.default_backend(), len(jax.devices()), jax.devices()[0].platform)
+        x = jnp.arange(6.0).reshape(2, 3)
+        y = jax.jit(lambda a: (a @ a.T).sum())(x)
+        print(float(y), list(y.devices())[0].platform)
+    """, JAX_PLATFORMS="pjrtkit_cpu")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["pjrtkit_cpu 1 pjrtkit_cpu", "83.0 pjrtkit_cpu"]
+
+
+def test_pjrtkit_cpu_devices_sets_the_device_count():
+    out = run_python("""
+        import jax
+        print([d.id for d in jax.devices()], {d.device_kind for d in jax.devices()})
+    """, JAX_PLATFORMS="pjrtkit_cpu", PJRTKIT_CPU_DEVICES="4")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[0, 1, 2, 3] {'cpu'}"
+
+
+def test_pjrtkit_backends_can_leave_the_plugin_unregistered():
+    out = run_python("""
+        import jax
+        print(sorted(jax._src.xla_bridge.backends()))
+    """, PJRTKIT_BACKENDS="tpu")
+    assert out.returncode == 0, out.stderr
+    assert "pjrtkit_cpu" not in out.stdout
+
+
+def test_an_op_the_plugin_lacks_is_unimplemented_naming_the_op_and_the_process_lives_on():
+    out = run_python("""
+        import jax, jax.numpy as jnp
+        x = jnp.ones(8, jnp.float32)
+        try:
+            jax.jit(jnp.fft.fft)(x).block_until_ready()
+        except Exception as exc:
+            print(type(exc).__name__, "|", str(exc).splitlines()[0])
+        print("alive", float(jnp.ones(3).sum()))
+    """, JAX_PLATFORMS="pjrtkit_cpu")
+    assert out.returncode == 0, out.stderr
+    first, alive = out.stdout.strip().splitlines()
+    assert first.startswith("JaxRuntimeError | UNIMPLEMENTED:"), first
+    assert "pjrtkit_cpu" in first and ("stablehlo.fft" in first or "complex64" in first), first
+    assert alive == "alive 3.0"
+
+
+def test_a_python_exception_in_a_hook_is_internal_naming_the_hook_and_the_process_lives_on():
+    out = run_python("""
+        import jax, jax.numpy as jnp
+        import faulty_plugin
+        from pjrtkit.backend import Backend
+        from pjrtkit.jax_glue import register_backend
+        register_backend(Backend("faulty", faulty_plugin))
+        jax.config.update("jax_platforms", "pjrtkit_faulty,cpu")
+        dev = jax.devices("pjrtkit_faulty")[0]
+        x = jax.device_put(jnp.arange(3, dtype=jnp.int32), dev)
+        try:
+            print(jax.jit(lambda a: a * 3)(x))
+        except Exception as exc:
+            print(type(exc).__name__, "|", str(exc).splitlines()[0])
+        y = jax.device_put(jnp.arange(4, dtype=jnp.int32), dev)
+        print("alive", jax.jit(lambda a: a * 3)(y).tolist())
+    """)
+    assert out.returncode == 0, out.stderr
+    first, alive = out.stdout.strip().splitlines()
+    assert first.startswith("JaxRuntimeError | INTERNAL:"), first
+    assert "pjrtkit_execute" in first and "KeyError" in first, first
+    assert alive == "alive [0, 3, 6, 9]"
+
+
+def test_donation_is_allowed_and_donated_inputs_read_as_deleted():
+    out = run_python("""
+        import jax, jax.numpy as jnp
+        from jax._src.interpreters import mlir
+        x = jnp.arange(4.0)  # the first backend use registers the plugins
+        assert "pjrtkit_cpu" in mlir._platforms_with_donation
+        f = jax.jit(lambda a: a + 1, donate_argnums=0)
+        y = f(x)
+        print(y.tolist(), x.is_deleted())
+    """, JAX_PLATFORMS="pjrtkit_cpu")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[1.0, 2.0, 3.0, 4.0] True"
