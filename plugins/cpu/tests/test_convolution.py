@@ -1,0 +1,87 @@
+"""stablehlo.convolution against XLA's CPU backend: layouts, strides, padding, dilations,
+feature and batch groups, and the transposed/batch-grouped forms jax.grad produces."""
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import pytest
+from jax import lax
+
+FLOATS = [np.float16, ml_dtypes.bfloat16, np.float32, np.float64]
+
+# (lhs shape NC..., rhs shape OI..., strides, padding, lhs_dilation, rhs_dilation, groups)
+CASES = [
+    ((2, 3, 9), (4, 3, 3), (1,), "VALID", None, None, 1),
+    ((2, 4, 8, 7), (6, 2, 3, 2), (2, 1), "SAME", None, None, 2),
+    ((1, 3, 7, 6), (2, 3, 3, 3), (1, 2), ((2, -1), (0, 3)), (1, 2), (2, 1), 1),
+    ((2, 2, 5, 4, 6), (3, 2, 2, 3, 2), (1, 2, 1), "SAME", None, (1, 1, 2), 1),
+    ((3, 4, 6, 6), (4, 1, 3, 3), (1, 1), ((1, 1), (1, 1)), None, None, 4),  # depthwise
+    ((2, 3, 5), (2, 3, 1), (3,), ((0, 0),), (2,), None, 1),
+    ((2, 3, 0), (2, 3, 1), (1,), "VALID", None, None, 1),  # zero-size spatial
+]
+
+
+def conv(lhs, rhs, strides, padding, lhs_dil, rhs_dil, groups, layout):
+    return lax.conv_general_dilated(lhs, rhs, strides, padding, lhs_dil, rhs_dil,
+                                    dimension_numbers=layout, feature_group_count=groups)
+
+
+def inputs(rng, case, dtype, layout):
+    lhs_shape, rhs_shape = case[0], case[1]
+    lhs = rng.normal(size=lhs_shape).astype(dtype)
+    rhs = rng.normal(size=rhs_shape).astype(dtype)
+    k = len(lhs_shape) - 2
+    if layout == "channels_last":
+        lhs = np.moveaxis(lhs, 1, -1).copy()
+        rhs = np.moveaxis(rhs, (0, 1), (-1, -2)).copy()
+        spatial = "DHW"[-k:] if k <= 3 else None
+        return lhs, rhs, (f"N{spatial}C", f"{spatial}IO", f"N{spatial}C")
+    spatial = "DHW"[-k:]
+    return lhs, rhs, (f"NC{spatial}", f"OI{spatial}", f"NC{spatial}")
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("layout", ["channels_first", "channels_last"])
+def test_conv_general_dilated(check, rng, dtype, layout):
+    args, fns = [], []
+    for case in CASES:
+        lhs, rhs, dn = inputs(rng, case, dtype, layout)
+        args += [lhs, rhs]
+        fns.append((case, dn))
+
+    def fn(*args):
+        return [conv(args[2 * i], args[2 * i + 1], *case[2:], dn)
+                for i, (case, dn) in enumerate(fns)]
+
+    # bf16/f16 products are exact in f32, but XLA and BLAS sum in different orders, and the
+    # rounded result can land one half-precision ulp apart on sums of up to 54 terms.
+    check(fn, *args, loosen=2.0)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, ml_dtypes.bfloat16],
+                         ids=lambda d: np.dtype(d).name)
+def test_conv_gradients(check, rng, dtype):
+    # jax.grad turns a conv into an lhs-dilated (transposed) conv for the input gradient and a
+    # batch-grouped conv (for grouped convs) for the weight gradient.
+    fns, args = [], []
+    for case in CASES[:5]:
+        lhs, rhs, dn = inputs(rng, case, dtype, "channels_last")
+
+        def loss(lhs, rhs, case=case, dn=dn):
+            y = conv(lhs, rhs, *case[2:], dn)
+            return jnp.sum(y * jnp.cos(jnp.arange(y.size, dtype=y.dtype).reshape(y.shape)))
+
+        fns.append(jax.grad(loss, argnums=(0, 1)))
+        args += [lhs, rhs]
+
+    check(lambda *a: [f(a[2 * i], a[2 * i + 1]) for i, f in enumerate(fns)], *args, loosen=2.0)
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.int32, np.int64], ids=lambda d: np.dtype(d).name)
+def test_integer_conv(check, rng, dtype):
+    lhs = rng.integers(-3, 4, size=(2, 3, 6, 5)).astype(dtype)
+    rhs = rng.integers(-3, 4, size=(4, 3, 2, 2)).astype(dtype)
+    check(lambda l, r: [conv(l, r, (1, 1), "SAME", None, None, 1, ("NCHW", "OIHW", "NCHW")),
+                        lax.conv_general_dilated(l, r, (2, 1), "VALID",
+                                                 preferred_element_type=np.int64)], lhs, rhs)
+
