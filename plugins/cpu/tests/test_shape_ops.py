@@ -192,3 +192,55 @@ def test_jnp_indexing_programs(check, rng):
     x = sample(rng, (6, 5), np.float32)
     check(lambda x: (x[::-2, 1:4], x[None, :, 2], jax.numpy.tile(x[:2], (2, 1)),
                      jax.numpy.roll(x, 2, axis=1)), x)
+
+
+# -- forms JAX does not emit, as StableHLO text -----------------------------------------------
+@pytest.fixture
+def check_mlir(registry):
+    """check_mlir(text, *args): run StableHLO text on XLA's CPU client and on our plan."""
+    from pjrtkit.lowering.plan import build_plan
+    from pjrtkit.stablehlo.loader import load_program
+    from pjrtkit.testing.tolerances import assert_close
+
+    def run(text, *args):
+        from jax._src import xla_bridge
+        from jax._src.lib import xla_client
+
+        backend = xla_bridge.get_backend("cpu")
+        device = backend.devices()[0]
+        executable = backend.compile_and_load(text, xla_client.DeviceList((device,)),
+                                              xla_client.CompileOptions())
+        ref = executable.execute([jax.device_put(a, device) for a in args])
+        ours = build_plan(load_program(text), registry)(*args)
+        assert len(ours) == len(ref)
+        for i, (a, b) in enumerate(zip(ours, ref)):
+            assert_close(np.asarray(a), np.asarray(b), what=f"output {i}")
+
+    return run
+
+
+UNSORTED_BROADCAST = """
+func.func public @main(%x: tensor<3x2xi16>, %y: tensor<4x1xi16>) -> (tensor<2x5x3xi16>, tensor<3x4x2xi16>) {
+  %a = stablehlo.broadcast_in_dim %x, dims = [2, 0] : (tensor<3x2xi16>) -> tensor<2x5x3xi16>
+  %b = stablehlo.broadcast_in_dim %y, dims = [1, 0] : (tensor<4x1xi16>) -> tensor<3x4x2xi16>
+  return %a, %b : tensor<2x5x3xi16>, tensor<3x4x2xi16>
+}
+"""
+
+
+def test_broadcast_in_dim_with_unsorted_dimensions(check_mlir, rng):
+    check_mlir(UNSORTED_BROADCAST, sample(rng, (3, 2), np.int16), sample(rng, (4, 1), np.int16))
+
+
+TUPLES = """
+func.func public @main(%x: tensor<3xf32>, %y: tensor<i8>) -> (tensor<i8>, tensor<3xf32>) {
+  %t = stablehlo.tuple %x, %y : tuple<tensor<3xf32>, tensor<i8>>
+  %a = stablehlo.get_tuple_element %t[1] : (tuple<tensor<3xf32>, tensor<i8>>) -> tensor<i8>
+  %b = stablehlo.get_tuple_element %t[0] : (tuple<tensor<3xf32>, tensor<i8>>) -> tensor<3xf32>
+  return %a, %b : tensor<i8>, tensor<3xf32>
+}
+"""
+
+
+def test_tuple_and_get_tuple_element(check_mlir, rng):
+    check_mlir(TUPLES, sample(rng, (3,), np.float32), sample(rng, (), np.int8))
