@@ -146,3 +146,10 @@ def test_plain_dot(check_mlir, rng):
     # JAX emits only dot_general; older producers still emit stablehlo.dot.
     check_mlir(PLAIN_DOT, sample(rng, (3, 4), np.int32), sample(rng, (4, 2), np.int32),
                sample(rng, (4,), np.int32))
+
+
+def test_integer_contraction_too_long_for_float64_limbs(check, rng):
+    # 2**21 terms: past the exact float64 limb path, so the int64 fallback runs.
+    x = sample(rng, (1, 2 ** 21), np.int32)
+    y = sample(rng, (2 ** 21, 1), np.int32)
+    check(jnp.matmul, x, y)

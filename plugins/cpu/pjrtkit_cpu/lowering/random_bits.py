@@ -39,10 +39,13 @@ def _threefry2x32(key0: int, key1: int, x0: np.ndarray, x1: np.ndarray):
     schedule = (key0, key1, _THREEFRY_PARITY ^ key0 ^ key1)
     x0 += np.uint32(schedule[0])
     x1 += np.uint32(schedule[1])
+    scratch = np.empty_like(x1)
     for block in range(5):
         for rotation in _THREEFRY_ROTATIONS[block % 2]:
             x0 += x1
-            x1 = (x1 << np.uint32(rotation)) | (x1 >> np.uint32(32 - rotation))
+            np.left_shift(x1, np.uint32(rotation), out=scratch)
+            x1 >>= np.uint32(32 - rotation)
+            x1 |= scratch
             x1 ^= x0
         x0 += np.uint32(schedule[(block + 1) % 3])
         x1 += np.uint32((schedule[(block + 2) % 3] + block + 1) & _MASK32)
@@ -50,15 +53,27 @@ def _threefry2x32(key0: int, key1: int, x0: np.ndarray, x1: np.ndarray):
 
 
 def _philox4x32(key0: int, key1: int, x: list[np.ndarray]) -> list[np.ndarray]:
-    """Philox-4x32, 10 rounds, on four uint32 arrays."""
+    """Philox-4x32, 10 rounds, on four uint32 arrays (reused as buffers)."""
+    x0, x1, x2, x3 = x
+    product0, product1, high = (np.empty(x0.shape, _U64) for _ in range(3))
+    shift = np.uint64(32)
     for _ in range(10):
-        p0 = x[0].astype(_U64) * _PHILOX_M4X32A
-        p1 = x[2].astype(_U64) * _PHILOX_M4X32B
-        x = [(p1 >> np.uint64(32)).astype(_U32) ^ x[1] ^ np.uint32(key0), p1.astype(_U32),
-             (p0 >> np.uint64(32)).astype(_U32) ^ x[3] ^ np.uint32(key1), p0.astype(_U32)]
+        np.multiply(x0, _PHILOX_M4X32A, out=product0, dtype=_U64)
+        np.multiply(x2, _PHILOX_M4X32B, out=product1, dtype=_U64)
+        # The round maps (x0, x1, x2, x3) to (hi(x2*B) ^ x1 ^ k0, lo(x2*B), hi(x0*A) ^ x3 ^ k1,
+        # lo(x0*A)); computed into the buffers of x1, x2, x3, x0 and renamed.
+        np.right_shift(product1, shift, out=high)
+        np.bitwise_xor(x1, high, out=x1, casting="unsafe")
+        x1 ^= np.uint32(key0)
+        np.copyto(x2, product1, casting="unsafe")
+        np.right_shift(product0, shift, out=high)
+        np.bitwise_xor(x3, high, out=x3, casting="unsafe")
+        x3 ^= np.uint32(key1)
+        np.copyto(x0, product0, casting="unsafe")
+        x0, x1, x2, x3 = x1, x2, x3, x0
         key0 = (key0 + _PHILOX_W32A) & _MASK32
         key1 = (key1 + _PHILOX_W32B) & _MASK32
-    return x
+    return [x0, x1, x2, x3]
 
 
 def _split64(values: np.ndarray):
