@@ -6,7 +6,7 @@ real/imag have one rule each. Every rule picks its kernel at compile time from t
 dtype; kernels are plain NumPy calls.
 
 Conventions shared by all kernels here:
-- float16/bfloat16 transcendental ops run in float32 and round once, as XLA's CPU backend does;
+- float16/bfloat16 arithmetic runs in float32 and rounds once per op, as XLA's CPU backend does;
 - float kernels run with NumPy floating-point warnings silenced, since inf/NaN results are
   ordinary values in XLA programs;
 - a rank-0 result is returned as a 0-d array, never a NumPy scalar.
@@ -53,19 +53,24 @@ def _make_kernel(fn: Callable, result_shape: tuple[int, ...]) -> Callable:
     return lambda *args: (fn(*(np.reshape(a, (1,)) for a in args)).reshape(()),)
 
 
-def _float_fn(fn: Callable, dtype: np.dtype, exact: bool) -> Callable:
-    if dtype in T.HALF_FLOATS and not exact:
+def _float_fn(op_name: str, fn: Callable, dtype: np.dtype) -> Callable:
+    # NumPy's own float16 ufunc loops already compute in f32 and round once (and are much
+    # faster than a round trip); bfloat16 loops and our composite functions are not/do not.
+    needs_f32 = dtype == T.BFLOAT16 or (dtype == T.FLOAT16 and not isinstance(fn, np.ufunc))
+    if needs_f32 and op_name not in T.FLOAT_EXACT:
         fn = _via_float32(fn, dtype)
+    if op_name in T.FLOAT_SILENT and dtype != T.BFLOAT16:
+        return fn  # errstate costs ~2 us a call; these never set a floating-point flag
     return _quiet(fn)
 
 
-def _elementwise_rule(op_name: str, float_table, int_table, bool_table, exact_float):
+def _elementwise_rule(op_name: str, float_table, int_table, bool_table):
     def rule(op, ctx):
         dtype = op.operands[0].type.dtype
         if T.is_float(dtype):
             fn = float_table.get(op_name)
             if fn is not None:
-                fn = _float_fn(fn, dtype, op_name in exact_float)
+                fn = _float_fn(op_name, fn, dtype)
         elif dtype == np.bool_:
             fn = bool_table.get(op_name)
         else:
@@ -83,10 +88,10 @@ _BINARY_NAMES = {*T.FLOAT_BINARY, *T.INT_BINARY, *T.BOOL_BINARY}
 
 for _name in sorted(_UNARY_NAMES):
     RULES.register(OP_PREFIX + _name)(_elementwise_rule(
-        _name, T.FLOAT_UNARY, T.INT_UNARY, T.BOOL_UNARY, T.FLOAT_UNARY_EXACT))
+        _name, T.FLOAT_UNARY, T.INT_UNARY, T.BOOL_UNARY))
 for _name in sorted(_BINARY_NAMES):
     RULES.register(OP_PREFIX + _name)(_elementwise_rule(
-        _name, T.FLOAT_BINARY, T.INT_BINARY, T.BOOL_BINARY, T.FLOAT_BINARY_EXACT))
+        _name, T.FLOAT_BINARY, T.INT_BINARY, T.BOOL_BINARY))
 
 
 # -- predicates ---------------------------------------------------------------------------------
@@ -154,7 +159,8 @@ def lower_clamp(op, ctx):
         # min(max(x, low), high), with XLA's NaN and signed-zero rules; low/high may be rank 0.
         return minimum(maximum(x, low), high)
 
-    return _make_kernel(_quiet(clamp) if T.is_float(dtype) else clamp, shape)
+    # ml_dtypes' bfloat16 loops warn on NaN comparisons.
+    return _make_kernel(_quiet(clamp) if dtype == T.BFLOAT16 else clamp, shape)
 
 
 # -- conversions --------------------------------------------------------------------------------
