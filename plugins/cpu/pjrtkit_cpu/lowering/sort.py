@@ -243,3 +243,4 @@ def _less(plan, xs, ys, x_pad, y_pad, captures):
     interleaved = [v for pair in zip(xs, ys) for v in pair]
     result = np.asarray(plan(*interleaved, *captures)[0], dtype=bool)
     return (result & ~x_pad & ~y_pad) | (~x_pad & y_pad)
+
