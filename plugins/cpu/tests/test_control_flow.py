@@ -253,8 +253,22 @@ func.func public @main(%x: tensor<3x2xbf16>) -> tensor<3x2xbf16> {
 """
 
 
+PLACEMENT_CUSTOM_CALL = """
+func.func public @main(%x: tensor<4xi64>) -> tensor<4xi64> {
+  %a = stablehlo.custom_call @annotate_device_placement(%x) {has_side_effect = true, mhlo.frontend_attributes = {_xla_buffer_placement = "pinned_host"}} : (tensor<4xi64>) -> tensor<4xi64>
+  %b = stablehlo.custom_call @MoveToHost(%a) : (tensor<4xi64>) -> tensor<4xi64>
+  %c = stablehlo.custom_call @MoveToDevice(%b) : (tensor<4xi64>) -> tensor<4xi64>
+  return %c : tensor<4xi64>
+}
+"""
+
+
 def test_sharding_custom_calls_are_identity(check_mlir, rng):
     check_mlir(SHARDING_CUSTOM_CALL, sample(rng, (3, 2), ml_dtypes.bfloat16))
+
+
+def test_placement_custom_calls_are_identity(check_mlir, rng):
+    check_mlir(PLACEMENT_CUSTOM_CALL, sample(rng, (4,), np.int64))
 
 
 def test_unknown_custom_call_is_unimplemented(registry):

@@ -18,8 +18,10 @@ TOKEN.flags.writeable = False
 _DEVICE_ZERO = np.zeros((), dtype=np.uint32)
 _DEVICE_ZERO.flags.writeable = False
 
-# custom_call targets that only annotate sharding: on one device they pass values through.
-_IDENTITY_TARGETS = frozenset({"Sharding", "SPMDFullToShardShape", "SPMDShardToFullShape"})
+# custom_call targets that only annotate sharding or memory placement: on one host device they
+# pass values through (XLA's CPU backend does the same).
+_IDENTITY_TARGETS = frozenset({"Sharding", "SPMDFullToShardShape", "SPMDShardToFullShape",
+                               "annotate_device_placement", "MoveToHost", "MoveToDevice"})
 
 
 @RULES.register("stablehlo.while")
