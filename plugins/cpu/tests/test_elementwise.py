@@ -378,3 +378,16 @@ def test_unsupported_dtype_is_a_compile_time_error(registry):
     op.operands[0].type = type(op.operands[0].type)((3,), np.dtype(np.float32))
     with pytest.raises(Unimplemented, match="popcnt"):
         build_plan(program, registry)
+
+
+@pytest.mark.parametrize("dtype", [np.dtype(np.float32), BF16], ids=lambda d: d.name)
+def test_jax_numpy_elementwise_programs(check, rng, dtype):
+    """Elementwise programs as jax.numpy writes them (constants, broadcasts, chains)."""
+    x, y = sample(rng, dtype, (4, 6)), sample(rng, dtype, (4, 6))
+
+    def program(a, b):
+        return (jax.numpy.logaddexp(a, b), jax.nn.relu(a), jax.numpy.clip(a, -1, 2),
+                jax.numpy.round(a), jax.nn.sigmoid(b), jax.numpy.where(a > b, a * 2, b - 1),
+                (a * 3).astype(np.int32), jax.numpy.sign(a) * jax.numpy.abs(b) ** 0.5)
+
+    check(program, x, y)
