@@ -1,0 +1,12 @@
+"""stablehlo.composite: run the op's decomposition function.
+
+jaxlib serializes CHLO ops (erf, asinh, top_k, ...) for plugins as composites whose
+``decomposition`` is a private function of plain StableHLO; running that function is exactly
+the op's meaning.
+"""
+from pjrtkit_cpu.lowering.registry import RULES
+
+
+@RULES.register("stablehlo.composite")
+def composite(op, ctx):
+    return ctx.compile_function(op.attributes["decomposition"])
