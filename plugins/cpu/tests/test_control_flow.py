@@ -74,6 +74,8 @@ def test_fori_loop_carries_every_dtype(check, rng, dtype):
 def test_fori_loop_static_trip_count(check, rng):
     x = sample(rng, (4,), np.float32)
     check(lambda x: lax.fori_loop(0, 7, lambda i, c: c * 0.5 + i.astype(np.float32), x), x)
+    empty = sample(rng, (0, 3), np.float32)
+    check(lambda e, x: lax.fori_loop(0, 3, lambda i, c: (c[0] * 2, c[1] + 1), (e, x)), empty, x)
 
 
 def test_while_loop_data_dependent(check, rng):
