@@ -46,15 +46,15 @@ def _definitions(block):
 
 
 def _expr(value, defs, arg_ids, rename):
-    """A hashable expression for ``value``; block arguments in ``rename`` become their label.
-    Returns None if it reads another block argument or an outer (captured) value."""
+    """A hashable expression for ``value``; block arguments in ``rename`` become their label,
+    outer (captured) values stand for themselves. None if it reads another block argument."""
     if value.id in rename:
         return rename[value.id]
     if value.id in arg_ids:
         return None
     op = defs.get(value.id)
     if op is None:
-        return None
+        return ("outer", value.id)
     if op.name == "stablehlo.constant":
         v = np.asarray(op.attributes["value"])
         return ("const", v.dtype.str, v.tobytes(), v.shape)
@@ -160,10 +160,10 @@ def sort_rule(op, ctx):
 
 def _key_sort_kernel(specs, dim, n):
     def sort_kernel(*args):
-        operands = args[:n]
+        operands, captures = args[:n], args[n:]
         sort_keys = []
         for p, transform, compare_type, descending in specs:
-            x = operands[p] if transform is None else transform(operands[p])[0]
+            x = operands[p] if transform is None else transform(operands[p], *captures)[0]
             k = total_order_key(x, compare_type)
             sort_keys.append(~k if descending else k)
         if len(sort_keys) == 1:
