@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable
 
+from pjrtkit import profiling
 from pjrtkit.abi._cffi import ffi, lib
 from pjrtkit.abi.handles import HandleTable, Ref, deref
 from pjrtkit.errors import ErrorCode, PjrtError
@@ -122,6 +123,7 @@ def pjrt_function(name: str, *, never_fails: bool = False) -> Callable[[Callable
                     _note_failure(name, exc, fatal_if_returned=False)
                     return error_from_exception(exc, name)
 
+        callback = profiling.wrap_c_function(name, callback)  # PJRTKIT_PROFILE; identity if off
         callback.__name__ = f"pjrtkit_{name}"
         callback.__qualname__ = callback.__name__
         callback.__wrapped__ = fn

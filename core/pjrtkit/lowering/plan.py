@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from pjrtkit import profiling
 from pjrtkit.errors import Internal, PjrtError, Unimplemented
 from pjrtkit.lowering.registry import Kernel, LoweringRegistry
 from pjrtkit.stablehlo.ir import Block, Op, Program, Region, TensorType, Value
@@ -54,6 +55,19 @@ class Plan:
 
     def __len__(self) -> int:
         return len(self.steps)
+
+
+class ProfiledPlan(Plan):
+    """A Plan whose loop times every step (``PJRTKIT_PROFILE``, see ``pjrtkit.profiling``).
+    Chosen at build time, so plans built without the variable pay nothing."""
+
+    __slots__ = ()
+
+    def __call__(self, *args):
+        return profiling.run_plan(self, args)
+
+
+_PLAN = ProfiledPlan if profiling.ENABLED else Plan
 
 
 class PlanBuilder:
@@ -158,7 +172,7 @@ class PlanBuilder:
             if _CHECK_KERNELS:
                 kernel = _checked(kernel, op)
             steps.append((kernel, ins, outs, op))
-        return Plan(name, len(slots), arg_slots, steps, result_slots, constants)
+        return _PLAN(name, len(slots), arg_slots, steps, result_slots, constants)
 
     @staticmethod
     def _outer_slot(slot_of: Callable[[Value], int], value: Value) -> int:
