@@ -138,7 +138,8 @@ def test_buffer_metadata_arrays_live_with_the_buffer(table, client):
     assert ffi.unpack(dims.dims, dims.num_dims) == [2, 3, 4]
     again = _call(table, "PJRT_Buffer_Dimensions", buffer=buffer)
     assert again.dims == dims.dims
-    layout = _call(table, "PJRT_Buffer_GetMemoryLayout", buffer=buffer).layout
+    layout_args = _call(table, "PJRT_Buffer_GetMemoryLayout", buffer=buffer)
+    layout = layout_args.layout  # a view into layout_args, which must stay alive
     assert layout.type == lib.PJRT_Buffer_MemoryLayout_Type_Tiled
     assert ffi.unpack(layout.tiled.minor_to_major, layout.tiled.minor_to_major_size) == [2, 1, 0]
     assert layout.tiled.num_tiles == 0

@@ -10,6 +10,9 @@ not logged again here, except unexpected exceptions, whose traceback is logged o
 from __future__ import annotations
 
 import logging
+import os
+import sys
+import threading
 from typing import Any, Callable
 
 from pjrtkit import profiling
@@ -92,6 +95,20 @@ def _note_failure(function: str, exc: BaseException, *, fatal_if_returned: bool)
 
 REGISTERED: dict[str, Callable[..., Any]] = {}
 
+# PJRTKIT_TRACE_ABI=1 logs every C call with its thread: the first tool for a hang, since a hang
+# shows no Python frame. Decided once at import so the normal path pays nothing.
+_TRACE = os.environ.get("PJRTKIT_TRACE_ABI", "") not in ("", "0")
+
+
+def _traced(name: str, callback: Callable[..., Any]) -> Callable[..., Any]:
+    def traced(*c_args):
+        thread = threading.current_thread().name
+        print(f"[pjrtkit abi] -> {name} ({thread})", file=sys.stderr, flush=True)
+        result = callback(*c_args)
+        print(f"[pjrtkit abi] <- {name}", file=sys.stderr, flush=True)
+        return result
+    return traced
+
 
 def pjrt_function(name: str, *, never_fails: bool = False) -> Callable[[Callable[..., None]], Callable[..., Any]]:
     """Register ``fn`` as the extern "Python" callback ``pjrtkit_<name>``.
@@ -123,6 +140,8 @@ def pjrt_function(name: str, *, never_fails: bool = False) -> Callable[[Callable
                     _note_failure(name, exc, fatal_if_returned=False)
                     return error_from_exception(exc, name)
 
+        if _TRACE:
+            callback = _traced(name, callback)
         callback = profiling.wrap_c_function(name, callback)  # PJRTKIT_PROFILE; identity if off
         callback.__name__ = f"pjrtkit_{name}"
         callback.__qualname__ = callback.__name__

@@ -6,7 +6,7 @@ from typing import Any
 
 from pjrtkit.abi._cffi import ffi
 from pjrtkit.abi.args import Args, string
-from pjrtkit.abi.errors import error_from_exception, new_error, pjrt_function
+from pjrtkit.abi.errors import error_from_exception, pjrt_function
 from pjrtkit.abi.handles import EVENTS, EventRef, deref, new_event
 from pjrtkit.errors import ErrorCode, InvalidArgument, PjrtError
 
@@ -57,10 +57,8 @@ def event_on_ready(args: Any) -> None:
     def fire(error: BaseException | None) -> None:
         # Runs on whichever thread completes the event, with no runtime lock held. The C
         # callback owns the PJRT_Error it receives. cffi drops the GIL for the C call.
-        try:
-            err = ffi.NULL if error is None else error_from_exception(error, "PJRT_Event_OnReady")
-        except BaseException:  # noqa: BLE001 - the C callback must still run exactly once
-            err = new_error(ErrorCode.INTERNAL, "pjrtkit could not convert an event error")
+        # error_from_exception never raises (it falls back to a static error).
+        err = ffi.NULL if error is None else error_from_exception(error, "PJRT_Event_OnReady")
         try:
             callback(err, user_arg)
         except BaseException:  # noqa: BLE001 - never raise into the runtime's completion path

@@ -27,7 +27,7 @@ T = TypeVar("T", bound="Ref")
 class Ref:
     """Base of every object a PJRT handle points at; holds C-visible memory for the object."""
 
-    __slots__ = ("obj", "_c", "__weakref__")
+    __slots__ = ("obj", "_c")
 
     def __init__(self, obj: Any):
         self.obj = obj
@@ -89,16 +89,6 @@ def deref(ptr: Any, cls: type[T], what: str) -> T:
     ref = ffi.from_handle(ffi.cast("void*", ptr))
     if type(ref) is not cls:
         raise InvalidArgument(f"{what} is a {type(ref).__name__} handle, expected {cls.__name__}")
-    return ref
-
-
-def deref_any(ptr: Any, classes: tuple[type, ...], what: str) -> Ref:
-    if ptr == ffi.NULL:
-        raise InvalidArgument(f"{what} is NULL")
-    ref = ffi.from_handle(ffi.cast("void*", ptr))
-    if type(ref) not in classes:
-        names = " or ".join(c.__name__ for c in classes)
-        raise InvalidArgument(f"{what} is a {type(ref).__name__} handle, expected {names}")
     return ref
 
 
@@ -219,16 +209,26 @@ class BlobRef(Ref):
     __slots__ = ()
 
 
+# How long C holds each kind of handle (and so how long the table keeps it):
+# a client until PJRT_Client_Destroy (jaxlib: for the process, or until the backend is cleared);
 CLIENTS: HandleTable[ClientRef] = HandleTable("client", "PJRT_Client*")
+# a buffer until PJRT_Buffer_Destroy (when the jax.Array is garbage-collected or deleted);
 BUFFERS: HandleTable[BufferRef] = HandleTable("buffer", "PJRT_Buffer*")
+# an event until PJRT_Event_Destroy, usually right after OnReady/Await returns;
 EVENTS: HandleTable[EventRef] = HandleTable("event", "PJRT_Event*")
+# an executable (from GetExecutable or PJRT_Compile) until PJRT_Executable_Destroy;
 EXECUTABLES: HandleTable[ExecutableRef] = HandleTable("executable", "PJRT_Executable*")
+# a loaded executable until PJRT_LoadedExecutable_Destroy (the jitted function's cache entry);
 LOADED_EXECUTABLES: HandleTable[LoadedExecutableRef] = HandleTable(
     "loaded executable", "PJRT_LoadedExecutable*")
+# a compile-only topology until PJRT_TopologyDescription_Destroy;
 TOPOLOGIES: HandleTable[TopologyRef] = HandleTable("topology", "PJRT_TopologyDescription*")
+# an execute context until PJRT_ExecuteContext_Destroy;
 EXECUTE_CONTEXTS: HandleTable[ExecuteContextRef] = HandleTable(
     "execute context", "PJRT_ExecuteContext*")
+# serialized bytes (executables, topologies, device assignments) until C calls our deleter.
 BLOBS: HandleTable[BlobRef] = HandleTable("serialized blob", "void*")
+# (PJRT_Error handles live in errors.ERRORS, until PJRT_Error_Destroy.)
 
 
 def new_buffer(buffer: Any, client: ClientRef) -> Any:
