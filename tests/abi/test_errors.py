@@ -73,6 +73,21 @@ def test_unimplemented_slot_routed_function(table):
     assert code == ErrorCode.UNIMPLEMENTED and "PJRT_TopologyDescription_Deserialize" in message
 
 
+def test_functions_whose_error_aborts_jaxlib_never_return_one(table):
+    from pjrtkit.abi.errors import NEVER_FAILS
+    from pjrtkit.abi.fn_unimplemented import SLOTS
+
+    must = {n for n in SLOTS if n.endswith("_Destroy") or n.startswith("PJRT_Error_")} | {
+        "PJRT_LoadedExecutable_GetExecutable", "PJRT_LoadedExecutable_GetDeviceAssignment"}
+    assert must <= NEVER_FAILS, sorted(must - NEVER_FAILS)
+
+
+@pytest.mark.parametrize("name", [n for n in UNIMPLEMENTED if not n.endswith("_Destroy")])
+def test_every_unimplemented_slot_answers_unimplemented(table, name):
+    assert take_error(table, getattr(table, name)(new_args(name))) == (
+        ErrorCode.UNIMPLEMENTED, f"{name} is not implemented by pjrtkit")
+
+
 @pytest.mark.parametrize("name", [n for n in UNIMPLEMENTED if n.endswith("_Destroy")])
 def test_destroy_of_kinds_pjrtkit_never_creates_succeeds(table, name):
     assert getattr(table, name)(new_args(name)) == ffi.NULL

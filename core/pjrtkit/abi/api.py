@@ -27,15 +27,8 @@ _capsules: list[Any] = []
 
 
 def _load_callbacks() -> None:
-    """Import every callback module so no extern "Python" slot is left undefined.
-
-    An extern "Python" function without a Python implementation returns 0 from C, which PJRT
-    reads as success; fn_unimplemented therefore fills whatever the area modules left open.
-    """
-    from pjrtkit.abi import (  # noqa: F401
-        errors, fn_buffer, fn_client, fn_device, fn_event, fn_executable, fn_memory, fn_plugin,
-        fn_topology, fn_unimplemented,
-    )
+    """Define every extern "Python" callback before C can reach any of them."""
+    from pjrtkit.abi import fn_unimplemented  # noqa: F401 - imports all the area modules too
 
 
 def register_backend(backend: Any) -> tuple[Any, int]:

@@ -94,6 +94,7 @@ def _note_failure(function: str, exc: BaseException, *, fatal_if_returned: bool)
 
 
 REGISTERED: dict[str, Callable[..., Any]] = {}
+NEVER_FAILS: set[str] = set()  # functions that report failure only to the log (tests check it)
 
 # PJRTKIT_TRACE_ABI=1 logs every C call with its thread: the first tool for a hang, since a hang
 # shows no Python frame. Decided once at import so the normal path pays nothing.
@@ -122,6 +123,9 @@ def pjrt_function(name: str, *, never_fails: bool = False) -> Callable[[Callable
     Functions that return void in C (Error_Destroy, Error_Message) are always never_fails.
     """
     def register(fn: Callable[..., None]) -> Callable[..., Any]:
+        if name in REGISTERED:
+            raise RuntimeError(f"{name} is implemented twice ({REGISTERED[name].__module__} and "
+                               f"{fn.__module__})")
         returns_void = ffi.typeof(getattr(lib, f"pjrtkit_{name}")).result is ffi.typeof("void")
 
         if returns_void or never_fails:
@@ -148,6 +152,8 @@ def pjrt_function(name: str, *, never_fails: bool = False) -> Callable[[Callable
         callback.__wrapped__ = fn
         ffi.def_extern(name=f"pjrtkit_{name}")(callback)
         REGISTERED[name] = fn
+        if returns_void or never_fails:
+            NEVER_FAILS.add(name)
         return fn
     return register
 

@@ -1,12 +1,16 @@
 """Every PJRT_Api slot the area modules did not implement answers UNIMPLEMENTED, by name.
 
-An extern "Python" function with no Python implementation would return 0 (NULL: success) to C,
-so this module must be imported after all the others (api._load_callbacks does).
+An extern "Python" function with no Python implementation would return 0 (NULL: success) to C.
+Importing this module therefore first imports every area module, then stubs what is left, so
+the whole table is defined whichever module is imported first.
 """
 from __future__ import annotations
 
 from typing import Any
 
+from pjrtkit.abi import (  # noqa: F401 - imported for their @pjrt_function registrations
+    fn_buffer, fn_client, fn_device, fn_event, fn_executable, fn_memory, fn_plugin, fn_topology,
+)
 from pjrtkit.abi._cffi import ffi, lib
 from pjrtkit.abi.errors import REGISTERED, pjrt_function
 from pjrtkit.errors import Unimplemented
