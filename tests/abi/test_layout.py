@@ -23,7 +23,8 @@ STD_TYPES = (
     "uint64_t; typedef long intptr_t; typedef unsigned long uintptr_t; typedef _Bool bool;\n"
 )
 
-pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc is needed to compile the layout check")
+pytestmark = pytest.mark.skipif(shutil.which("gcc") is None,
+                                reason="gcc is needed to compile the layout check")
 
 
 def official_header() -> pathlib.Path:

@@ -9,7 +9,8 @@ import textwrap
 import pytest
 
 pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("pjrtkit_cpu") is None or importlib.util.find_spec("pjrtkit.runtime.client") is None,
+    importlib.util.find_spec("pjrtkit_cpu") is None
+    or importlib.util.find_spec("pjrtkit.runtime.client") is None,
     reason="needs the runtime and the pjrtkit-cpu plugin installed (pip install -e plugins/cpu)")
 
 PROGRAM = textwrap.dedent("""

@@ -53,7 +53,8 @@ def api_slots(declarations: str = DECLARATIONS) -> list[str]:
 
 def return_types(declarations: str = DECLARATIONS) -> dict[str, str]:
     return dict(
-        (name, ret) for ret, name in re.findall(r"typedef (void|PJRT_Error\*) (PJRT_\w+)\(", declarations)
+        (name, ret)
+        for ret, name in re.findall(r"typedef (void|PJRT_Error\*) (PJRT_\w+)\(", declarations)
     )
 
 

@@ -46,7 +46,8 @@ def register_backend(backend: Any) -> tuple[Any, int]:
                 f"registered: {names}; cannot add {getattr(backend, 'name', backend)!r}")
         api = ffi.new("PJRT_Api*")
         lib.pjrtkit_fill_api(api, slot)
-        capsule = _PyCapsule_New(int(ffi.cast("uintptr_t", api)), ctypes.addressof(_CAPSULE_NAME), None)
+        capsule = _PyCapsule_New(
+            int(ffi.cast("uintptr_t", api)), ctypes.addressof(_CAPSULE_NAME), None)
         _backends.append(backend)
         _tables.append(api)
         _capsules.append(capsule)

@@ -40,7 +40,8 @@ class Args:
         self.p = p
         self.size = p.struct_size
         if self.size < self._ends["struct_size"]:
-            raise InvalidArgument(f"{self.name}.struct_size is {self.size}, too small for any field")
+            raise InvalidArgument(
+                f"{self.name}.struct_size is {self.size}, too small for any field")
 
     def has(self, field: str) -> bool:
         return self._ends[field] <= self.size

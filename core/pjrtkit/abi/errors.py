@@ -42,7 +42,8 @@ ERRORS: HandleTable[ErrorRef] = HandleTable("error", "PJRT_Error*")
 
 # Returned when even building an error fails (MemoryError...): C must still see a failure, and
 # this one needs no allocation. Error_Destroy leaves it alone.
-_FALLBACK = ErrorRef(int(ErrorCode.INTERNAL), "pjrtkit could not build a PJRT_Error", permanent=True)
+_FALLBACK = ErrorRef(int(ErrorCode.INTERNAL), "pjrtkit could not build a PJRT_Error",
+                     permanent=True)
 _FALLBACK_HANDLE = ffi.new_handle(_FALLBACK)
 _FALLBACK_PTR = ffi.cast("PJRT_Error*", _FALLBACK_HANDLE)
 
@@ -111,7 +112,8 @@ def _traced(name: str, callback: Callable[..., Any]) -> Callable[..., Any]:
     return traced
 
 
-def pjrt_function(name: str, *, never_fails: bool = False) -> Callable[[Callable[..., None]], Callable[..., Any]]:
+def pjrt_function(name: str, *, never_fails: bool = False
+                  ) -> Callable[[Callable[..., None]], Callable[..., Any]]:
     """Register ``fn`` as the extern "Python" callback ``pjrtkit_<name>``.
 
     ``fn`` receives the C arguments (``args``, or ``slot, args`` for slot-routed functions),

@@ -54,13 +54,13 @@ def client_buffer_from_host_buffer(args: Any) -> None:
     shape, dtype = _shape_spec(a, "dims", "num_dims", "type", "device_layout")
     strides_ptr, num_strides = a.req("byte_strides"), a.req("num_byte_strides")
     strides = None if strides_ptr == NULL or num_strides == 0 else int_list(
-        strides_ptr, num_strides, "PJRT_Client_BufferFromHostBuffer_Args.byte_strides")
+        strides_ptr, num_strides, f"{a.name}.byte_strides")
     device, memory = _optional_device(a, "device"), _optional_memory(a, "memory")
     if device is None and memory is None:
-        raise InvalidArgument("PJRT_Client_BufferFromHostBuffer_Args: device and memory are both NULL")
+        raise InvalidArgument(f"{a.name}: device and memory are both NULL")
     # The copy is taken before returning, so every host_buffer_semantics is satisfied and the
     # host buffer is released at once.
-    array = host_array(a.req("data"), shape, dtype, strides, "PJRT_Client_BufferFromHostBuffer_Args.data")
+    array = host_array(a.req("data"), shape, dtype, strides, f"{a.name}.data")
     buffer = client.obj.buffer_from_host(array, device=device, memory=memory)
     a.set("buffer", new_buffer(buffer, client))
     a.set("done_with_host_buffer", new_event(_completed_event()))
@@ -71,7 +71,8 @@ def client_create_uninitialized_buffer(args: Any) -> None:
     a = Args(args)
     client = client_of(a)
     a.require_outputs("buffer")
-    shape, dtype = _shape_spec(a, "shape_dims", "shape_num_dims", "shape_element_type", "shape_layout")
+    shape, dtype = _shape_spec(a, "shape_dims", "shape_num_dims", "shape_element_type",
+                               "shape_layout")
     device, memory = _optional_device(a, "device"), _optional_memory(a, "memory")
     buffer = client.obj.create_uninitialized_buffer(shape, dtype, device=device, memory=memory)
     a.set("buffer", new_buffer(buffer, client))
@@ -82,14 +83,16 @@ def client_create_error_buffer(args: Any) -> None:
     a = Args(args)
     client = client_of(a)
     a.require_outputs("buffer")
-    shape, dtype = _shape_spec(a, "shape_dims", "shape_num_dims", "shape_element_type", "shape_layout")
+    shape, dtype = _shape_spec(a, "shape_dims", "shape_num_dims", "shape_element_type",
+                               "shape_layout")
     message = string(a.req("error_message"), a.req("error_message_size"), f"{a.name}.error_message")
     try:
         code = ErrorCode(a.req("error_code"))
     except ValueError:
         code = ErrorCode.UNKNOWN
     memory = _optional_memory(a, "memory")
-    buffer = client.obj.create_error_buffer(PjrtError(message, code=code), shape, dtype, memory=memory)
+    buffer = client.obj.create_error_buffer(PjrtError(message, code=code), shape, dtype,
+                                            memory=memory)
     a.set("buffer", new_buffer(buffer, client))
 
 
@@ -147,7 +150,8 @@ def buffer_get_memory_layout(args: Any) -> None:
     a = Args(args)
     ref = buffer_of(a)
     rank = len(ref.obj.shape)
-    order = ref.cached("minor_to_major", lambda: ffi.new("int64_t[]", list(range(rank - 1, -1, -1)) or [0]))
+    order = ref.cached("minor_to_major",
+                       lambda: ffi.new("int64_t[]", list(range(rank - 1, -1, -1)) or [0]))
     a.require_outputs("layout")
     layout = a.p.layout
     layout.struct_size = ffi.sizeof("PJRT_Buffer_MemoryLayout")
@@ -236,7 +240,8 @@ def buffer_to_host_buffer(args: Any) -> None:
     ref = buffer_of(a, "src")
     buffer = ref.obj
     nbytes = int(buffer.dtype.itemsize) * _element_count(buffer.shape)
-    require_dense(a.req("host_layout"), buffer.shape, buffer.dtype.itemsize, f"{a.name}.host_layout")
+    require_dense(a.req("host_layout"), buffer.shape, buffer.dtype.itemsize,
+                  f"{a.name}.host_layout")
     dst = a.req("dst")
     if dst == NULL:
         # First of two calls: the caller asks how much to allocate.

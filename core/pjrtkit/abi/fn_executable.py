@@ -135,8 +135,8 @@ def executable_output_dimensions(args: Any) -> None:
     def make():
         shapes = [tuple(s) for s in ref.obj.output_shapes]
         flat = [int(d) for s in shapes for d in s]
-        return (ffi.new("int64_t[]", flat or [0]), ffi.new("size_t[]", [len(s) for s in shapes] or [0]),
-                len(shapes))
+        sizes = [len(s) for s in shapes]
+        return ffi.new("int64_t[]", flat or [0]), ffi.new("size_t[]", sizes or [0]), len(shapes)
     dims, sizes, n = ref.cached("output_dims", make)
     a.require_outputs("num_outputs", "dims", "dim_sizes")
     a.set("num_outputs", n)
@@ -151,7 +151,8 @@ def executable_output_memory_kinds(args: Any) -> None:
     def make():
         kinds = [k.encode() for k in ref.obj.output_memory_kinds]
         chars = [ffi.new("char[]", k) for k in kinds]
-        return (ffi.new("const char*[]", chars or [NULL]), ffi.new("size_t[]", [len(k) for k in kinds] or [0]),
+        sizes = [len(k) for k in kinds]
+        return (ffi.new("const char*[]", chars or [NULL]), ffi.new("size_t[]", sizes or [0]),
                 len(kinds), chars)
     kinds, sizes, n, _ = ref.cached("output_memory_kinds", make)
     a.require_outputs("num_outputs", "memory_kinds", "memory_kind_sizes")
@@ -287,11 +288,13 @@ def loaded_executable_execute(args: Any) -> None:
     if num_devices and (lists == NULL and num_args or outputs_ptr == NULL):
         raise InvalidArgument(f"{a.name}: argument_lists or output_lists is NULL")
     arguments = [
-        [deref(lists[d][i], BufferRef, f"{a.name}.argument_lists[{d}][{i}]").obj for i in range(num_args)]
+        [deref(lists[d][i], BufferRef, f"{a.name}.argument_lists[{d}][{i}]").obj
+         for i in range(num_args)]
         for d in range(num_devices)
     ]
     device_ptr = a.opt("execute_device", NULL)
-    device = None if device_ptr == NULL else deref(device_ptr, DeviceRef, f"{a.name}.execute_device").obj
+    device = None if device_ptr == NULL else deref(
+        device_ptr, DeviceRef, f"{a.name}.execute_device").obj
     events_ptr = a.req("device_complete_events")
     outputs, events = ref.obj.execute(arguments, execute_device=device, non_donatable=non_donatable)
     if len(outputs) != num_devices or len(events) != num_devices:

@@ -24,6 +24,7 @@ def plugin_attributes(slot: int, args: Any) -> None:
     a.require_outputs("attributes", "num_attributes")
     values = _attributes.get(slot)
     if values is None:
-        values = _attributes.setdefault(slot, NamedValues(backend_for_slot(slot).plugin_attributes()))
+        attributes = backend_for_slot(slot).plugin_attributes()
+        values = _attributes.setdefault(slot, NamedValues(attributes))
     a.set("attributes", values.array)
     a.set("num_attributes", values.count)

@@ -18,7 +18,8 @@ def read(base: Any, count: int, what: str) -> dict[str, Value]:
         name = string(nv.req("name"), nv.req("name_size"), f"{where}.name")
         kind = nv.req("type")
         if kind == lib.PJRT_NamedValue_kString:
-            out[name] = string(nv.req("string_value"), nv.req("value_size"), f"{where}.string_value")
+            out[name] = string(nv.req("string_value"), nv.req("value_size"),
+                               f"{where}.string_value")
         elif kind == lib.PJRT_NamedValue_kInt64:
             out[name] = int(nv.req("int64_value"))
         elif kind == lib.PJRT_NamedValue_kInt64List:
