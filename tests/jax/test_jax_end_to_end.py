@@ -115,3 +115,22 @@ def test_donation_is_allowed_and_donated_inputs_read_as_deleted():
     """, JAX_PLATFORMS="pjrtkit_cpu")
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[1.0, 2.0, 3.0, 4.0] True"
+
+
+def test_an_error_raised_while_jaxlib_destroys_buffers_reaches_the_user_intact():
+    # jaxlib destroys buffers while the exception is propagating; a callback entered with a
+    # pending Python exception used to replace it with SystemError.
+    out = run_python("""
+        import jax, jax.numpy as jnp
+        for _ in range(3):
+            try:
+                jnp.linalg.cholesky(jnp.eye(3) * 2.0)
+            except Exception as exc:
+                print(type(exc).__name__, "|", str(exc).splitlines()[0][:60])
+        print("alive")
+    """, JAX_PLATFORMS="pjrtkit_cpu")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.strip().splitlines()
+    assert lines[-1] == "alive"
+    assert all(line.startswith("JaxRuntimeError | UNIMPLEMENTED:") for line in lines[:-1]), lines
+    assert "SystemError" not in out.stderr

@@ -71,20 +71,57 @@ def _callback_prototypes(static: bool) -> str:
     return "\n".join(lines)
 
 
+# jaxlib may call into the plugin while a Python exception is pending on the calling thread
+# (a C++ destructor running Buffer_Destroy while an error propagates). A Python callback entered
+# in that state fails with SystemError and the pending exception is lost, so every entry point
+# parks the error indicator around the callback and puts it back afterwards.
+_GUARD_ENTER = ("PyGILState_STATE gil = PyGILState_Ensure(); PyObject *et, *ev, *etb; "
+                "PyErr_Fetch(&et, &ev, &etb);")
+_GUARD_LEAVE = "PyErr_Restore(et, ev, etb); PyGILState_Release(gil);"
+
+
+def _guarded_entry_points() -> str:
+    rets = return_types()
+    lines = []
+    for fn in api_slots():
+        if fn in SLOT_ROUTED:
+            continue
+        ret = rets[fn]
+        if ret == "void":
+            lines.append(f"static void pjrtkit_guarded_{fn}({fn}_Args* args) {{ {_GUARD_ENTER} "
+                         f"pjrtkit_{fn}(args); {_GUARD_LEAVE} }}")
+        else:
+            lines.append(f"static {ret} pjrtkit_guarded_{fn}({fn}_Args* args) {{ {_GUARD_ENTER} "
+                         f"{ret} result = pjrtkit_{fn}(args); {_GUARD_LEAVE} return result; }}")
+    for t in SERIALIZED_TYPES:
+        lines.append(f"void pjrtkit_guarded_free_{t}({t}* blob) {{ {_GUARD_ENTER} "
+                     f"pjrtkit_free_{t}(blob); {_GUARD_LEAVE} }}")
+    lines.append(f"void pjrtkit_guarded_chunk_deleter(void* data, void* arg) {{ {_GUARD_ENTER} "
+                 f"pjrtkit_chunk_deleter(data, arg); {_GUARD_LEAVE} }}")
+    return "\n".join(lines) + "\n"
+
+
+def _guarded_deleter_prototypes() -> str:
+    lines = [f"void pjrtkit_guarded_free_{t}({t}*);" for t in SERIALIZED_TYPES]
+    lines.append("void pjrtkit_guarded_chunk_deleter(void*, void*);")
+    return "\n".join(lines) + "\n"
+
+
 def _fill_api_source() -> str:
     assignments = []
     for fn in api_slots():
         if fn in SLOT_ROUTED:
             assignments.append(f"    api->{fn} = pjrtkit_by_slot_{fn}[slot];")
         else:
-            assignments.append(f"    api->{fn} = pjrtkit_{fn};")
+            assignments.append(f"    api->{fn} = pjrtkit_guarded_{fn};")
     slot_calls = ", ".join(f"pjrtkit_tramp_##FN##_{i}" for i in range(MAX_BACKENDS))
     trampolines = " \\\n".join(
         f"    static PJRT_Error* pjrtkit_tramp_##FN##_{i}(FN##_Args* args) "
-        f"{{ return pjrtkit_##FN({i}, args); }}"
+        f"{{ {_GUARD_ENTER} PJRT_Error* result = pjrtkit_##FN({i}, args); {_GUARD_LEAVE} "
+        f"return result; }}"
         for i in range(MAX_BACKENDS)
     )
-    return f"""
+    return _guarded_entry_points() + f"""
 #define PJRTKIT_SLOT_TRAMPOLINES(FN) \\
 {trampolines} \\
     static FN* const pjrtkit_by_slot_##FN[{MAX_BACKENDS}] = {{ {slot_calls} }};
@@ -110,6 +147,7 @@ CDEF = (
     + _callback_prototypes(static=False)
     + "\n}\n"
     + "void pjrtkit_fill_api(PJRT_Api* api, int slot);\n"
+    + _guarded_deleter_prototypes()
     + f"#define PJRTKIT_MAX_BACKENDS {MAX_BACKENDS}\n"
     + f"#define PJRTKIT_API_MINOR {API_MINOR}\n"
 )

@@ -54,7 +54,7 @@ def _blob_out(a: Args, data: bytes, handle_field: str, deleter_field: str, ctype
     a.set("serialized_bytes", chars)
     a.set("serialized_bytes_size", size)
     a.set(handle_field, ffi.cast(f"{ctype}*", handle))
-    a.set(deleter_field, getattr(lib, f"pjrtkit_free_{ctype}"))
+    a.set(deleter_field, getattr(lib, f"pjrtkit_guarded_free_{ctype}"))
 
 
 # ---- Executable (compiled, not loaded) --------------------------------------------------------
