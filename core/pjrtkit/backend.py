@@ -113,7 +113,8 @@ class Backend:
         """PJRT_TopologyDescription_Create: a compile-only topology as a runtime object."""
         from pjrtkit.runtime.topology import TopologyDescription
 
-        return TopologyDescription(self, self.make_topology(name=name, options=options))
+        return TopologyDescription(self, self.make_topology(name=name, options=options),
+                                   compile_only=True)
 
 
 _OPTIONAL_ANSWERS = frozenset({"pjrtkit_make_topology"})

@@ -134,3 +134,24 @@ def test_an_error_raised_while_jaxlib_destroys_buffers_reaches_the_user_intact()
     assert lines[-1] == "alive"
     assert all(line.startswith("JaxRuntimeError | UNIMPLEMENTED:") for line in lines[:-1]), lines
     assert "SystemError" not in out.stderr
+
+
+def test_aot_compile_against_a_topology_then_load_and_run_on_the_live_client():
+    """Compile-only topology (pjrtkit_make_topology) -> PJRT_Compile -> serialize -> load."""
+    out = run_python("""
+        import jax, jax.numpy as jnp
+        from jax.experimental import topologies
+        from jax.experimental.serialize_executable import serialize, deserialize_and_load
+        print(float(jnp.ones(3).sum()))  # a live client exists first
+        topo = topologies.get_topology_desc("cpu:2", platform="pjrtkit_cpu")
+        print(len(topo.devices))
+        spec = jax.ShapeDtypeStruct((4,), jnp.float32,
+                                    sharding=jax.sharding.SingleDeviceSharding(topo.devices[0]))
+        compiled = jax.jit(lambda x: x * 2 + 1).trace(spec).lower().compile()
+        print(compiled.cost_analysis()["flops"] > 0)
+        payload, in_tree, out_tree = serialize(compiled)
+        loaded = deserialize_and_load(payload, in_tree, out_tree)
+        print(loaded(jnp.arange(4.0, dtype=jnp.float32)).tolist())
+    """, JAX_PLATFORMS="pjrtkit_cpu")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines() == ["3.0", "2", "True", "[1.0, 3.0, 5.0, 7.0]"]

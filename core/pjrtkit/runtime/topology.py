@@ -9,13 +9,21 @@ from pjrtkit.runtime.executable import Executable, load_and_compile
 from pjrtkit.types import Topology
 
 
+# jaxlib cross-compiles a compile-only topology through a live client of the same platform when
+# the platform versions match, calling PJRT_Compile from a worker thread while the caller keeps
+# the GIL: a deadlock for a plugin written in Python. A distinct version for compile-only
+# topologies keeps jaxlib on the client-free path (PJRT_Compile against the topology).
+COMPILE_ONLY_SUFFIX = " (compile-only)"
+
+
 class TopologyDescription:
-    def __init__(self, backend, topology: Topology):
+    def __init__(self, backend, topology: Topology, *, compile_only: bool = False):
         self.backend = backend
         self.topology = topology
         self.name = topology.name
         self.platform_name = backend.platform_name
-        self.platform_version = backend.platform.version
+        self.platform_version = backend.platform.version + (
+            COMPILE_ONLY_SUFFIX if compile_only else "")
         self.device_descriptions = [DeviceDescription(spec, backend.platform_name)
                                     for spec in topology.devices]
         self.attributes = dict(topology.attributes)
