@@ -44,3 +44,30 @@ def check(registry):
         return ours
 
     return run
+
+
+@pytest.fixture
+def check_mlir(registry):
+    """check_mlir(text, *args): run StableHLO text on XLA's CPU client and on our plan.
+
+    For ops JAX's API cannot emit (integer power, TOTALORDER compares, 3-word Philox states).
+    """
+    from jax._src import xla_bridge
+    from jax._src.lib import xla_client
+
+    from pjrtkit.lowering.plan import build_plan
+    from pjrtkit.stablehlo.loader import load_program
+
+    def run(text, *args):
+        backend = xla_bridge.get_backend("cpu")
+        device = backend.devices()[0]
+        executable = backend.compile_and_load(text, xla_client.DeviceList((device,)),
+                                              xla_client.CompileOptions())
+        ref = executable.execute([jax.device_put(a, device) for a in args])
+        with np.errstate(all="ignore"):
+            ours = build_plan(load_program(text), registry)(*args)
+        assert len(ours) == len(ref)
+        for i, (a, b) in enumerate(zip(ours, ref)):
+            assert_close(np.asarray(a), np.asarray(b), what=f"output {i}")
+
+    return run

@@ -35,27 +35,6 @@ def sample(rng, shape, dtype):
     return rng.standard_normal(shape).astype(dtype)
 
 
-@pytest.fixture
-def check_mlir(registry):
-    """check_mlir(text, *args): run StableHLO text on XLA's CPU client and on our plan."""
-
-    def run(text, *args):
-        from jax._src import xla_bridge
-        from jax._src.lib import xla_client
-
-        backend = xla_bridge.get_backend("cpu")
-        device = backend.devices()[0]
-        executable = backend.compile_and_load(text, xla_client.DeviceList((device,)),
-                                              xla_client.CompileOptions())
-        ref = [np.asarray(x) for x in executable.execute([jax.device_put(a, device)
-                                                          for a in args])]
-        ours = build_plan(load_program(text), registry)(*args)
-        assert len(ours) == len(ref)
-        for i, (a, b) in enumerate(zip(ours, ref)):
-            assert_close(np.asarray(a), b, what=f"output {i}")
-        return ours
-
-    return run
 
 
 # -- loops ------------------------------------------------------------------------------------

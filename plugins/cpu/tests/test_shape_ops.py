@@ -196,28 +196,6 @@ def test_jnp_indexing_programs(check, rng):
 
 
 # -- forms JAX does not emit, as StableHLO text -----------------------------------------------
-@pytest.fixture
-def check_mlir(registry):
-    """check_mlir(text, *args): run StableHLO text on XLA's CPU client and on our plan."""
-    from pjrtkit.lowering.plan import build_plan
-    from pjrtkit.stablehlo.loader import load_program
-    from pjrtkit.testing.tolerances import assert_close
-
-    def run(text, *args):
-        from jax._src import xla_bridge
-        from jax._src.lib import xla_client
-
-        backend = xla_bridge.get_backend("cpu")
-        device = backend.devices()[0]
-        executable = backend.compile_and_load(text, xla_client.DeviceList((device,)),
-                                              xla_client.CompileOptions())
-        ref = executable.execute([jax.device_put(a, device) for a in args])
-        ours = build_plan(load_program(text), registry)(*args)
-        assert len(ours) == len(ref)
-        for i, (a, b) in enumerate(zip(ours, ref)):
-            assert_close(np.asarray(a), np.asarray(b), what=f"output {i}")
-
-    return run
 
 
 UNSORTED_BROADCAST = """
