@@ -1,0 +1,761 @@
+"""Layer 2: the hook contract, driven through the ``pjrtkit.backend.Backend`` facade.
+
+Each check calls the backend's hooks the way the core does and holds the answers to what
+``pjrtkit/hookspecs.py`` promises: topology invariants, compile-only topologies, bit-exact
+transfers for every dtype, copies that do not alias, memory statistics, and the compile/execute
+contract (a program in, outputs of the declared shapes and dtypes out; an op the backend lacks is
+UNIMPLEMENTED at compile time, never at execute time). Every hook in ``hookspecs.py`` is called
+by at least one check here (``tests/conformance/test_hooks_layer.py`` proves it).
+
+Programs are written as StableHLO text, so this layer needs no JAX backend.
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import ml_dtypes
+import numpy as np
+
+from pjrtkit.errors import ErrorCode, PjrtError
+from pjrtkit.testing.conformance.checks import Failed, Skipped, Unsupported, check, expect
+from pjrtkit.types import (MEMORY_KINDS, CompiledProgram, CompileOptions, CostEstimate,
+                           DeviceSpec, MemoryStats, PlatformInfo, Topology)
+
+LAYER = "hooks"
+
+# The dtypes a PJRT plugin is commonly asked to store; a backend that declares fewer reports
+# UNSUPPORTED (if it answers UNIMPLEMENTED) for the rest.
+STANDARD_DTYPES: tuple[np.dtype, ...] = tuple(np.dtype(d) for d in (
+    np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64,
+    np.float16, ml_dtypes.bfloat16, np.float32, np.float64, np.complex64, np.complex128))
+
+UNKNOWN_TOPOLOGY = "pjrtkit-conformance-no-such-topology"
+
+
+# ---- helpers ----------------------------------------------------------------------------------
+
+def declared_dtypes(backend) -> frozenset[np.dtype] | None:
+    """The dtypes a backend declares, or None when it declares none.
+
+    A plugin module declares them as ``DTYPES``; plugins built on ``pjrtkit.lowering`` declare
+    them through their registry (``<package>.lowering.RULES.dtypes``).
+    """
+    import importlib
+    import sys
+
+    module = backend.plugin_manager.get_plugin(f"pjrtkit.backends.{backend.name}")
+    if module is None:
+        return None
+    if getattr(module, "DTYPES", None) is not None:
+        return frozenset(np.dtype(d) for d in module.DTYPES)
+    package = getattr(module, "__package__", None) or ""
+    if package and package in sys.modules:
+        try:
+            lowering = importlib.import_module(f"{package}.lowering")
+        except ImportError:
+            return None
+        rules = getattr(lowering, "RULES", None)
+        if rules is not None and getattr(rules, "dtypes", None):
+            return frozenset(rules.dtypes)
+    return None
+
+
+def _topology(backend) -> Topology:
+    topology = backend.client_topology(options={})
+    expect(isinstance(topology, Topology), "pjrtkit_client_topology returns a Topology",
+           expected="Topology", actual=type(topology).__name__)
+    expect(len(topology.devices) > 0, "the client topology has at least one device",
+           expected=">= 1 device", actual=0)
+    return topology
+
+
+def _device(backend) -> DeviceSpec:
+    return _topology(backend).devices[0]
+
+
+def _sample(dtype: np.dtype, shape: tuple[int, ...], seed: int = 0) -> np.ndarray:
+    """Values covering the dtype's range, including special float bit patterns."""
+    rng = np.random.default_rng(seed)
+    dtype = np.dtype(dtype)
+    count = int(np.prod(shape, dtype=np.int64))
+    if dtype == np.bool_:
+        return rng.integers(0, 2, size=shape).astype(np.bool_)
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        flat = rng.integers(info.min, info.max, size=count, dtype=dtype, endpoint=True)
+        if count >= 2:
+            flat[:2] = (info.min, info.max)
+        return flat.reshape(shape)
+    if dtype.kind == "c":
+        part = np.dtype(f"f{dtype.itemsize // 2}")
+        return (_sample(part, shape, seed) + 1j * _sample(part, shape, seed + 1)).astype(dtype)
+    # Random bit patterns: NaNs with payloads, infinities, subnormals, negative zero.
+    bits = np.dtype(f"u{dtype.itemsize}")
+    flat = rng.integers(0, np.iinfo(bits).max, size=count, dtype=bits, endpoint=True).view(dtype)
+    return flat.reshape(shape)
+
+
+def _bits(array: np.ndarray) -> bytes:
+    return np.ascontiguousarray(array).tobytes()
+
+
+def _as_host(backend, payload, device, kind) -> np.ndarray:
+    host = backend.transfer_to_host(payload=payload, device=device, memory_kind=kind)
+    expect(isinstance(host, np.ndarray), "pjrtkit_transfer_to_host returns a NumPy array",
+           expected="numpy.ndarray", actual=type(host).__name__)
+    return host
+
+
+def _round_trip(backend, array: np.ndarray, device: DeviceSpec, kind: str) -> np.ndarray:
+    original = array.copy()
+    payload = backend.transfer_to_device(array=array, device=device, memory_kind=kind)
+    host = _as_host(backend, payload, device, kind)
+    expect(host.dtype == original.dtype and host.shape == original.shape,
+           f"a {original.dtype}{list(original.shape)} array stored in '{kind}' reads back with "
+           f"the same dtype and shape",
+           expected=f"{original.dtype}{list(original.shape)}",
+           actual=f"{host.dtype}{list(host.shape)}")
+    if _bits(host) != _bits(original):
+        diff = np.flatnonzero(np.frombuffer(_bits(host), np.uint8)
+                              != np.frombuffer(_bits(original), np.uint8))
+        raise Failed(f"a {original.dtype}{list(original.shape)} array stored in '{kind}' reads "
+                     f"back bit-exactly", expected=original.ravel()[:8].tolist(),
+                     actual=f"{host.ravel()[:8].tolist()} (first differing byte {diff[0]})")
+    return host
+
+
+def _options(device: DeviceSpec) -> CompileOptions:
+    return CompileOptions(num_replicas=1, num_partitions=1, device_assignment=((device.id,),),
+                          use_spmd_partitioning=False)
+
+
+def _compile(backend, text: str, device: DeviceSpec) -> CompiledProgram:
+    from pjrtkit.stablehlo.loader import load_program
+
+    compiled = backend.compile(program=load_program(text), options=_options(device),
+                               devices=(device,))
+    expect(isinstance(compiled, CompiledProgram), "pjrtkit_compile returns a CompiledProgram",
+           expected="CompiledProgram", actual=type(compiled).__name__)
+    return compiled
+
+
+def _execute(backend, compiled: CompiledProgram, device: DeviceSpec, arrays, n_outputs: int,
+             kind: str | None = None) -> list[np.ndarray]:
+    """Store ``arrays`` on ``device``, execute, check the output structure, read outputs back."""
+    kind = kind or device.default_memory_kind
+    payloads = [backend.transfer_to_device(array=np.ascontiguousarray(a).copy(), device=device,
+                                           memory_kind=kind) for a in arrays]
+    outputs = backend.execute(executable=compiled.executable, arguments=[payloads],
+                              devices=(device,))
+    outputs = list(outputs)
+    expect(len(outputs) == 1, "pjrtkit_execute returns one output list per device",
+           expected=1, actual=len(outputs))
+    expect(len(outputs[0]) == n_outputs, "pjrtkit_execute returns one payload per output",
+           expected=n_outputs, actual=len(outputs[0]))
+    return [_as_host(backend, p, device, kind) for p in outputs[0]]
+
+
+def _expect_result(actual: np.ndarray, expected: np.ndarray, what: str) -> None:
+    expected = np.asarray(expected)
+    expect(actual.dtype == expected.dtype and actual.shape == expected.shape,
+           f"{what}: output has the declared dtype and shape",
+           expected=f"{expected.dtype}{list(expected.shape)}",
+           actual=f"{actual.dtype}{list(actual.shape)}")
+    if expected.dtype.kind == "f":
+        ok = np.allclose(actual, expected, rtol=1e-6, atol=0, equal_nan=True)
+    else:
+        ok = np.array_equal(actual, expected)
+    expect(ok, f"{what}: output values", expected=expected.ravel()[:8].tolist(),
+           actual=actual.ravel()[:8].tolist())
+
+
+def _is_unimplemented(exc: BaseException) -> bool:
+    return isinstance(exc, PjrtError) and exc.code == ErrorCode.UNIMPLEMENTED
+
+
+# ---- platform ---------------------------------------------------------------------------------
+
+@check("hooks.platform.info", layer=LAYER)
+def platform_info(backend):
+    """pjrtkit_platform names the platform with a non-empty name, version and device kind, the
+    same on every call"""
+    info = backend.plugin_manager.hook.pjrtkit_platform()
+    expect(isinstance(info, PlatformInfo), "pjrtkit_platform returns a PlatformInfo",
+           expected="PlatformInfo", actual=type(info).__name__)
+    for field in ("name", "version", "device_kind"):
+        value = getattr(info, field)
+        expect(isinstance(value, str) and value != "", f"PlatformInfo.{field} is a non-empty str",
+               expected="non-empty str", actual=repr(value))
+    again = backend.plugin_manager.hook.pjrtkit_platform()
+    expect(again == info, "pjrtkit_platform answers the same on every call",
+           expected=info, actual=again)
+    return f"{info.name} {info.version}"
+
+
+@check("hooks.platform.name", layer=LAYER)
+def platform_name(backend):
+    """the platform name is a lower-case identifier that does not take over one of XLA's own
+    platforms (JAX picks lowering rules and devices by it)"""
+    name = backend.platform.name
+    expect(re.fullmatch(r"[a-z][a-z0-9_]*", name) is not None,
+           "the platform name is a lower-case identifier", expected="[a-z][a-z0-9_]*",
+           actual=name)
+    expect(name not in ("cpu", "gpu", "cuda", "rocm", "tpu", "interpreter"),
+           "the platform name is not one of XLA's own platforms", expected="a new name",
+           actual=name)
+    return name
+
+
+# ---- topology ---------------------------------------------------------------------------------
+
+@check("hooks.topology.devices", layer=LAYER)
+def topology_devices(backend):
+    """pjrtkit_client_topology returns a Topology of DeviceSpec records, at least one"""
+    topology = _topology(backend)
+    for d in topology.devices:
+        expect(isinstance(d, DeviceSpec), "every device is a DeviceSpec", expected="DeviceSpec",
+               actual=type(d).__name__)
+    return f"{len(topology.devices)} device(s)"
+
+
+@check("hooks.topology.unique_ids", layer=LAYER)
+def topology_unique_ids(backend):
+    """device ids are non-negative integers, unique in the topology"""
+    ids = [d.id for d in _topology(backend).devices]
+    expect(all(isinstance(i, int) and i >= 0 for i in ids), "device ids are ints >= 0",
+           expected="ints >= 0", actual=ids)
+    expect(len(set(ids)) == len(ids), "device ids are unique", expected="unique ids",
+           actual=ids)
+
+
+@check("hooks.topology.process_index", layer=LAYER)
+def topology_process_index(backend):
+    """every device of a live client belongs to this process (process_index 0)"""
+    indices = [d.process_index for d in _topology(backend).devices]
+    expect(all(i == 0 for i in indices), "a live client's devices have process_index 0",
+           expected=[0] * len(indices), actual=indices)
+
+
+@check("hooks.topology.local_hardware_ids", layer=LAYER)
+def topology_local_hardware_ids(backend):
+    """local hardware ids are non-negative and unique among the process's devices"""
+    ids = [d.local_hardware_id for d in _topology(backend).devices]
+    expect(all(isinstance(i, int) and i >= 0 for i in ids) and len(set(ids)) == len(ids),
+           "local_hardware_id values are unique ints >= 0", expected="unique ints >= 0",
+           actual=ids)
+
+
+@check("hooks.topology.coords", layer=LAYER)
+def topology_coords(backend):
+    """coords are tuples of non-negative ints of one length; (coords, core_on_chip) is unique
+    per device (jax.experimental.mesh_utils builds meshes from them)"""
+    devices = _topology(backend).devices
+    coords = [d.coords for d in devices]
+    expect(all(isinstance(c, tuple) and all(isinstance(v, int) and v >= 0 for v in c)
+               for c in coords), "coords are tuples of ints >= 0", expected="tuple[int, ...]",
+           actual=coords)
+    expect(len({len(c) for c in coords}) == 1, "every device's coords have the same length",
+           expected="one length", actual=coords)
+    places = [(d.coords, d.core_on_chip) for d in devices]
+    expect(len(set(places)) == len(places), "(coords, core_on_chip) is unique per device",
+           expected="unique", actual=places)
+
+
+@check("hooks.topology.device_kind", layer=LAYER)
+def topology_device_kind(backend):
+    """every device has a non-empty kind"""
+    kinds = [d.kind for d in _topology(backend).devices]
+    expect(all(isinstance(k, str) and k for k in kinds), "device kinds are non-empty strings",
+           expected="non-empty str", actual=kinds)
+
+
+@check("hooks.topology.memory_kinds", layer=LAYER)
+def topology_memory_kinds(backend):
+    """every device's memory spaces have standard kind names (device, pinned_host,
+    unpinned_host), each at most once, and include 'device'"""
+    for d in _topology(backend).devices:
+        kinds = [m.kind for m in d.memory_spaces]
+        expect(set(kinds) <= set(MEMORY_KINDS), f"device {d.id}: memory kinds are standard",
+               expected=list(MEMORY_KINDS), actual=kinds)
+        expect(len(set(kinds)) == len(kinds), f"device {d.id}: each memory kind appears once",
+               expected="unique kinds", actual=kinds)
+        expect("device" in kinds, f"device {d.id}: has a 'device' memory",
+               expected="'device' in kinds", actual=kinds)
+
+
+@check("hooks.topology.default_memory", layer=LAYER)
+def topology_default_memory(backend):
+    """every device has exactly one default memory, one of its own memory spaces"""
+    for d in _topology(backend).devices:
+        matches = [m for m in d.memory_spaces if m.kind == d.default_memory_kind]
+        expect(len(matches) == 1, f"device {d.id}: default_memory_kind names exactly one of its "
+               f"memory spaces", expected=f"one space of kind {d.default_memory_kind!r}",
+               actual=[m.kind for m in d.memory_spaces])
+
+
+@check("hooks.topology.capacity", layer=LAYER)
+def topology_capacity(backend):
+    """memory capacities are unknown (None) or positive byte counts"""
+    for d in _topology(backend).devices:
+        for m in d.memory_spaces:
+            c = m.capacity_bytes
+            expect(c is None or (isinstance(c, int) and c > 0),
+                   f"device {d.id} memory {m.kind}: capacity_bytes is None or > 0",
+                   expected="None or int > 0", actual=c)
+
+
+@check("hooks.topology.stable", layer=LAYER)
+def topology_stable(backend):
+    """pjrtkit_client_topology answers the same topology on every call"""
+    first, second = _topology(backend), _topology(backend)
+    expect(first == second, "two calls give equal topologies", expected=first, actual=second)
+
+
+# ---- compile-only (AOT) topologies ------------------------------------------------------------
+
+def _aot_default(backend) -> Topology:
+    try:
+        return backend.make_topology(name="", options={})
+    except PjrtError as exc:
+        if exc.code in (ErrorCode.UNIMPLEMENTED, ErrorCode.INVALID_ARGUMENT):
+            raise Unsupported("compile-only (AOT) topologies",
+                              f"pjrtkit_make_topology('') answered {exc.code.name}: {exc}") from exc
+        raise
+
+
+@check("hooks.make_topology.default", layer=LAYER, mandatory=False,
+       capability="compile-only (AOT) topologies")
+def make_topology_default(backend):
+    """pjrtkit_make_topology('') returns the backend's default compile-only topology, with unique
+    ids and one default memory per device"""
+    topology = _aot_default(backend)
+    expect(isinstance(topology, Topology) and topology.devices,
+           "the default compile-only topology is a Topology with devices",
+           expected="Topology with >= 1 device", actual=topology)
+    ids = [d.id for d in topology.devices]
+    expect(len(set(ids)) == len(ids), "compile-only device ids are unique",
+           expected="unique ids", actual=ids)
+    for d in topology.devices:
+        expect(sum(m.kind == d.default_memory_kind for m in d.memory_spaces) == 1,
+               f"compile-only device {d.id} has exactly one default memory",
+               expected=d.default_memory_kind, actual=[m.kind for m in d.memory_spaces])
+    return f"{topology.name!r}: {len(topology.devices)} device(s)"
+
+
+@check("hooks.make_topology.unknown_name", layer=LAYER, mandatory=False,
+       capability="compile-only (AOT) topologies")
+def make_topology_unknown_name(backend):
+    """pjrtkit_make_topology returns None for a name it does not know (the core answers
+    INVALID_ARGUMENT), instead of inventing a topology or failing otherwise"""
+    _aot_default(backend)
+    answer = backend.plugin_manager.hook.pjrtkit_make_topology(name=UNKNOWN_TOPOLOGY, options={})
+    expect(answer is None, f"pjrtkit_make_topology({UNKNOWN_TOPOLOGY!r}) returns None",
+           expected=None, actual=answer)
+    try:
+        backend.make_topology(name=UNKNOWN_TOPOLOGY, options={})
+    except PjrtError as exc:
+        expect(exc.code == ErrorCode.INVALID_ARGUMENT, "an unknown topology name is "
+               "INVALID_ARGUMENT", expected="INVALID_ARGUMENT", actual=exc.code.name)
+    else:
+        raise Failed("an unknown topology name is INVALID_ARGUMENT",
+                     expected="INVALID_ARGUMENT", actual="a topology")
+
+
+@check("hooks.make_topology.matches_client", layer=LAYER, mandatory=False,
+       capability="compile-only (AOT) topologies")
+def make_topology_matches_client(backend):
+    """a compile-only topology describes devices like the live client's: same device kind and
+    memory kinds"""
+    aot = _aot_default(backend)
+    live = _device(backend)
+    for d in aot.devices:
+        expect(d.kind == live.kind, f"compile-only device {d.id} has the live device kind",
+               expected=live.kind, actual=d.kind)
+        expect({m.kind for m in d.memory_spaces} == {m.kind for m in live.memory_spaces},
+               f"compile-only device {d.id} has the live memory kinds",
+               expected=sorted(m.kind for m in live.memory_spaces),
+               actual=sorted(m.kind for m in d.memory_spaces))
+
+
+# ---- transfers --------------------------------------------------------------------------------
+
+def _transfer_check(dtype: np.dtype):
+    def run(backend):
+        declared = declared_dtypes(backend)
+        device = _device(backend)
+        array = _sample(dtype, (3, 5), seed=dtype.num)
+        try:
+            _round_trip(backend, array, device, device.default_memory_kind)
+        except PjrtError as exc:
+            if _is_unimplemented(exc):
+                if declared is not None and dtype in declared:
+                    raise Failed(f"{dtype} is a declared dtype, but storing it is UNIMPLEMENTED",
+                                 expected="a payload", actual=f"UNIMPLEMENTED: {exc}") from exc
+                raise Unsupported(f"dtype {dtype}", str(exc)) from exc
+            raise
+        if declared is not None and dtype not in declared:
+            return f"round-trips, though {dtype} is not among the declared dtypes"
+        return ""
+
+    run.__doc__ = f"a {dtype} array stored on the device reads back bit-exactly"
+    return run
+
+
+for _dtype in STANDARD_DTYPES:
+    check(f"hooks.transfer.round_trip[{_dtype.name}]", layer=LAYER, mandatory=False,
+          capability=f"dtype {_dtype.name}")(_transfer_check(_dtype))
+
+
+@check("hooks.transfer.every_memory_kind", layer=LAYER)
+def transfer_every_memory_kind(backend):
+    """an array stored in each of the device's memory kinds reads back bit-exactly"""
+    device = _device(backend)
+    for space in device.memory_spaces:
+        _round_trip(backend, _sample(np.float32, (4, 3), seed=7), device, space.kind)
+    return ", ".join(m.kind for m in device.memory_spaces)
+
+
+@check("hooks.transfer.shapes", layer=LAYER)
+def transfer_shapes(backend):
+    """scalars, zero-size arrays and a large (1e6-element) array round-trip with their shapes"""
+    device = _device(backend)
+    for shape in ((), (0,), (3, 0, 2), (1_000_000,)):
+        _round_trip(backend, _sample(np.float32, shape, seed=len(shape)), device,
+                    device.default_memory_kind)
+
+
+@check("hooks.transfer.every_device", layer=LAYER)
+def transfer_every_device(backend):
+    """an array stored on each device of the client reads back from that device"""
+    topology = _topology(backend)
+    for device in topology.devices:
+        _round_trip(backend, np.full((2, 2), device.id, np.int32), device,
+                    device.default_memory_kind)
+    return f"{len(topology.devices)} device(s)"
+
+
+# ---- copies -----------------------------------------------------------------------------------
+
+@check("hooks.copy_buffer.round_trip", layer=LAYER)
+def copy_buffer_round_trip(backend):
+    """pjrtkit_copy_buffer copies a payload to each other memory kind of the device; the copy
+    reads back bit-exactly"""
+    device = _device(backend)
+    array = _sample(np.float64, (5, 2), seed=3)
+    src_kind = device.default_memory_kind
+    payload = backend.transfer_to_device(array=array.copy(), device=device, memory_kind=src_kind)
+    for space in device.memory_spaces:
+        copy = backend.copy_buffer(payload=payload, src_device=device, src_memory_kind=src_kind,
+                                   dst_device=device, dst_memory_kind=space.kind)
+        host = _as_host(backend, copy, device, space.kind)
+        expect(_bits(host) == _bits(array) and host.shape == array.shape,
+               f"a copy from '{src_kind}' to '{space.kind}' reads back bit-exactly",
+               expected=array.ravel()[:4].tolist(), actual=host.ravel()[:4].tolist())
+
+
+@check("hooks.copy_buffer.no_aliasing", layer=LAYER)
+def copy_buffer_no_aliasing(backend):
+    """a copy shares no storage with its source (donation may later write either in place)"""
+    device = _device(backend)
+    kind = device.default_memory_kind
+    array = np.arange(12, dtype=np.int32).reshape(3, 4)
+    payload = backend.transfer_to_device(array=array.copy(), device=device, memory_kind=kind)
+    copy = backend.copy_buffer(payload=payload, src_device=device, src_memory_kind=kind,
+                               dst_device=device, dst_memory_kind=kind)
+    expect(copy is not payload, "the copy is a new payload", expected="a new payload",
+           actual="the source payload itself")
+    source_host = _as_host(backend, payload, device, kind)
+    copy_host = _as_host(backend, copy, device, kind)
+    expect(not np.shares_memory(source_host, copy_host), "source and copy read back from "
+           "separate storage", expected="no shared memory", actual="shared memory")
+    # If payloads are host arrays, writing the source must leave the copy unchanged.
+    if isinstance(payload, np.ndarray) and payload.flags.writeable:
+        payload[...] = -1
+        expect(np.array_equal(_as_host(backend, copy, device, kind), array),
+               "writing the source payload leaves the copy unchanged",
+               expected=array.ravel().tolist(), actual=copy_host.ravel().tolist())
+
+
+@check("hooks.copy_buffer.between_devices", layer=LAYER)
+def copy_buffer_between_devices(backend):
+    """pjrtkit_copy_buffer copies a payload from the first device to every other device"""
+    topology = _topology(backend)
+    if len(topology.devices) < 2:
+        raise Skipped(f"the client has {len(topology.devices)} device; copies between devices "
+                      f"need two (for the cpu backend: PJRTKIT_CPU_DEVICES=2)")
+    src = topology.devices[0]
+    array = _sample(np.int16, (3, 3), seed=11)
+    payload = backend.transfer_to_device(array=array.copy(), device=src,
+                                         memory_kind=src.default_memory_kind)
+    for dst in topology.devices[1:]:
+        copy = backend.copy_buffer(payload=payload, src_device=src,
+                                   src_memory_kind=src.default_memory_kind, dst_device=dst,
+                                   dst_memory_kind=dst.default_memory_kind)
+        host = _as_host(backend, copy, dst, dst.default_memory_kind)
+        expect(_bits(host) == _bits(array), f"copy to device {dst.id} reads back bit-exactly",
+               expected=array.ravel().tolist(), actual=host.ravel().tolist())
+
+
+# ---- memory statistics ------------------------------------------------------------------------
+
+@check("hooks.memory_stats.consistent", layer=LAYER)
+def memory_stats_consistent(backend):
+    """pjrtkit_memory_stats returns MemoryStats with non-negative counts, peak >= in use and
+    limit >= in use where set"""
+    device = _device(backend)
+    tracked = MemoryStats(bytes_in_use=4096, peak_bytes_in_use=8192, num_allocs=3,
+                          largest_alloc_size=2048,
+                          bytes_limit=device.memory_space(device.default_memory_kind).capacity_bytes)
+    stats = backend.memory_stats(device=device, tracked=tracked)
+    expect(isinstance(stats, MemoryStats), "pjrtkit_memory_stats returns MemoryStats",
+           expected="MemoryStats", actual=type(stats).__name__)
+    for field in dataclasses.fields(MemoryStats):
+        value = getattr(stats, field.name)
+        expect(value is None or (isinstance(value, int) and value >= 0),
+               f"MemoryStats.{field.name} is None or an int >= 0", expected="int >= 0",
+               actual=value)
+    expect(stats.bytes_in_use is not None, "bytes_in_use is set", expected="int",
+           actual=None)
+    if stats.peak_bytes_in_use is not None:
+        expect(stats.peak_bytes_in_use >= stats.bytes_in_use, "peak_bytes_in_use >= bytes_in_use",
+               expected=f">= {stats.bytes_in_use}", actual=stats.peak_bytes_in_use)
+    if stats.bytes_limit is not None:
+        expect(stats.bytes_limit >= stats.bytes_in_use, "bytes_limit >= bytes_in_use",
+               expected=f">= {stats.bytes_in_use}", actual=stats.bytes_limit)
+    return f"{stats}"
+
+
+@check("hooks.memory_stats.every_device", layer=LAYER)
+def memory_stats_every_device(backend):
+    """pjrtkit_memory_stats answers for every device, not only the first"""
+    for device in _topology(backend).devices:
+        stats = backend.memory_stats(device=device, tracked=MemoryStats(bytes_in_use=0))
+        expect(isinstance(stats, MemoryStats), f"device {device.id}: MemoryStats",
+               expected="MemoryStats", actual=type(stats).__name__)
+
+
+# ---- compile and execute ----------------------------------------------------------------------
+
+ADD_F32 = """
+func.func public @main(%a: tensor<2x3xf32>, %b: tensor<2x3xf32>) -> tensor<2x3xf32> {
+  %0 = stablehlo.add %a, %b : tensor<2x3xf32>
+  return %0 : tensor<2x3xf32>
+}
+"""
+
+TWO_OUTPUTS = """
+func.func public @main(%a: tensor<4x3xi32>) -> (tensor<3xi32>, tensor<4x3xf64>) {
+  %zero = stablehlo.constant dense<0> : tensor<i32>
+  %sum = stablehlo.reduce(%a init: %zero) applies stablehlo.add across dimensions = [0]
+      : (tensor<4x3xi32>, tensor<i32>) -> tensor<3xi32>
+  %f = stablehlo.convert %a : (tensor<4x3xi32>) -> tensor<4x3xf64>
+  return %sum, %f : tensor<3xi32>, tensor<4x3xf64>
+}
+"""
+
+EDGE_SHAPES = """
+func.func public @main(%s: tensor<f32>, %z: tensor<0x4xf32>) -> (tensor<f32>, tensor<0x4xf32>) {
+  %0 = stablehlo.multiply %s, %s : tensor<f32>
+  %1 = stablehlo.negate %z : tensor<0x4xf32>
+  return %0, %1 : tensor<f32>, tensor<0x4xf32>
+}
+"""
+
+WHILE_LOOP = """
+func.func public @main(%n: tensor<i32>) -> tensor<i32> {
+  %zero = stablehlo.constant dense<0> : tensor<i32>
+  %one = stablehlo.constant dense<1> : tensor<i32>
+  %r:2 = stablehlo.while(%i = %zero, %acc = %zero) : tensor<i32>, tensor<i32>
+    cond {
+      %c = stablehlo.compare LT, %i, %n : (tensor<i32>, tensor<i32>) -> tensor<i1>
+      stablehlo.return %c : tensor<i1>
+    } do {
+      %i1 = stablehlo.add %i, %one : tensor<i32>
+      %a1 = stablehlo.add %acc, %i1 : tensor<i32>
+      stablehlo.return %i1, %a1 : tensor<i32>, tensor<i32>
+    }
+  return %r#1 : tensor<i32>
+}
+"""
+
+UNKNOWN_CUSTOM_CALL = """
+func.func public @main(%a: tensor<2x3xf32>) -> tensor<2x3xf32> {
+  %0 = stablehlo.custom_call @pjrtkit_conformance_no_such_target(%a)
+      : (tensor<2x3xf32>) -> tensor<2x3xf32>
+  return %0 : tensor<2x3xf32>
+}
+"""
+
+
+def _add_inputs():
+    a = np.arange(6, dtype=np.float32).reshape(2, 3) * np.float32(0.5)
+    b = np.full((2, 3), 1.25, np.float32)
+    return a, b
+
+
+@check("hooks.compile.compiled_program", layer=LAYER)
+def compile_compiled_program(backend):
+    """pjrtkit_compile returns a CompiledProgram with an executable, a non-negative
+    CostEstimate and non-negative sizes"""
+    compiled = _compile(backend, ADD_F32, _device(backend))
+    expect(compiled.executable is not None, "CompiledProgram.executable is set",
+           expected="an executable", actual=None)
+    expect(isinstance(compiled.cost, CostEstimate), "CompiledProgram.cost is a CostEstimate",
+           expected="CostEstimate", actual=type(compiled.cost).__name__)
+    for field in ("flops", "bytes_accessed", "transcendentals"):
+        value = getattr(compiled.cost, field)
+        expect(value >= 0, f"cost.{field} >= 0", expected=">= 0", actual=value)
+    expect(compiled.code_size_bytes >= 0 and compiled.temp_bytes >= 0,
+           "code_size_bytes and temp_bytes are >= 0", expected=">= 0",
+           actual=(compiled.code_size_bytes, compiled.temp_bytes))
+
+
+@check("hooks.execute.elementwise", layer=LAYER)
+def execute_elementwise(backend):
+    """an executed add returns one f32[2,3] output with the right values"""
+    device = _device(backend)
+    a, b = _add_inputs()
+    (out,) = _execute(backend, _compile(backend, ADD_F32, device), device, (a, b), 1)
+    _expect_result(out, a + b, "add")
+
+
+@check("hooks.execute.multiple_outputs", layer=LAYER)
+def execute_multiple_outputs(backend):
+    """a program with two outputs of different shapes and dtypes (reduce, convert) returns both,
+    in order"""
+    device = _device(backend)
+    a = np.arange(12, dtype=np.int32).reshape(4, 3) - 5
+    sums, f = _execute(backend, _compile(backend, TWO_OUTPUTS, device), device, (a,), 2)
+    _expect_result(sums, a.sum(axis=0, dtype=np.int32), "reduce output")
+    _expect_result(f, a.astype(np.float64), "convert output")
+
+
+@check("hooks.execute.scalar_and_zero_size", layer=LAYER)
+def execute_scalar_and_zero_size(backend):
+    """scalars and zero-size arrays go through execute with their shapes"""
+    device = _device(backend)
+    s, z = np.array(3.0, np.float32), np.zeros((0, 4), np.float32)
+    out_s, out_z = _execute(backend, _compile(backend, EDGE_SHAPES, device), device, (s, z), 2)
+    _expect_result(out_s, s * s, "scalar output")
+    _expect_result(out_z, -z, "zero-size output")
+
+
+@check("hooks.execute.control_flow", layer=LAYER)
+def execute_control_flow(backend):
+    """a stablehlo.while loop runs its body until the condition fails"""
+    device = _device(backend)
+    (out,) = _execute(backend, _compile(backend, WHILE_LOOP, device), device,
+                      (np.array(10, np.int32),), 1)
+    _expect_result(out, np.array(55, np.int32), "sum 1..10")
+
+
+@check("hooks.execute.inputs_unchanged", layer=LAYER)
+def execute_inputs_unchanged(backend):
+    """execute leaves its (not donated) input payloads unchanged"""
+    device = _device(backend)
+    kind = device.default_memory_kind
+    a, b = _add_inputs()
+    compiled = _compile(backend, ADD_F32, device)
+    payloads = [backend.transfer_to_device(array=x.copy(), device=device, memory_kind=kind)
+                for x in (a, b)]
+    backend.execute(executable=compiled.executable, arguments=[payloads], devices=(device,))
+    for name, x, p in zip("ab", (a, b), payloads):
+        host = _as_host(backend, p, device, kind)
+        expect(_bits(host) == _bits(x), f"input {name} is unchanged after execute",
+               expected=x.ravel().tolist(), actual=host.ravel().tolist())
+
+
+@check("hooks.execute.repeatable", layer=LAYER)
+def execute_repeatable(backend):
+    """one executable runs many times with different inputs and answers each correctly"""
+    device = _device(backend)
+    compiled = _compile(backend, ADD_F32, device)
+    for k in range(3):
+        a, b = _add_inputs()
+        a = a * np.float32(k + 1)
+        (out,) = _execute(backend, compiled, device, (a, b), 1)
+        _expect_result(out, a + b, f"run {k}")
+
+
+@check("hooks.execute.every_device", layer=LAYER)
+def execute_every_device(backend):
+    """a program compiled for each device runs there"""
+    topology = _topology(backend)
+    for device in topology.devices:
+        a, b = _add_inputs()
+        (out,) = _execute(backend, _compile(backend, ADD_F32, device), device, (a, b), 1)
+        _expect_result(out, a + b, f"add on device {device.id}")
+
+
+@check("hooks.compile.unsupported_op", layer=LAYER)
+def compile_unsupported_op(backend):
+    """an op the backend lacks (a custom_call to an unknown target) is UNIMPLEMENTED at compile
+    time, not at execute time"""
+    device = _device(backend)
+    try:
+        compiled = _compile(backend, UNKNOWN_CUSTOM_CALL, device)
+    except PjrtError as exc:
+        expect(exc.code == ErrorCode.UNIMPLEMENTED, "an unknown custom_call target is "
+               "UNIMPLEMENTED at compile", expected="UNIMPLEMENTED", actual=exc.code.name)
+        expect("pjrtkit_conformance_no_such_target" in str(exc) or "custom_call" in str(exc),
+               "the error names the op or target", expected="custom_call / target name",
+               actual=str(exc))
+        return str(exc)[:160]
+    where = "at compile"
+    try:
+        _execute(backend, compiled, device, (np.zeros((2, 3), np.float32),), 1)
+    except PjrtError as exc:
+        where = f"at execute ({exc.code.name})"
+    raise Failed("an unknown custom_call target is UNIMPLEMENTED at compile",
+                 expected="UNIMPLEMENTED from pjrtkit_compile",
+                 actual=f"compiled; failed {where}" if where != "at compile"
+                 else "compiled and executed")
+
+
+@check("hooks.compile.undeclared_dtype", layer=LAYER)
+def compile_undeclared_dtype(backend):
+    """a program on a dtype the backend does not declare is UNIMPLEMENTED at compile naming the
+    dtype"""
+    declared = declared_dtypes(backend)
+    if declared is None:
+        raise Skipped("the backend declares no dtypes (module DTYPES or lowering.RULES.dtypes)")
+    missing = [d for d in (np.dtype(np.complex64), np.dtype(np.complex128), np.dtype(np.int64),
+                           np.dtype(np.float64)) if d not in declared]
+    if not missing:
+        raise Skipped("the backend declares every dtype this check can write a program for")
+    dtype = missing[0]
+    mlir_type = {"complex64": "complex<f32>", "complex128": "complex<f64>", "int64": "i64",
+                 "float64": "f64"}[dtype.name]
+    text = (f"func.func public @main(%a: tensor<2x{mlir_type}>) -> tensor<2x{mlir_type}> {{\n"
+            f"  %0 = stablehlo.add %a, %a : tensor<2x{mlir_type}>\n"
+            f"  return %0 : tensor<2x{mlir_type}>\n}}\n")
+    try:
+        _compile(backend, text, _device(backend))
+    except PjrtError as exc:
+        expect(exc.code == ErrorCode.UNIMPLEMENTED, f"add on undeclared {dtype} is UNIMPLEMENTED",
+               expected="UNIMPLEMENTED", actual=exc.code.name)
+        return str(exc)[:160]
+    raise Failed(f"add on undeclared dtype {dtype} is UNIMPLEMENTED at compile",
+                 expected="UNIMPLEMENTED", actual="compiled")
+
+
+@check("hooks.compile.deterministic", layer=LAYER)
+def compile_deterministic(backend):
+    """two compiles of one program give executables that compute the same results"""
+    device = _device(backend)
+    a = np.arange(12, dtype=np.int32).reshape(4, 3)
+    first = _execute(backend, _compile(backend, TWO_OUTPUTS, device), device, (a,), 2)
+    second = _execute(backend, _compile(backend, TWO_OUTPUTS, device), device, (a,), 2)
+    for x, y in zip(first, second):
+        expect(_bits(x) == _bits(y), "results of two compiles agree", expected=x.tolist(),
+               actual=y.tolist())
+
+
+def all_hook_names() -> set[str]:
+    """Every hook of the contract (``tests/conformance`` checks this layer calls them all)."""
+    from pjrtkit import hookspecs
+
+    return {name for name in dir(hookspecs) if name.startswith("pjrtkit_")}
+
+
