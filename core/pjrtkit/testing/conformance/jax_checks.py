@@ -1,0 +1,193 @@
+"""Layer 3: JAX end to end. Unchanged JAX programs run on the platform under test and on XLA's
+own CPU backend in the same process; every output is compared with the one per-dtype tolerance
+table (``pjrtkit.testing.tolerances``: integers, bools and bit-level results exact).
+
+The cases are a table (``jax_cases.py``: programs x dtypes x shapes), registered as generated
+checks with ids like ``jax.elementwise.add[float32-3x4]``. The context is a ``JaxTarget``.
+
+JAX fixes its platforms at the first backend use. ``configure_jax`` enables the platform under
+test and XLA's ``cpu`` beside it when it still can; when JAX already started without one of
+them (inside another program's process), ``JaxTarget.unavailable`` says why, and the caller runs
+this layer in a fresh process instead (``runner``, ``pytest_plugin``).
+"""
+from __future__ import annotations
+
+import dataclasses
+import zlib
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from pjrtkit.testing.conformance.checks import (Check, Failed, Skipped, Unsupported,
+                                                register_generated)
+
+LAYER = "jax"
+REFERENCE_PLATFORM = "cpu"
+
+
+def configure_jax(platform: str, backend=None) -> str | None:
+    """Make ``platform`` and XLA's cpu available to JAX; None if both are, else the reason.
+
+    ``backend``: a ``Backend`` that no entry point names (a test backend) is registered with JAX
+    here, before JAX starts its platforms.
+    """
+    import jax
+    from jax._src import xla_bridge
+
+    from pjrtkit import jax_glue
+
+    initialized = xla_bridge.backends_are_initialized()
+    if not initialized:
+        if backend is not None and platform not in jax_glue.registered_backends() \
+                and platform not in xla_bridge._backend_factories:
+            jax_glue.register_backend(backend)
+        jax.config.update("jax_platforms", f"{platform},{REFERENCE_PLATFORM}")
+    missing = []
+    for name in (platform, REFERENCE_PLATFORM):
+        try:
+            if not jax.devices(name):
+                missing.append(f"{name} (no devices)")
+        except RuntimeError as exc:
+            missing.append(f"{name} ({str(exc).splitlines()[0][:200]})")
+    if not missing:
+        return None
+    how = ("JAX was already started in this process without it" if initialized
+           else "JAX could not start it")
+    return f"platform(s) {', '.join(missing)} unavailable: {how}"
+
+
+class JaxTarget:
+    """The layer-3 context: the device under test and XLA's CPU device as the reference."""
+
+    def __init__(self, platform: str, backend=None):
+        self.platform = platform
+        self.unavailable = configure_jax(platform, backend)
+        if self.unavailable is None:
+            import jax
+
+            self.device = jax.devices(platform)[0]
+            self.reference = jax.devices(REFERENCE_PLATFORM)[0]
+        self._jitted: dict[str, Callable] = {}
+
+    def jitted(self, case: "Case") -> Callable:
+        """One jitted function per case, shared by both devices (JAX caches per placement)."""
+        import jax
+
+        fn = self._jitted.get(case.id)
+        if fn is None:
+            fn = case.fn if case.prejitted else jax.jit(case.fn, **case.jit_kwargs)
+            self._jitted[case.id] = fn
+        return fn
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    """One row of the table. ``make_args(rng)`` returns NumPy inputs (possibly non-contiguous);
+    ``fn`` is a JAX function of them. ``loosen`` multiplies the tolerance (say why where set).
+    ``donate``: argument 0 is donated and must read as deleted afterwards on the device under
+    test. ``prejitted``: ``fn`` is already a jitted function (jit of grad/vmap cases)."""
+
+    id: str
+    family: str
+    fn: Callable
+    make_args: Callable[[np.random.Generator], tuple]
+    loosen: float = 1.0
+    donate: bool = False
+    prejitted: bool = False
+    jit_kwargs: dict = dataclasses.field(default_factory=dict)
+    description: str = ""
+
+
+def _summary(value: np.ndarray) -> str:
+    value = np.asarray(value)
+    flat = value.ravel()
+    head = flat[:6].tolist() if flat.dtype.kind != "V" else flat[:6]
+    more = ", ..." if flat.size > 6 else ""
+    return f"{value.dtype}{list(value.shape)} {head}{more}"
+
+
+def _error_text(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"[:400]
+
+
+def _run_on(target: JaxTarget, case: Case, args: tuple, device) -> tuple[list, Any, list]:
+    import jax
+
+    placed = [jax.device_put(a, device) for a in args]
+    out = target.jitted(case)(*placed)
+    leaves, treedef = jax.tree_util.tree_flatten(out)
+    for leaf in leaves:
+        leaf.block_until_ready()
+    return [np.asarray(x) for x in leaves], treedef, (placed, leaves)
+
+
+def run_case(case: Case, target: JaxTarget) -> str:
+    """Run ``case`` on both devices and compare; raises Failed/Skipped/Unsupported."""
+    import jax
+
+    from pjrtkit.testing.tolerances import assert_close
+
+    if target.unavailable:
+        raise Skipped(target.unavailable)
+    capability = f"JAX {case.family}"
+    rng = np.random.default_rng(zlib.crc32(case.id.encode()))
+    args = case.make_args(rng)
+    with jax.enable_x64(True):
+        try:
+            expected, expected_tree, _ = _run_on(target, case, args, target.reference)
+        except Exception as exc:  # the reference must run it, or the case proves nothing
+            raise Skipped(f"XLA's CPU backend cannot run this case: {_error_text(exc)}") from exc
+        try:
+            actual, actual_tree, (placed, leaves) = _run_on(target, case, args, target.device)
+        except Exception as exc:
+            text = _error_text(exc)
+            if "UNIMPLEMENTED" in str(exc):
+                raise Unsupported(capability, text) from exc
+            raise Failed(f"the program runs on {target.platform}",
+                         expected=f"{len(expected)} output(s) like XLA's CPU backend",
+                         actual=text) from exc
+    if actual_tree != expected_tree:
+        raise Failed("the output pytree has XLA's structure", expected=str(expected_tree),
+                     actual=str(actual_tree))
+    for i, leaf in enumerate(leaves):
+        devices = leaf.devices()
+        if devices != {target.device}:
+            raise Failed(f"output {i} lives on the device under test",
+                         expected=str(target.device), actual=str(sorted(map(str, devices))))
+    for i, (ours, ref) in enumerate(zip(actual, expected)):
+        try:
+            assert_close(ours, ref, what=f"output {i}", loosen=case.loosen)
+        except AssertionError as exc:
+            lines = [line for line in str(exc).splitlines() if line.strip()]
+            raise Failed(f"output {i} of {case.id} matches XLA's CPU backend within the "
+                         f"{ref.dtype} tolerance: {' | '.join(lines[:6])[:600]}",
+                         expected=_summary(ref), actual=_summary(ours)) from exc
+    if case.donate:
+        if not placed[0].is_deleted():
+            raise Failed("a donated input reads as deleted after the call",
+                         expected="is_deleted() == True", actual="is_deleted() == False")
+    shapes = ", ".join(f"{x.dtype}{list(x.shape)}" for x in actual)
+    return f"matches XLA cpu: {shapes}"[:200]
+
+
+def _as_check(case: Case) -> Check:
+    def run(target: JaxTarget, case=case) -> str:
+        return run_case(case, target)
+
+    # JAX cases are optional capabilities: an op family the backend answers UNIMPLEMENTED for
+    # is UNSUPPORTED; a wrong answer is always FAIL.
+    return Check(case.id, LAYER, run, mandatory=False, capability=f"JAX {case.family}",
+                 description=case.description or f"{case.id} agrees with XLA's CPU backend")
+
+
+def register_cases() -> list[Case]:
+    from pjrtkit.testing.conformance import jax_cases
+
+    cases = jax_cases.all_cases()
+    register_generated(_as_check(c) for c in cases)
+    return cases
+
+
+CASES = register_cases()
