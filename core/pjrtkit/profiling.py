@@ -98,9 +98,7 @@ def record_op(op: Any, total: float, self_time: float) -> None:
 
 def run_plan(plan: Any, args: tuple) -> tuple:
     """The profiled twin of ``Plan.__call__``: the same loop, each step timed."""
-    env = [None] * plan.num_slots
-    for slot, value in plan.constants.items():
-        env[slot] = value
+    env = plan._template.copy()
     for slot, value in zip(plan.arg_slots, args):
         env[slot] = value
     stack = _children()

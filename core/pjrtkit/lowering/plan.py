@@ -29,7 +29,8 @@ class Plan:
     Built once at compile time; ``__call__`` is the whole execute-time interpreter.
     """
 
-    __slots__ = ("num_slots", "arg_slots", "steps", "result_slots", "constants", "name")
+    __slots__ = ("num_slots", "arg_slots", "steps", "result_slots", "constants", "name",
+                 "_template")
 
     def __init__(self, name: str, num_slots: int, arg_slots: tuple[int, ...],
                  steps: list[tuple[Kernel, tuple[int, ...], tuple[int, ...], Op]],
@@ -40,11 +41,12 @@ class Plan:
         self.steps = steps
         self.result_slots = result_slots
         self.constants = constants
+        self._template = [None] * num_slots
+        for slot, value in constants.items():
+            self._template[slot] = value
 
     def __call__(self, *args):
-        env = [None] * self.num_slots
-        for slot, value in self.constants.items():
-            env[slot] = value
+        env = self._template.copy()
         for slot, value in zip(self.arg_slots, args):
             env[slot] = value
         for kernel, ins, outs, _op in self.steps:
@@ -164,19 +166,50 @@ class PlanBuilder:
                 self._lowering.pop()
             ins = tuple(slot_of(v) for v in (*op.operands, *op_captures))
             outs = tuple(slot_of(v) for v in op.results)
-            if op.name == "stablehlo.constant" and not ins:
-                # Constants are materialised once, at build time.
-                (value,) = kernel()
-                constants[outs[0]] = value
-                continue
             if _CHECK_KERNELS:
                 kernel = _checked(kernel, op)
+            if all(i in constants for i in ins) and _foldable(op):
+                folded = _fold(kernel, [constants[i] for i in ins])
+                if folded is not None:
+                    constants.update(zip(outs, folded))
+                    continue
             steps.append((kernel, ins, outs, op))
+        used = {i for _, ins, _, _ in steps for i in ins} | set(result_slots)
+        constants = {slot: v for slot, v in constants.items() if slot in used}
         return _PLAN(name, len(slots), arg_slots, steps, result_slots, constants)
 
     @staticmethod
     def _outer_slot(slot_of: Callable[[Value], int], value: Value) -> int:
         return slot_of(value)
+
+
+# Ops whose result may differ between runs or that carry effects are never folded.
+_NOT_FOLDABLE = frozenset({
+    "stablehlo.rng", "stablehlo.rng_bit_generator", "stablehlo.custom_call",
+    "stablehlo.infeed", "stablehlo.outfeed", "stablehlo.send", "stablehlo.recv",
+    "stablehlo.after_all", "stablehlo.create_token", "stablehlo.optimization_barrier",
+    "stablehlo.partition_id", "stablehlo.replica_id", "func.call", "stablehlo.composite",
+})
+# Folded values live as long as the plan; larger results are computed at run time instead.
+FOLD_LIMIT_BYTES = 1 << 20
+
+
+def _foldable(op: Op) -> bool:
+    return not op.regions and op.name not in _NOT_FOLDABLE
+
+
+def _fold(kernel: Kernel, inputs: list) -> tuple | None:
+    """Run a kernel whose inputs are all constants once, at build time (constant folding):
+    the same kernel on the same inputs, so the same result, without paying for it per call."""
+    with np.errstate(all="ignore"):
+        results = tuple(np.asarray(r) for r in kernel(*inputs))
+    owned = sum(r.nbytes for r in results if r.base is None)
+    if owned > FOLD_LIMIT_BYTES:
+        return None
+    for r in results:
+        if r.flags.writeable:
+            r.flags.writeable = False
+    return results
 
 
 def _collect_free(regions, defined: set[int], found: dict[int, Value]) -> None:

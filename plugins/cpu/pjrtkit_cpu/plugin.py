@@ -9,7 +9,7 @@ from pjrtkit.lowering.plan import build_plan
 from pjrtkit.stablehlo.cost import estimate_cost
 from pjrtkit.types import CompiledProgram, PlatformInfo
 
-from pjrtkit_cpu import __version__
+from pjrtkit_cpu import __version__, blas
 from pjrtkit_cpu.topology import DEVICE_KIND, cpu_topology, device_count, parse_topology_name
 
 PLATFORM = "pjrtkit_cpu"
@@ -67,5 +67,5 @@ def pjrtkit_compile(program, options, devices):
 def pjrtkit_execute(executable, arguments, devices):
     # Kernels follow XLA's semantics for overflow, NaN and division by zero; NumPy's warnings
     # about them are noise, and one errstate per execution is cheaper than one per kernel.
-    with np.errstate(all="ignore"):
+    with np.errstate(all="ignore"), blas.single_threaded():
         return [executable(*args) for args in arguments]

@@ -17,6 +17,7 @@ import ml_dtypes
 import numpy as np
 
 from pjrtkit.stablehlo.attributes import DotDimensionNumbers, OpaqueAttribute
+from pjrtkit_cpu import blas
 from pjrtkit_cpu.lowering.registry import RULES
 
 _F32 = np.dtype(np.float32)
@@ -108,6 +109,7 @@ def _lower(op, ctx, dims: DotDimensionNumbers):
     # Float results go straight from compute to result dtype (one rounding); integer results
     # computed in float64 pass through int64 so the final cast wraps instead of saturating.
     via_int64 = out_dtype.kind in "iu" and compute == _F64
+    wide = 2.0 * batch * m * n * k >= blas.WIDE_FLOPS
 
     def kernel(lhs, rhs):
         if not lhs_identity:
@@ -119,7 +121,11 @@ def _lower(op, ctx, dims: DotDimensionNumbers):
             lhs = lhs.astype(compute, order="C")
         if rhs_cast:
             rhs = rhs.astype(compute, order="C")
-        product = contract(lhs.reshape(batch, m, k), rhs.reshape(batch, k, n))
+        if wide:
+            product = blas.all_threads(contract, lhs.reshape(batch, m, k),
+                                       rhs.reshape(batch, k, n))
+        else:
+            product = contract(lhs.reshape(batch, m, k), rhs.reshape(batch, k, n))
         if to_bool:
             return ((product > 0).reshape(out_shape),)
         if via_int64:
