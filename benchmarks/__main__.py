@@ -1,0 +1,104 @@
+"""pjrtkit_cpu vs XLA's CPU backend, workload by workload, in one process.
+
+    .venv/bin/python -m benchmarks [--quick | --smoke] [--only NAMES] [--repeats N]
+                                   [--json PATH] [--plot PATH.png]
+
+Exit status: 0 when every workload ran and matched XLA (targets missed are reported, not
+failures: machines are noisy); 1 when a workload raised or its result differed from XLA's;
+2 on bad arguments or when the backends cannot be started.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import time
+
+EXIT_OK, EXIT_FAIL, EXIT_SETUP = 0, 1, 2
+
+
+def parse_args(argv):
+    from benchmarks.workloads import WORKLOADS
+
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks", description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="workloads: " + ", ".join(w.name for w in WORKLOADS))
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--quick", action="store_true",
+                      help="fewer, shorter samples (the whole suite in well under 3 minutes)")
+    mode.add_argument("--smoke", action="store_true",
+                      help="tiny shapes, one call per sample: proves every workload runs and "
+                           "matches XLA, and that the outputs are written; timings meaningless")
+    parser.add_argument("--only", metavar="NAMES",
+                        help="comma-separated workloads (substrings of names), e.g. dispatch,matmul")
+    parser.add_argument("--repeats", type=int, metavar="N",
+                        help="samples per backend (median taken over them); overrides the mode")
+    parser.add_argument("--json", metavar="PATH", help="write the results as JSON")
+    parser.add_argument("--plot", metavar="PATH.png", help="write a PNG bar chart of the ratios")
+    args = parser.parse_args(argv)
+    if args.repeats is not None and args.repeats < 1:
+        parser.error("--repeats must be at least 1")
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    from benchmarks import runner
+
+    try:
+        runner.enable_platforms()
+        devs = runner.devices()
+    except Exception as exc:  # noqa: BLE001
+        print(f"benchmarks: cannot start {runner.BACKEND} and {runner.REFERENCE}: {exc}",
+              file=sys.stderr)
+        return EXIT_SETUP
+
+    from benchmarks import plot, report, timing, workloads
+
+    try:
+        chosen = (workloads.by_name([n.strip() for n in args.only.split(",") if n.strip()])
+                  if args.only else workloads.WORKLOADS)
+    except ValueError as exc:
+        print(f"benchmarks: {exc}", file=sys.stderr)
+        return EXIT_SETUP
+    mode = "smoke" if args.smoke else "quick" if args.quick else "full"
+    settings = {"smoke": timing.SMOKE, "quick": timing.QUICK, "full": timing.FULL}[mode]
+    if args.repeats is not None:
+        settings = dataclasses.replace(settings, repeats=args.repeats)
+    size = "smoke" if args.smoke else "full"
+
+    print(f"pjrtkit benchmarks ({mode}): {devs[runner.BACKEND]} vs {devs[runner.REFERENCE]}; "
+          f"{settings.repeats} interleaved samples per backend of ~{settings.sample_s * 1e3:.0f} ms "
+          f"(loop of calls, one block_until_ready, divided by the count)", flush=True)
+    start = time.perf_counter()
+    results = []
+    for w in chosen:
+        t0 = time.perf_counter()
+        r = runner.run(w, size, settings)
+        results.append(r)
+        status = "ok" if r.ok else ("ERROR" if r.error else "MISMATCH")
+        ratio = "-" if r.ratio is None else f"{r.ratio:.2f}x"
+        print(f"  {w.name:<18} {status:<8} ratio {ratio:>8}  ({time.perf_counter() - t0:.1f} s)",
+              flush=True)
+        if r.error_traceback:
+            print(r.error_traceback, file=sys.stderr)
+    elapsed = time.perf_counter() - start
+
+    print()
+    print(report.table(results))
+    print(f"\n{len(results)} workloads in {elapsed:.1f} s")
+    doc = report.document(results, mode=mode, settings=settings, elapsed_s=elapsed)
+    if args.json:
+        report.write_json(args.json, doc)
+        print(f"wrote {args.json}")
+    if args.plot:
+        rows = [(r.workload.name, r.ratio, r.workload.target) for r in results]
+        rows.append(("geomean", doc["geomean_ratio"], workloads.GEOMEAN_TARGET))
+        plot.write(args.plot, rows, f"pjrtkit_cpu vs xla cpu ({mode})")
+        print(f"wrote {args.plot}")
+    return EXIT_OK if all(r.ok for r in results) else EXIT_FAIL
+
+
+if __name__ == "__main__":
+    sys.exit(main())

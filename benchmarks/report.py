@@ -1,0 +1,128 @@
+"""The readable table, the JSON document and the machine description."""
+from __future__ import annotations
+
+import datetime
+import json
+import math
+import os
+import platform
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from benchmarks.runner import BACKEND, REFERENCE, Result
+from benchmarks.workloads import GEOMEAN_TARGET
+
+
+def geomean(values: list[float]) -> float | None:
+    values = [v for v in values if v is not None and v > 0 and math.isfinite(v)]
+    if not values:
+        return None
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def fmt_time(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds < 1e-3:
+        return f"{seconds * 1e6:.1f} us"
+    if seconds < 1:
+        return f"{seconds * 1e3:.2f} ms"
+    return f"{seconds:.3f} s"
+
+
+def table(results: list[Result]) -> str:
+    header = (f"{'workload':<18} {'pjrtkit':>10} {'xla':>10} {'ratio':>8} {'target':>7} "
+              f"{'met?':>5}  {'spread p/x':>11}  status")
+    lines = [header, "-" * len(header)]
+    for r in results:
+        p = r.stats.get(BACKEND)
+        x = r.stats.get(REFERENCE)
+        ratio = r.ratio
+        met = {True: "yes", False: "NO", None: "-"}[r.met]
+        spread = (f"{100 * p.spread:4.1f}/{100 * x.spread:4.1f}%" if p and x else "-")
+        status = ("ok" if r.ok else "ERROR" if r.error else "MISMATCH")
+        lines.append(f"{r.workload.name:<18} {fmt_time(p and p.median_s):>10} "
+                     f"{fmt_time(x and x.median_s):>10} "
+                     f"{'-' if ratio is None else f'{ratio:.2f}x':>8} "
+                     f"{r.workload.target:>6.2f}x {met:>5}  {spread:>11}  {status}")
+    g = geomean([r.ratio for r in results])
+    lines.append("-" * len(header))
+    met = "-" if g is None else ("yes" if g <= GEOMEAN_TARGET else "NO")
+    lines.append(f"{'geomean':<18} {'':>10} {'':>10} {'-' if g is None else f'{g:.2f}x':>8} "
+                 f"{GEOMEAN_TARGET:>6.2f}x {met:>5}")
+    problems = [r for r in results if not r.ok]
+    for r in problems:
+        lines.append("")
+        if r.error:
+            lines.append(f"ERROR in {r.workload.name}: {r.error}")
+        if r.mismatch:
+            lines.append(f"MISMATCH in {r.workload.name} (pjrtkit vs XLA, checked before "
+                         f"timing):\n{r.mismatch}")
+    return "\n".join(lines)
+
+
+def machine() -> dict[str, Any]:
+    import jax
+    import numpy as np
+
+    cpu = platform.processor() or ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                                text=True, timeout=5,
+                                cwd=Path(__file__).resolve().parent).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        commit = None
+    return {
+        "cpu": cpu, "cpu_count": os.cpu_count(), "platform": platform.platform(),
+        "python": platform.python_version(), "jax": jax.__version__, "numpy": np.__version__,
+        "git_commit": commit,
+        "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+def document(results: list[Result], *, mode: str, settings: Any, elapsed_s: float) -> dict:
+    workloads = []
+    for r in results:
+        p, x = r.stats.get(BACKEND), r.stats.get(REFERENCE)
+        workloads.append({
+            "name": r.workload.name,
+            "pjrtkit_s": p.median_s if p else None,
+            "xla_s": x.median_s if x else None,
+            "ratio": r.ratio,
+            "target": r.workload.target,
+            "met": r.met,
+            "description": r.workload.description,
+            "kind": r.workload.kind,
+            "correct": r.mismatch is None and r.error is None,
+            "mismatch": r.mismatch,
+            "error": r.error,
+            "pjrtkit": p.as_dict() if p else None,
+            "xla": x.as_dict() if x else None,
+        })
+    g = geomean([r.ratio for r in results])
+    return {
+        "workloads": workloads,
+        "geomean_ratio": g,
+        "geomean_target": GEOMEAN_TARGET,
+        "geomean_met": None if g is None else g <= GEOMEAN_TARGET,
+        "mode": mode,
+        "settings": {"repeats": settings.repeats, "sample_s": settings.sample_s,
+                     "max_calls": settings.max_calls, "warmup": settings.warmup,
+                     "persistent_compilation_cache": False},
+        "backends": {"pjrtkit": BACKEND, "xla": REFERENCE},
+        "elapsed_s": elapsed_s,
+        "machine": machine(),
+    }
+
+
+def write_json(path: str, doc: dict) -> None:
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(doc, indent=2) + "\n")

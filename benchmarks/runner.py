@@ -1,0 +1,111 @@
+"""Runs one workload on both backends: place inputs, check results against XLA, then time.
+
+Each backend gets its own copy of the NumPy inputs (``jax.device_put`` to its device, so the
+jitted function runs there; nothing computed on one backend is handed to the other). The check
+runs before any timing: a mismatch is recorded on the result (and makes the suite exit non-zero)
+but the workload is still timed, since a near-miss is still worth a number; an exception on
+either backend skips the timing.
+"""
+from __future__ import annotations
+
+import dataclasses
+import traceback
+from typing import Any
+
+import jax
+
+from benchmarks import timing
+from benchmarks.workloads import Workload
+from pjrtkit.testing.tolerances import assert_close
+
+BACKEND = "pjrtkit_cpu"
+REFERENCE = "cpu"
+
+
+def enable_platforms() -> None:
+    """Start pjrtkit_cpu and XLA's cpu side by side (whatever JAX_PLATFORMS says) with the
+    persistent compilation cache off. Must run before anything starts a backend."""
+    from jax._src import xla_bridge  # no public way to ask whether backends have started
+
+    if xla_bridge.backends_are_initialized():
+        raise RuntimeError("benchmarks: JAX backends were started before the suite could "
+                           f"enable {BACKEND!r} and {REFERENCE!r}")
+    jax.config.update("jax_platforms", f"{BACKEND},{REFERENCE}")
+    jax.config.update("jax_enable_compilation_cache", False)
+    jax.config.update("jax_compilation_cache_dir", None)
+
+
+def devices() -> dict[str, Any]:
+    return {BACKEND: jax.devices(BACKEND)[0], REFERENCE: jax.devices(REFERENCE)[0]}
+
+
+@dataclasses.dataclass
+class Result:
+    workload: Workload
+    stats: dict[str, timing.Stats] = dataclasses.field(default_factory=dict)
+    mismatch: str | None = None     # why the pjrtkit result differs from XLA's
+    error: str | None = None        # an exception on either backend (then no timing)
+    error_traceback: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.mismatch is None and self.error is None
+
+    @property
+    def timed(self) -> bool:
+        return BACKEND in self.stats and REFERENCE in self.stats
+
+    @property
+    def ratio(self) -> float | None:
+        if not self.timed:
+            return None
+        return self.stats[BACKEND].median_s / self.stats[REFERENCE].median_s
+
+    @property
+    def met(self) -> bool | None:
+        ratio = self.ratio
+        return None if ratio is None else ratio <= self.workload.target
+
+
+def check(name: str, actual: Any, expected: Any, device: Any, loosen: float) -> None:
+    """Every output of ``actual`` (pjrtkit) close to ``expected`` (XLA) and on ``device``."""
+    got, want = jax.tree_util.tree_leaves(actual), jax.tree_util.tree_leaves(expected)
+    if len(got) != len(want):
+        raise AssertionError(f"{name}: {len(got)} outputs, XLA gives {len(want)}")
+    for i, (a, e) in enumerate(zip(got, want)):
+        if a.devices() != {device}:
+            raise AssertionError(f"{name}: output {i} is on {a.devices()}, expected {device}")
+        assert_close(a, e, what=f"{name} output {i}", loosen=loosen)
+
+
+def run(workload: Workload, size: str, settings: timing.Settings) -> Result:
+    result = Result(workload)
+    devs = devices()
+    try:
+        fn, args = workload.make(size)
+        placed = {b: jax.device_put(args, d) for b, d in devs.items()}
+        if workload.kind == "compile":
+            lowerers = {b: (lambda a=placed[b]: jax.jit(fn).lower(*a)) for b in devs}
+            outs = {b: lowerers[b]().compile()(*placed[b]) for b in devs}
+        else:
+            jitted = jax.jit(fn)
+            calls = {b: (lambda a=placed[b]: jitted(*a)) for b in devs}
+            outs = {b: jax.block_until_ready(calls[b]()) for b in devs}
+    except Exception as exc:  # noqa: BLE001 - reported per workload
+        result.error = f"{type(exc).__name__}: {exc}"
+        result.error_traceback = traceback.format_exc()
+        return result
+    try:
+        check(workload.name, outs[BACKEND], outs[REFERENCE], devs[BACKEND], workload.loosen)
+    except AssertionError as exc:
+        result.mismatch = str(exc).strip()
+    del outs
+    try:
+        if workload.kind == "compile":
+            result.stats = timing.interleaved_compile(lowerers, settings)
+        else:
+            result.stats = timing.interleaved(calls, settings)
+    except Exception as exc:  # noqa: BLE001
+        result.error = f"timing failed: {type(exc).__name__}: {exc}"
+        result.error_traceback = traceback.format_exc()
+    return result
