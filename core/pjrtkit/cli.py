@@ -3,6 +3,9 @@
     pjrtkit list                    installed backends, versions, status, why a broken one failed
     pjrtkit info BACKEND            platform, devices, memory spaces of a backend's client
     pjrtkit topology BACKEND NAME   a compile-only topology (AOT) by name
+    pjrtkit conformance BACKEND     the conformance suite on a backend (exit 1 only on FAIL)
+        [--json PATH] [--markdown PATH] [--layer abi,hooks,jax] [--check ID ...]
+    pjrtkit conformance --library PATH   layer 1 (the C ABI) on any PJRT plugin .so
 """
 from __future__ import annotations
 
@@ -66,6 +69,22 @@ def _cmd_topology(args) -> int:
     return 0
 
 
+def _cmd_conformance(args) -> int:
+    from pjrtkit.testing.conformance.runner import SelectionError, Target, run_and_report
+
+    if (args.backend is None) == (args.library is None):
+        print("pjrtkit conformance: name a BACKEND or give --library PATH (not both)",
+              file=sys.stderr)
+        return 2
+    target = (Target.of_library(args.library) if args.library
+              else Target.backend_named(args.backend))
+    try:
+        return run_and_report(target, args)
+    except SelectionError as exc:
+        print(f"pjrtkit conformance: {exc}", file=sys.stderr)
+        return 2
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="pjrtkit", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -80,6 +99,15 @@ def main(argv=None) -> int:
     p.add_argument("backend")
     p.add_argument("name", nargs="?", default="")
     p.set_defaults(run=_cmd_topology)
+    p = sub.add_parser("conformance", help="run the conformance suite and write reports",
+                       description="Run the conformance suite against a backend (all layers) "
+                                   "or a PJRT plugin library (layer 1). Exit status 1 only "
+                                   "when a check FAILs.")
+    p.add_argument("backend", nargs="?", help="installed pjrtkit backend name (e.g. cpu)")
+    p.add_argument("--library", metavar="PATH", help="a PJRT plugin shared library (layer 1)")
+    from pjrtkit.testing.conformance.runner import add_arguments
+    add_arguments(p)
+    p.set_defaults(run=_cmd_conformance)
     args = parser.parse_args(argv)
     try:
         return args.run(args)

@@ -61,7 +61,12 @@ class JaxTarget:
     """The layer-3 context: the device under test and XLA's CPU device as the reference."""
 
     def __init__(self, platform: str, backend=None):
+        from jax._src import xla_bridge
+
         self.platform = platform
+        # Started by someone else without our platforms: SKIP (rerun in a fresh process);
+        # started here and the platform did not come up: the plugin's FAIL.
+        self.started_elsewhere = xla_bridge.backends_are_initialized()
         self.unavailable = configure_jax(platform, backend)
         if self.unavailable is None:
             import jax
@@ -130,7 +135,10 @@ def run_case(case: Case, target: JaxTarget) -> str:
     from pjrtkit.testing.tolerances import assert_close
 
     if target.unavailable:
-        raise Skipped(target.unavailable)
+        if target.started_elsewhere:
+            raise Skipped(target.unavailable)
+        raise Failed(f"JAX starts platform {target.platform} beside XLA's cpu",
+                     expected="both platforms have devices", actual=target.unavailable)
     capability = f"JAX {case.family}"
     rng = np.random.default_rng(zlib.crc32(case.id.encode()))
     args = case.make_args(rng)
