@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import sys
 import time
 
@@ -71,6 +72,9 @@ def main(argv=None) -> int:
     print(f"pjrtkit benchmarks ({mode}): {devs[runner.BACKEND]} vs {devs[runner.REFERENCE]}; "
           f"{settings.repeats} interleaved samples per backend of ~{settings.sample_s * 1e3:.0f} ms "
           f"(loop of calls, one block_until_ready, divided by the count)", flush=True)
+    if hasattr(os, "getloadavg"):
+        print(f"load average before the run: {os.getloadavg()[0]:.2f} "
+              f"on {os.cpu_count()} cpus (other load skews both backends)", flush=True)
     start = time.perf_counter()
     results = []
     for w in chosen:

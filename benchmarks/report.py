@@ -84,6 +84,8 @@ def machine() -> dict[str, Any]:
         "cpu": cpu, "cpu_count": os.cpu_count(), "platform": platform.platform(),
         "python": platform.python_version(), "jax": jax.__version__, "numpy": np.__version__,
         "git_commit": commit,
+        # Other load on the machine skews both backends; worth a look when numbers jump.
+        "loadavg": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
         "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
 

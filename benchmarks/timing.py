@@ -32,8 +32,8 @@ class Settings:
     warmup: int = 2       # untimed calls after compilation, before calibration
 
 
-QUICK = Settings(repeats=5, sample_s=0.03, max_calls=2000)
-FULL = Settings(repeats=15, sample_s=0.15, max_calls=20000)
+QUICK = Settings(repeats=7, sample_s=0.05, max_calls=5000)
+FULL = Settings(repeats=21, sample_s=0.2, max_calls=50000)
 SMOKE = Settings(repeats=1, sample_s=0.0, max_calls=1, warmup=0)
 
 

@@ -101,8 +101,9 @@ def make_conv(size: str):
     c1, c2 = (32, 64) if size == "full" else (4, 8)
     rng = _rng(3)
     x = _normal(rng, (batch, hw, hw, 1))
-    k1 = _normal(rng, (3, 3, 1, c1), np.sqrt(2 / 9))
-    k2 = _normal(rng, (3, 3, c1, c2), np.sqrt(2 / (9 * c1)))
+    k = 5 if size == "full" else 3
+    k1 = _normal(rng, (k, k, 1, c1), np.sqrt(2 / (k * k)))
+    k2 = _normal(rng, (k, k, c1, c2), np.sqrt(2 / (k * k * c1)))
     flat = (hw // 2) * (hw // 2) * c2
     w = _normal(rng, (flat, 10), np.sqrt(1 / flat))
     dn = ("NHWC", "HWIO", "NHWC")
@@ -136,9 +137,12 @@ def make_layernorm(size: str):
 def make_fori(size: str):
     steps = 1000 if size == "full" else 10
 
+    def body(i, x):
+        return x * 0.999 + i.astype(jnp.float32) * 1e-6
+
     def fn(x):
-        return lax.fori_loop(0, steps, lambda i, x: x * 0.999 + 0.001, x)
-    return fn, (np.linspace(-1, 1, 4, dtype=np.float32),)
+        return lax.fori_loop(0, steps, body, x)
+    return fn, (np.linspace(-1, 1, 128 if size == "full" else 4, dtype=np.float32),)
 
 
 # ---- scan RNN ------------------------------------------------------------------------------
@@ -217,12 +221,12 @@ WORKLOADS: list[Workload] = [
     # Forward and backward through three matmuls (K up to 784) and a log-softmax.
     Workload("mlp_train_step", "MLP 784-512-512-10, batch 128, xent, SGD", 1.3, make_mlp,
              loosen=20),
-    # Two convolutions (K = 9*32 for the second) and a dense layer with K = 14*14*64.
-    Workload("convnet_fwd", "2x conv3x3 (32, 64) + maxpool + dense, batch 32, 28x28", 1.1,
+    # Two convolutions (K = 25*32 for the second) and a dense layer with K = 14*14*64.
+    Workload("convnet_fwd", "2x conv5x5 (32, 64 ch) + maxpool + dense, batch 32, 28x28", 1.1,
              make_conv, loosen=20),
     Workload("layernorm", "layernorm over f32[4096,1024]", 2.0, make_layernorm, loosen=5),
     # 1000 dependent multiply-adds: rounding differences compound along the chain.
-    Workload("fori_loop", "fori_loop of 1000 steps x*0.999+0.001 on f32[4]", 10.0, make_fori,
+    Workload("fori_loop", "fori_loop of 1000 steps x*0.999+i*1e-6 on f32[128]", 10.0, make_fori,
              loosen=10),
     # 1000 dependent tanh(h@W + x@U) steps: a long chain of matmuls and transcendental
     # approximations (NumPy's tanh vs XLA's), each step feeding the next.

@@ -1,0 +1,140 @@
+"""The benchmark suite runs, checks results against XLA and writes its outputs.
+
+Only correctness and output formats are asserted, never timings (machines are noisy): the
+suite runs in ``--smoke`` mode (tiny shapes, one call per sample), in a subprocess from the
+repository root, as a developer would run it.
+"""
+from __future__ import annotations
+
+import json
+import math
+import struct
+import subprocess
+import sys
+import textwrap
+import zlib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+KEYWORDS = ["dispatch", "matmul", "mlp", "conv", "layernorm", "fori", "scan", "random",
+            "transformer", "compile"]
+
+
+def run_suite(*args: str, code: str | None = None, timeout: float = 300):
+    env = {**__import__("os").environ, "JAX_PLATFORMS": "pjrtkit_cpu"}  # the suite adds cpu itself
+    env.pop("PJRTKIT_PROFILE", None)
+    cmd = [sys.executable, "-m", "benchmarks", *args] if code is None else [sys.executable, "-c", code, *args]
+    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def read_png(path: Path) -> tuple[int, int, bytes]:
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    pos, idat, size = 8, b"", None
+    while pos < len(data):
+        (length,) = struct.unpack(">I", data[pos:pos + 4])
+        kind, body = data[pos + 4:pos + 8], data[pos + 8:pos + 8 + length]
+        (crc,) = struct.unpack(">I", data[pos + 8 + length:pos + 12 + length])
+        assert crc == zlib.crc32(kind + body) & 0xFFFFFFFF, kind
+        if kind == b"IHDR":
+            size = struct.unpack(">II", body[:8])
+            assert body[8:10] == b"\x08\x02"  # 8-bit RGB
+        elif kind == b"IDAT":
+            idat += body
+        pos += 12 + length
+    width, height = size
+    raw = zlib.decompress(idat)
+    assert len(raw) == height * (1 + 3 * width)
+    return width, height, raw
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench")
+    proc = run_suite("--smoke", "--json", str(out / "r.json"), "--plot", str(out / "r.png"))
+    return proc, out
+
+
+def test_smoke_runs_every_workload_and_matches_xla(smoke):
+    proc, _ = smoke
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "MISMATCH" not in proc.stdout and "ERROR" not in proc.stdout
+    for header in ("workload", "pjrtkit", "xla", "ratio", "target", "met?", "geomean"):
+        assert header in proc.stdout
+
+
+def test_json_has_the_agreed_fields(smoke):
+    proc, out = smoke
+    doc = json.loads((out / "r.json").read_text())
+    names = [w["name"] for w in doc["workloads"]]
+    assert len(names) == 10
+    for keyword in KEYWORDS:
+        assert any(keyword in n for n in names), (keyword, names)
+    for w in doc["workloads"]:
+        assert {"name", "pjrtkit_s", "xla_s", "ratio"} <= set(w)
+        assert w["pjrtkit_s"] > 0 and w["xla_s"] > 0
+        assert math.isclose(w["ratio"], w["pjrtkit_s"] / w["xla_s"], rel_tol=1e-9)
+        assert w["correct"] is True
+    ratios = [w["ratio"] for w in doc["workloads"]]
+    geomean = math.exp(sum(map(math.log, ratios)) / len(ratios))
+    assert math.isclose(doc["geomean_ratio"], geomean, rel_tol=1e-9)
+    assert doc["settings"]["persistent_compilation_cache"] is False
+    assert doc["machine"]["cpu_count"] >= 1
+
+
+def test_plot_is_a_valid_png(smoke):
+    _, out = smoke
+    width, height, raw = read_png(out / "r.png")
+    assert width >= 400 and height >= 200
+    # Not blank: bars are drawn in more than one colour.
+    assert len(set(raw[i:i + 3] for i in range(1, len(raw) - 3, 997))) > 2
+
+
+def test_quick_timing_path_with_only_and_repeats(tmp_path):
+    proc = run_suite("--quick", "--only", "dispatch", "--repeats", "2",
+                     "--json", str(tmp_path / "q.json"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    doc = json.loads((tmp_path / "q.json").read_text())
+    (w,) = doc["workloads"]
+    assert w["name"] == "dispatch" and len(w["pjrtkit"]["samples_s"]) == 2
+    assert w["pjrtkit"]["calls_per_sample"] > 1
+
+
+def test_a_mismatch_is_reported_and_fails_the_run(tmp_path):
+    # A workload that computes something else on any platform but XLA's cpu.
+    code = textwrap.dedent("""
+        import sys
+        import numpy as np
+        from jax import lax
+        import benchmarks.workloads as w
+        def make(size):
+            fn = lambda x: lax.platform_dependent(x, cpu=lambda x: x, default=lambda x: x + 1)
+            return fn, (np.zeros(3, np.float32),)
+        w.WORKLOADS[:] = [w.Workload("broken_dispatch", "differs on purpose", 2.0, make)]
+        from benchmarks.__main__ import main
+        sys.exit(main(sys.argv[1:]))
+    """)
+    proc = run_suite("--smoke", "--json", str(tmp_path / "m.json"), code=code)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "MISMATCH in broken_dispatch" in proc.stdout
+    doc = json.loads((tmp_path / "m.json").read_text())
+    assert doc["workloads"][0]["correct"] is False and doc["workloads"][0]["mismatch"]
+
+
+def test_unknown_workload_is_a_usage_error():
+    proc = run_suite("--smoke", "--only", "no_such_workload")
+    assert proc.returncode == 2
+    assert "unknown workload" in proc.stderr
+
+
+def test_plot_renders_without_data_rows(tmp_path):
+    sys.path.insert(0, str(ROOT))
+    try:
+        from benchmarks import plot
+    finally:
+        sys.path.remove(str(ROOT))
+    path = tmp_path / "p.png"
+    plot.write(str(path), [("a", 0.5, 1.0), ("b", None, 2.0), ("c", 1234.0, 10.0)], "t")
+    read_png(path)
