@@ -118,6 +118,7 @@ def document(results: list[Result], *, mode: str, settings: Any, elapsed_s: floa
         "mode": mode,
         "settings": {"repeats": settings.repeats, "sample_s": settings.sample_s,
                      "max_calls": settings.max_calls, "warmup": settings.warmup,
+                     "pause_s": settings.pause_s,
                      "persistent_compilation_cache": False},
         "backends": {"pjrtkit": BACKEND, "xla": REFERENCE},
         "elapsed_s": elapsed_s,

@@ -17,6 +17,7 @@ import dataclasses
 import gc
 import math
 import statistics
+import time
 from collections.abc import Callable
 from time import perf_counter
 from typing import Any
@@ -30,10 +31,12 @@ class Settings:
     sample_s: float       # target duration of one sample
     max_calls: int        # upper bound of calls per sample
     warmup: int = 2       # untimed calls after compilation, before calibration
+    pause_s: float = 0.0  # idle gap before each sample: lets the other backend's thread pools
+                          # (OpenBLAS, Eigen) stop spinning so they do not steal this sample's CPU
 
 
-QUICK = Settings(repeats=7, sample_s=0.05, max_calls=5000)
-FULL = Settings(repeats=21, sample_s=0.2, max_calls=50000)
+QUICK = Settings(repeats=7, sample_s=0.05, max_calls=5000, pause_s=0.01)
+FULL = Settings(repeats=21, sample_s=0.2, max_calls=50000, pause_s=0.02)
 SMOKE = Settings(repeats=1, sample_s=0.0, max_calls=1, warmup=0)
 
 
@@ -106,6 +109,8 @@ def interleaved(calls: dict[str, Callable[[], Any]], settings: Settings) -> dict
     order = list(calls)
     for r in range(settings.repeats):
         for name in (order if r % 2 == 0 else order[::-1]):
+            if settings.pause_s:
+                time.sleep(settings.pause_s)
             samples[name].append(sample(calls[name], counts[name]))
     return {name: stats(samples[name], counts[name]) for name in calls}
 
