@@ -1,0 +1,62 @@
+"""The suite can fail: on a toy backend with exactly three known faults it exits non-zero and
+reports exactly the checks those faults break (and no others) as FAIL.
+
+The suite runs in a subprocess: JAX fixes its platforms once per process.
+"""
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+HERE = pathlib.Path(__file__).parent
+
+# Fault 1, wrong results in stablehlo.atan2: every layer-3 case of jnp.arctan2 (and only those).
+WRONG_OP_FAILS = {f"jax.elementwise.atan2[{dtype}-3x4]"
+                  for dtype in ("float16", "bfloat16", "float32", "float64")}
+# Fault 2, PJRT_Executable_NumOutputs answers UNIMPLEMENTED: the mandatory function's check.
+MISSING_FUNCTION_FAILS = {"abi.executable.num_outputs"}
+# Fault 3, LookupDevice answers NOT_FOUND for unknown ids instead of INVALID_ARGUMENT: both
+# lookup checks, and the struct_size check that reads that error's code through a larger struct.
+WRONG_CODE_FAILS = {"abi.client.lookup_device_negative", "abi.client.lookup_device_out_of_range",
+                    "abi.struct_size.larger_error_get_code"}
+
+EXPECTED_FAILS = WRONG_OP_FAILS | MISSING_FUNCTION_FAILS | WRONG_CODE_FAILS
+
+
+def _clean_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items()
+            if k not in ("JAX_PLATFORMS", "PJRTKIT_BACKENDS", "PJRTKIT_CPU_DEVICES")}
+
+
+def test_the_faulty_toy_backend_fails_exactly_its_known_faults(tmp_path):
+    report = tmp_path / "toy.json"
+    markdown = tmp_path / "toy.md"
+    done = subprocess.run([sys.executable, str(HERE / "toy_faulty.py"), "--json", str(report),
+                           "--markdown", str(markdown)], capture_output=True, text=True,
+                          timeout=1200, env=_clean_env(), cwd=HERE)
+    assert report.exists(), done.stderr[-4000:]
+    data = json.loads(report.read_text())
+    fails = {c["id"] for c in data["checks"] if c["outcome"] == "FAIL"}
+    assert fails == EXPECTED_FAILS, (
+        f"unexpected FAIL: {sorted(fails - EXPECTED_FAILS)}; "
+        f"expected but not FAIL: {sorted(EXPECTED_FAILS - fails)}")
+    assert done.returncode == 1, done.stdout[-2000:]
+    assert data["summary"]["fail"] == len(EXPECTED_FAILS)
+    # Every layer ran and mostly passed: the faults did not take the suite down.
+    layers = {c["layer"] for c in data["checks"]}
+    assert layers == {"abi", "hooks", "jax"}
+    assert data["summary"]["pass"] > 500
+    # Each FAIL says what was expected and what came back.
+    by_id = {c["id"]: c for c in data["checks"]}
+    assert "NOT_FOUND" in by_id["abi.client.lookup_device_negative"]["actual"]
+    assert "INVALID_ARGUMENT" in json.dumps(by_id["abi.client.lookup_device_negative"]["expected"])
+    assert "UNIMPLEMENTED" in by_id["abi.executable.num_outputs"]["detail"]
+    atan2 = by_id["jax.elementwise.atan2[float32-3x4]"]
+    assert atan2["expected"] and atan2["actual"] and atan2["expected"] != atan2["actual"]
+    text = markdown.read_text()
+    assert "**Not conformant**" in text
+    for check_id in EXPECTED_FAILS:
+        assert f"### `{check_id}`" in text
