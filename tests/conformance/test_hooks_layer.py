@@ -1,0 +1,269 @@
+"""Layer 2 measures something: it passes on the cpu backend, calls every hook of the contract,
+and each of its checks fails on a backend broken in the way that check is about."""
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import types
+
+import numpy as np
+import pytest
+
+import pjrtkit_cpu.plugin as cpu
+from pjrtkit import hookimpl
+from pjrtkit.backend import Backend
+from pjrtkit.errors import InvalidArgument, Unimplemented
+from pjrtkit.testing.conformance import hooks_checks
+from pjrtkit.testing.conformance.checks import REGISTRY, Outcome, run_check
+from pjrtkit.types import CompiledProgram, CostEstimate, MemorySpaceSpec, MemoryStats, Topology
+
+HOOKS = sorted(hooks_checks.all_hook_names())
+LAYER2 = [c for c in REGISTRY.values() if c.layer == "hooks"]
+
+
+def make_backend(name="mutant", **overrides) -> Backend:
+    """The cpu backend's hooks with some replaced (each override is a plain function)."""
+    module = types.ModuleType(f"mutant_{name}")
+    for hook in HOOKS:
+        impl = getattr(cpu, hook, None)
+        if impl is not None:
+            setattr(module, hook, impl)
+    for hook, fn in overrides.items():
+        setattr(module, hook, hookimpl(fn))
+    module.DTYPES = cpu_dtypes()
+    return Backend(name, module)
+
+
+def cpu_dtypes():
+    from pjrtkit_cpu.lowering import CPU_DTYPES
+    return CPU_DTYPES
+
+
+def two_devices(options):
+    from pjrtkit_cpu.topology import cpu_topology
+    return cpu_topology("cpu", 2)
+
+
+def topology_with(**device_changes):
+    def client_topology(options):
+        base = two_devices(options)
+        devices = tuple(dataclasses.replace(d, **{k: (v(d) if callable(v) else v)
+                                                  for k, v in device_changes.items()})
+                        for d in base.devices)
+        return Topology(base.name, devices)
+    return client_topology
+
+
+def run_layer2(backend) -> dict[str, Outcome]:
+    return {c.id: run_check(c, backend).outcome for c in LAYER2}
+
+
+def test_layer2_passes_on_cpu_with_at_least_20_checks():
+    from pjrtkit.discovery import load_backend
+
+    outcomes = run_layer2(load_backend("cpu"))
+    failed = [i for i, o in outcomes.items() if o == Outcome.FAIL]
+    assert not failed
+    assert sum(o == Outcome.PASS for o in outcomes.values()) >= 20
+
+
+def test_layer2_calls_every_hook_of_the_contract():
+    from pjrtkit.discovery import load_backend
+
+    backend = load_backend("cpu")
+    called: set[str] = set()
+    backend.plugin_manager.add_hookcall_monitoring(
+        lambda hook_name, impls, kwargs: called.add(hook_name), lambda *a: None)
+    run_layer2(backend)
+    assert called >= set(HOOKS), f"hooks no layer-2 check calls: {sorted(set(HOOKS) - called)}"
+
+
+_counter = itertools.count()
+
+
+def _flip_float32(array, device, memory_kind):
+    if array.dtype == np.float32:
+        return (array.view(np.uint32) ^ np.uint32(1)).view(np.float32)
+    return array
+
+
+def _unimplemented_int8(array, device, memory_kind):
+    if array.dtype == np.int8:
+        raise Unimplemented("int8 not stored")
+    return array
+
+
+def _unstable_topology(options):
+    from pjrtkit_cpu.topology import cpu_topology
+    return cpu_topology("cpu", 1 + next(_counter) % 2)
+
+
+def _make_topology_any_name(name, options):
+    from pjrtkit_cpu.topology import cpu_topology
+    return cpu_topology(name, 1)
+
+
+def _aot_duplicate_ids(name, options):
+    topology = cpu.pjrtkit_make_topology(name, options)
+    if topology is None:
+        return None
+    d = topology.devices[0]
+    return Topology(topology.name, (d, d))
+
+
+def _aot_other_kind(name, options):
+    topology = cpu.pjrtkit_make_topology(name, options)
+    if topology is None:
+        return None
+    return Topology(topology.name, tuple(dataclasses.replace(d, kind="other")
+                                         for d in topology.devices))
+
+
+def _add_one_to_f32(executable, arguments, devices):
+    out = cpu.pjrtkit_execute(executable, arguments, devices)
+    return [[o + np.float32(1) if o.dtype == np.float32 else o for o in outs] for outs in out]
+
+
+def _add_one_to_i32_scalars(executable, arguments, devices):
+    out = cpu.pjrtkit_execute(executable, arguments, devices)
+    return [[o + np.int32(1) if o.dtype == np.int32 and o.ndim == 0 else o for o in outs]
+            for outs in out]
+
+
+def _reverse_outputs(executable, arguments, devices):
+    return [list(reversed(list(outs))) for outs in cpu.pjrtkit_execute(executable, arguments,
+                                                                      devices)]
+
+
+def _at_least_1d(executable, arguments, devices):
+    return [[np.atleast_1d(o) for o in outs]
+            for outs in cpu.pjrtkit_execute(executable, arguments, devices)]
+
+
+def _writes_inputs(executable, arguments, devices):
+    out = cpu.pjrtkit_execute(executable, arguments, devices)
+    for args in arguments:
+        for a in args:
+            a[...] = 0
+    return out
+
+
+_first_results: dict = {}
+
+
+def _remembers_first(executable, arguments, devices):
+    out = cpu.pjrtkit_execute(executable, arguments, devices)
+    return _first_results.setdefault(id(executable), out)
+
+
+def _wrong_on_device_1(executable, arguments, devices):
+    out = cpu.pjrtkit_execute(executable, arguments, devices)
+    return [[o * 0 if devices[i].id == 1 else o for o in outs] for i, outs in enumerate(out)]
+
+
+def _lazy_compile(program, options, devices):
+    def executable(*args):
+        raise Unimplemented("found out at execute time")
+    return CompiledProgram(executable=executable)
+
+
+def _invalid_instead_of_unimplemented(program, options, devices):
+    try:
+        return cpu.pjrtkit_compile(program, options, devices)
+    except Unimplemented as exc:
+        raise InvalidArgument(str(exc)) from exc
+
+
+def _negative_cost(program, options, devices):
+    return dataclasses.replace(cpu.pjrtkit_compile(program, options, devices),
+                               cost=CostEstimate(flops=-1.0))
+
+
+def _every_other_compile_wrong(program, options, devices):
+    compiled = cpu.pjrtkit_compile(program, options, devices)
+    if next(_counter) % 2:
+        plan = compiled.executable
+        return dataclasses.replace(
+            compiled, executable=lambda *a: tuple(np.asarray(r) + 1 for r in plan(*a)))
+    return compiled
+
+
+def _to_host_zero_for(predicate):
+    def transfer_to_host(payload, device, memory_kind):
+        return np.zeros_like(payload) if predicate(device, memory_kind) else payload
+    return transfer_to_host
+
+
+# check id -> hook overrides that break exactly what the check is about.
+MUTANTS = {
+    "hooks.platform.info": dict(pjrtkit_platform=lambda: cpu.PlatformInfo(
+        name="pjrtkit_mutant", version="", device_kind="cpu")),
+    "hooks.platform.name": dict(pjrtkit_platform=lambda: cpu.PlatformInfo(
+        name="cpu", version="1", device_kind="cpu")),
+    "hooks.topology.devices": dict(pjrtkit_client_topology=lambda options: Topology(
+        "cpu", ({"id": 0},))),
+    "hooks.topology.unique_ids": dict(pjrtkit_client_topology=topology_with(id=0)),
+    "hooks.topology.process_index": dict(pjrtkit_client_topology=topology_with(process_index=1)),
+    "hooks.topology.local_hardware_ids": dict(
+        pjrtkit_client_topology=topology_with(local_hardware_id=0)),
+    "hooks.topology.coords": dict(pjrtkit_client_topology=topology_with(
+        coords=lambda d: (d.id,) * (d.id + 1))),
+    "hooks.topology.device_kind": dict(pjrtkit_client_topology=topology_with(kind="")),
+    "hooks.topology.memory_kinds": dict(pjrtkit_client_topology=topology_with(
+        memory_spaces=(MemorySpaceSpec("device"), MemorySpaceSpec("hbm")))),
+    "hooks.topology.default_memory": dict(pjrtkit_client_topology=topology_with(
+        memory_spaces=(MemorySpaceSpec("device"),), default_memory_kind="pinned_host")),
+    "hooks.topology.capacity": dict(pjrtkit_client_topology=topology_with(
+        memory_spaces=(MemorySpaceSpec("device", 0),))),
+    "hooks.topology.stable": dict(pjrtkit_client_topology=_unstable_topology),
+    "hooks.make_topology.default": dict(pjrtkit_make_topology=_aot_duplicate_ids),
+    "hooks.make_topology.unknown_name": dict(pjrtkit_make_topology=_make_topology_any_name),
+    "hooks.make_topology.matches_client": dict(pjrtkit_make_topology=_aot_other_kind),
+    "hooks.transfer.round_trip[float32]": dict(pjrtkit_transfer_to_device=_flip_float32),
+    "hooks.transfer.round_trip[int8]": dict(pjrtkit_transfer_to_device=_unimplemented_int8),
+    "hooks.transfer.every_memory_kind": dict(
+        pjrtkit_transfer_to_host=_to_host_zero_for(lambda d, kind: kind == "pinned_host")),
+    "hooks.transfer.shapes": dict(
+        pjrtkit_transfer_to_host=lambda payload, device, memory_kind: np.atleast_1d(payload)),
+    "hooks.transfer.every_device": dict(
+        pjrtkit_client_topology=two_devices,
+        pjrtkit_transfer_to_host=_to_host_zero_for(lambda d, kind: d.id == 1)),
+    "hooks.copy_buffer.round_trip": dict(pjrtkit_copy_buffer=lambda payload, **kw: payload * 0),
+    "hooks.copy_buffer.no_aliasing": dict(pjrtkit_copy_buffer=lambda payload, **kw: payload),
+    "hooks.copy_buffer.between_devices": dict(
+        pjrtkit_client_topology=two_devices,
+        pjrtkit_copy_buffer=lambda payload, dst_device, **kw: payload * 0
+        if dst_device.id == 1 else payload.copy()),
+    "hooks.memory_stats.consistent": dict(
+        pjrtkit_memory_stats=lambda device, tracked: MemoryStats(bytes_in_use=-1)),
+    "hooks.memory_stats.every_device": dict(
+        pjrtkit_client_topology=two_devices,
+        pjrtkit_memory_stats=lambda device, tracked: {"bytes": 0} if device.id == 1 else tracked),
+    "hooks.compile.compiled_program": dict(pjrtkit_compile=_negative_cost),
+    "hooks.execute.elementwise": dict(pjrtkit_execute=_add_one_to_f32),
+    "hooks.execute.multiple_outputs": dict(pjrtkit_execute=_reverse_outputs),
+    "hooks.execute.scalar_and_zero_size": dict(pjrtkit_execute=_at_least_1d),
+    "hooks.execute.control_flow": dict(pjrtkit_execute=_add_one_to_i32_scalars),
+    "hooks.execute.inputs_unchanged": dict(pjrtkit_execute=_writes_inputs),
+    "hooks.execute.repeatable": dict(pjrtkit_execute=_remembers_first),
+    "hooks.execute.every_device": dict(pjrtkit_client_topology=two_devices,
+                                       pjrtkit_execute=_wrong_on_device_1),
+    "hooks.compile.unsupported_op": dict(pjrtkit_compile=_lazy_compile),
+    "hooks.compile.undeclared_dtype": dict(pjrtkit_compile=_invalid_instead_of_unimplemented),
+    "hooks.compile.deterministic": dict(pjrtkit_compile=_every_other_compile_wrong),
+}
+
+
+def test_every_non_generated_layer2_check_has_a_mutant():
+    generated = {c.id for c in LAYER2 if c.id.startswith("hooks.transfer.round_trip[")}
+    missing = {c.id for c in LAYER2} - generated - set(MUTANTS)
+    assert not missing, f"layer-2 checks without a backend that makes them fail: {missing}"
+
+
+@pytest.mark.parametrize("check_id", sorted(MUTANTS))
+def test_each_layer2_check_fails_on_a_backend_broken_its_way(check_id):
+    backend = make_backend(check_id.replace(".", "_").replace("[", "_").replace("]", ""),
+                           **MUTANTS[check_id])
+    result = run_check(REGISTRY[check_id], backend)
+    assert result.outcome == Outcome.FAIL, (result.outcome, result.detail)
+    assert result.detail
