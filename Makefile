@@ -23,6 +23,19 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider
+	$(MAKE) --no-print-directory conformance
+
+# The conformance suite on every plugin in the repository; reports in build/conformance/
+# (git-ignored). Fails when any check FAILs.
+PLUGINS := $(notdir $(patsubst %/,%,$(dir $(wildcard plugins/*/pyproject.toml))))
+
+conformance: $(STAMP)
+	@mkdir -p build/conformance
+	@for plugin in $(PLUGINS); do \
+		echo "conformance suite: $$plugin"; \
+		$(BIN)/pjrtkit conformance $$plugin --quiet --json build/conformance/$$plugin.json \
+			--markdown build/conformance/$$plugin.md || exit 1; \
+	done
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks
