@@ -90,8 +90,8 @@ def render(rows: list[tuple[str, float | None, float]], title: str) -> bytes:
     values = [v for _, v, _ in rows if v] + [t for _, _, t in rows] + [1.0]
     lo = 10 ** math.floor(math.log10(min(values) / 1.2))
     hi = 10 ** math.ceil(math.log10(max(values) * 1.6))
-    left, right, top, row_h, bottom = 250, 40, 70, 34, 70
-    width = 1000
+    left, right, top, row_h, bottom = 250, 110, 70, 34, 70  # right: room for "1234.56X"
+    width = 1060
     height = top + row_h * len(rows) + bottom
     c = Canvas(width, height)
     plot_w = width - left - right
