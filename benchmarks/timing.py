@@ -31,12 +31,15 @@ class Settings:
     sample_s: float       # target duration of one sample
     max_calls: int        # upper bound of calls per sample
     warmup: int = 2       # untimed calls after compilation, before calibration
-    pause_s: float = 0.0  # idle gap before each sample: lets the other backend's thread pools
-                          # (OpenBLAS, Eigen) stop spinning so they do not steal this sample's CPU
+    # Idle gap before each sample, so the other backend's thread pools have stopped spinning.
+    # Measured here: OpenBLAS workers (NumPy, behind pjrtkit) keep spinning for ~0.1 s after
+    # their last job; XLA's 1024^2 matmul took 5.0 ms alone, 7.5-9 ms 20-50 ms after a
+    # pjrtkit sample, 5.0 ms after a 0.1-0.2 s pause.
+    pause_s: float = 0.0
 
 
-QUICK = Settings(repeats=7, sample_s=0.05, max_calls=5000, pause_s=0.01)
-FULL = Settings(repeats=21, sample_s=0.2, max_calls=50000, pause_s=0.02)
+QUICK = Settings(repeats=7, sample_s=0.05, max_calls=5000, pause_s=0.15)
+FULL = Settings(repeats=21, sample_s=0.2, max_calls=50000, pause_s=0.15)
 SMOKE = Settings(repeats=1, sample_s=0.0, max_calls=1, warmup=0)
 
 
@@ -125,6 +128,8 @@ def interleaved_compile(lowerers: dict[str, Callable[[], Any]],
             jax.clear_caches()
             lowered = lowerers[name]()
             gc.collect()
+            if settings.pause_s:
+                time.sleep(settings.pause_s)
             gc_was_enabled = gc.isenabled()
             gc.disable()
             try:
