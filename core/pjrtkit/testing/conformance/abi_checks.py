@@ -16,7 +16,7 @@ from pjrtkit.errors import ErrorCode
 from pjrtkit.testing.conformance.abi_driver import (
     NULL, AbiDriver, abi_check, ptr_key, read_named_values, string,
 )
-from pjrtkit.testing.conformance.checks import Failed, Unsupported, expect, expect_equal
+from pjrtkit.testing.conformance.checks import Unsupported, expect, expect_equal
 
 INVALID = (ErrorCode.INVALID_ARGUMENT,)
 
@@ -577,4 +577,3 @@ def struct_size_zero(d: AbiDriver):
 # The other areas register their checks on import.
 from pjrtkit.testing.conformance import abi_checks_buffers, abi_checks_exec  # noqa: E402,F401
 
-__all__ = ["JAX_REQUIRED_FUNCTIONS", "Failed"]

@@ -202,7 +202,8 @@ def buffer_memory_layout(d: AbiDriver):
     args = d.call("PJRT_Buffer_GetMemoryLayout", buffer=d.put(np.zeros((2, 3), np.float32)))
     layout = args.layout
     if layout.type == 0:
-        order = [int(layout.tiled.minor_to_major[i]) for i in range(layout.tiled.minor_to_major_size)]
+        tiled = layout.tiled
+        order = [int(tiled.minor_to_major[i]) for i in range(tiled.minor_to_major_size)]
         expect_equal(order, [1, 0], "minor_to_major of a row-major f32[2, 3]")
     else:
         strides = [int(layout.strides.byte_strides[i])
