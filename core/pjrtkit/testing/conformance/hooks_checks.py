@@ -144,8 +144,9 @@ def _execute(backend, compiled: CompiledProgram, device: DeviceSpec, arrays, n_o
              kind: str | None = None) -> list[np.ndarray]:
     """Store ``arrays`` on ``device``, execute, check the output structure, read outputs back."""
     kind = kind or device.default_memory_kind
-    payloads = [backend.transfer_to_device(array=np.ascontiguousarray(a).copy(), device=device,
-                                           memory_kind=kind) for a in arrays]
+    # np.array keeps 0-d inputs 0-d (np.ascontiguousarray would make them 1-d).
+    payloads = [backend.transfer_to_device(array=np.array(a, order="C", copy=True),
+                                           device=device, memory_kind=kind) for a in arrays]
     outputs = backend.execute(executable=compiled.executable, arguments=[payloads],
                               devices=(device,))
     outputs = list(outputs)
