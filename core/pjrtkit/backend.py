@@ -118,3 +118,4 @@ class Backend:
 
 
 _OPTIONAL_ANSWERS = frozenset({"pjrtkit_make_topology"})
+

@@ -5,6 +5,7 @@ created pending and becomes ready (or failed) when its event completes.
 """
 from __future__ import annotations
 
+import math
 import threading
 
 import numpy as np
@@ -17,13 +18,13 @@ class Buffer:
     def __init__(self, client, dtype: np.dtype, shape: tuple[int, ...], device, memory,
                  payload=None, ready: Event | None = None):
         self.client = client
-        self.dtype = np.dtype(dtype)
-        self.shape = tuple(int(d) for d in shape)
+        self.dtype = dtype if isinstance(dtype, np.dtype) else np.dtype(dtype)
+        self.shape = shape if type(shape) is tuple else tuple(int(d) for d in shape)
         self.device = device
         self.memory = memory
         self.payload = payload
         self.ready = ready if ready is not None else Event.completed()
-        self.nbytes = int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+        self.nbytes = math.prod(self.shape) * self.dtype.itemsize
         self._deleted = False
         self._holds = 0  # executions queued that will read the payload
         self._external_refs = 0

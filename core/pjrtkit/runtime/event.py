@@ -8,22 +8,31 @@ from pjrtkit.errors import PjrtError
 
 
 class Event:
-    """A one-shot completion. ``wait`` blocks in ``threading.Event.wait`` (which releases the
-    GIL), and ``on_ready`` callbacks run exactly once, outside any lock of ours, on the thread
-    that completes the event (or the caller's, when already complete)."""
+    """A one-shot completion. ``wait`` blocks on a lock (which releases the GIL), and
+    ``on_ready`` callbacks run exactly once, outside any lock of ours, on the thread that
+    completes the event (or the caller's, when already complete).
 
-    __slots__ = ("_done", "_error", "_callbacks", "_lock")
+    Events are made for every execution and transfer, so the common cases stay cheap: an event
+    born complete takes no lock, and a waiter's lock exists only while someone waits.
+    """
+
+    __slots__ = ("_ready", "_error", "_callbacks", "_lock", "_waiters")
 
     def __init__(self):
-        self._done = threading.Event()
+        self._ready = False
         self._error: PjrtError | None = None
         self._callbacks: list[Callable] | None = []
         self._lock = threading.Lock()
+        self._waiters: list[threading.Lock] = []
 
     @classmethod
     def completed(cls, error: PjrtError | None = None) -> "Event":
-        event = cls()
-        event.set(error)
+        event = cls.__new__(cls)
+        event._ready = True
+        event._error = error
+        event._callbacks = None
+        event._lock = _COMPLETED_LOCK
+        event._waiters = []
         return event
 
     def set(self, error: PjrtError | None = None) -> None:
@@ -32,26 +41,42 @@ class Event:
                 return  # already complete: the first outcome wins
             self._error = error
             callbacks, self._callbacks = self._callbacks, None
-            self._done.set()
+            self._ready = True
+            waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            waiter.release()
         for callback in callbacks:
             callback(error)
 
     def on_ready(self, callback: Callable[[PjrtError | None], None]) -> None:
-        with self._lock:
-            if self._callbacks is not None:
-                self._callbacks.append(callback)
-                return
+        if not self._ready:
+            with self._lock:
+                if self._callbacks is not None:
+                    self._callbacks.append(callback)
+                    return
         callback(self._error)
 
     def is_ready(self) -> bool:
-        return self._done.is_set()
+        return self._ready
 
     def error(self) -> PjrtError | None:
         return self._error
 
     def wait(self) -> PjrtError | None:
-        self._done.wait()
+        if not self._ready:
+            waiter = threading.Lock()
+            waiter.acquire()
+            with self._lock:
+                if not self._ready:
+                    self._waiters.append(waiter)
+                else:
+                    waiter.release()
+            waiter.acquire()  # released by set(); a blocking acquire releases the GIL
         return self._error
+
+
+# Never taken: a completed event has no state left to protect.
+_COMPLETED_LOCK = threading.Lock()
 
 
 def when_all(events, callback: Callable[[PjrtError | None], None]) -> None:

@@ -123,3 +123,17 @@ class Program:
     @property
     def main(self) -> Function:
         return self.functions[self.entry]
+
+
+def walk_ops(program: Program):
+    """Every op of every function of ``program``, nested regions included."""
+
+    def walk_region(region: Region):
+        for block in region.blocks:
+            for op in block.ops:
+                yield op
+                for inner in op.regions:
+                    yield from walk_region(inner)
+
+    for function in program.functions.values():
+        yield from walk_region(function.body)

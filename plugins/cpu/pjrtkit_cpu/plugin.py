@@ -7,6 +7,7 @@ from pjrtkit import hookimpl
 from pjrtkit.errors import Unimplemented
 from pjrtkit.lowering.plan import build_plan
 from pjrtkit.stablehlo.cost import estimate_cost
+from pjrtkit.stablehlo.ir import walk_ops
 from pjrtkit.types import CompiledProgram, PlatformInfo
 
 from pjrtkit_cpu import __version__, blas
@@ -60,12 +61,34 @@ def pjrtkit_compile(program, options, devices):
             f"jit / shard_map) are not supported yet; run on one device or use jax.pmap-free "
             f"code")
     plan = build_plan(program, RULES)
-    return CompiledProgram(executable=plan, cost=estimate_cost(program))
+    uses_blas = any(op.name in _BLAS_OPS for op in walk_ops(program))
+    return CompiledProgram(executable=CpuExecutable(plan, uses_blas),
+                           cost=estimate_cost(program))
+
+
+_BLAS_OPS = frozenset({"stablehlo.dot_general", "stablehlo.dot", "stablehlo.convolution"})
+
+
+class CpuExecutable:
+    """A plan (call it like one) plus what execute needs to know, decided at compile time."""
+
+    __slots__ = ("plan", "uses_blas")
+
+    def __init__(self, plan, uses_blas: bool):
+        self.plan = plan
+        self.uses_blas = uses_blas
+
+    def __call__(self, *args):
+        return self.plan(*args)
 
 
 @hookimpl
 def pjrtkit_execute(executable, arguments, devices):
     # Kernels follow XLA's semantics for overflow, NaN and division by zero; NumPy's warnings
     # about them are noise, and one errstate per execution is cheaper than one per kernel.
-    with np.errstate(all="ignore"), blas.single_threaded():
-        return [executable(*args) for args in arguments]
+    run = getattr(executable, "plan", executable)
+    with np.errstate(all="ignore"):
+        if not getattr(executable, "uses_blas", True):
+            return [run(*args) for args in arguments]
+        with blas.single_threaded():
+            return [run(*args) for args in arguments]

@@ -126,9 +126,6 @@ FLOAT_BINARY = {
 # Exact in any precision: run on the input type directly, no f32 round trip.
 FLOAT_EXACT = frozenset({"abs", "negate", "sign", "floor", "ceil", "round_nearest_even",
                          "round_nearest_afz", "maximum", "minimum"})
-# Never raise a floating-point flag on f16/f32/f64 (so need no np.errstate around them).
-FLOAT_SILENT = frozenset({"abs", "negate", "sign", "floor", "ceil", "round_nearest_even",
-                          "maximum", "minimum"})
 
 
 # -- integers -----------------------------------------------------------------------------------

@@ -181,8 +181,7 @@ def scatter_rule(op, ctx):
             if is_set:
                 result[idx] = ups[0]
             else:
-                with np.errstate(all="ignore"):
-                    ufunc.at(result, idx, ups[0].astype(cdt, copy=False))
+                ufunc.at(result, idx, ups[0].astype(cdt, copy=False))
             return (result.reshape(out_t.shape).astype(out_t.dtype, copy=False),)
         results = [np.array(o).reshape(-1) for o in operands]
         for k, t in enumerate(idx.tolist()):

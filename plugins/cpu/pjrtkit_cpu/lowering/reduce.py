@@ -124,8 +124,7 @@ def reduce_rule(op, ctx):
             if cdt != dtype:
                 x = x.astype(cdt)
             init = init.astype(cdt).item()
-            with np.errstate(all="ignore"):
-                r = ufunc.reduce(x, axis=dims, dtype=cdt, initial=init)
+            r = ufunc.reduce(x, axis=dims, dtype=cdt, initial=init)
             return (_as_result(r, out_t),)
 
         return reduce_ufunc_kernel
@@ -280,8 +279,7 @@ def reduce_window_rule(op, ctx):
 
             def scan_kernel(x, init):
                 init_c = init.astype(cdt)
-                with np.errstate(all="ignore"):
-                    r = ufunc(init_c, _scan(ufunc, x.astype(cdt, copy=False), axis, reverse, cdt))
+                r = ufunc(init_c, _scan(ufunc, x.astype(cdt, copy=False), axis, reverse, cdt))
                 return (_as_result(r, out_t),)
 
             return scan_kernel
@@ -317,9 +315,8 @@ def _window_ufunc_kernel(ufunc, cdt, fill, out_t, pad, slices, out_shape):
         init_c = init.astype(cdt)
         x = pad(x.astype(cdt, copy=False), init_c if fill is None else fill)
         acc = np.full(out_shape, init_c, dtype=cdt)
-        with np.errstate(all="ignore"):
-            for sl in slices:
-                ufunc(acc, x[sl], out=acc)
+        for sl in slices:
+            ufunc(acc, x[sl], out=acc)
         return (_as_result(acc, out_t),)
 
     return reduce_window_ufunc_kernel
