@@ -64,8 +64,11 @@ def host_array(ptr: Any, shape: Sequence[int], dtype: np.dtype,
     if len(byte_strides) != len(shape):
         raise InvalidArgument(
             f"{what}: {len(byte_strides)} byte strides for a rank-{len(shape)} array")
-    if any(s < 0 for s in byte_strides):
-        raise Unimplemented(f"{what}: negative byte strides {list(byte_strides)}")
-    span = sum((d - 1) * s for d, s in zip(shape, byte_strides)) + dtype.itemsize
-    view = np.ndarray(shape, dtype, buffer=ffi.buffer(ptr, span), strides=tuple(byte_strides))
+    # A negative stride walks backwards from ``ptr`` (a reversed NumPy view): the memory the
+    # array touches starts at the most negative offset and ends at the most positive one.
+    low = sum((d - 1) * s for d, s in zip(shape, byte_strides) if s < 0)
+    high = sum((d - 1) * s for d, s in zip(shape, byte_strides) if s > 0) + dtype.itemsize
+    base = ffi.cast("char*", ptr) + low
+    view = np.ndarray(shape, dtype, buffer=ffi.buffer(base, high - low), offset=-low,
+                      strides=tuple(byte_strides))
     return np.array(view, copy=True, order="C")
