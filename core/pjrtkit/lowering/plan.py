@@ -26,11 +26,14 @@ _CHECK_KERNELS = os.environ.get("PJRTKIT_CHECK_KERNELS", "") not in ("", "0")
 class Plan:
     """A lowered block: call it with the block's argument arrays, get the terminator's operands.
 
-    Built once at compile time; ``__call__`` is the whole execute-time interpreter.
+    Built once at compile time. The steps are turned into one straight-line Python function
+    (``_generate``): each value is a local variable, each kernel a global, and every value is
+    released right after its last use, so execution pays one call per kernel and nothing else,
+    and large temporaries are freed (and their memory reused) as early as possible.
     """
 
     __slots__ = ("num_slots", "arg_slots", "steps", "result_slots", "constants", "name",
-                 "_template")
+                 "_template", "_run", "source")
 
     def __init__(self, name: str, num_slots: int, arg_slots: tuple[int, ...],
                  steps: list[tuple[Kernel, tuple[int, ...], tuple[int, ...], Op]],
@@ -44,16 +47,10 @@ class Plan:
         self._template = [None] * num_slots
         for slot, value in constants.items():
             self._template[slot] = value
+        self._run, self.source = _generate(name, arg_slots, steps, result_slots, constants)
 
     def __call__(self, *args):
-        env = self._template.copy()
-        for slot, value in zip(self.arg_slots, args):
-            env[slot] = value
-        for kernel, ins, outs, _op in self.steps:
-            results = kernel(*[env[i] for i in ins])
-            for slot, value in zip(outs, results):
-                env[slot] = value
-        return tuple(env[i] for i in self.result_slots)
+        return self._run(*args)
 
     def __len__(self) -> int:
         return len(self.steps)
@@ -210,6 +207,44 @@ def _fold(kernel: Kernel, inputs: list) -> tuple | None:
         if r.flags.writeable:
             r.flags.writeable = False
     return results
+
+
+def _generate(name, arg_slots, steps, result_slots, constants):
+    """Straight-line Python for a plan: ``(function, source)``."""
+    names: dict[int, str] = {slot: f"c{slot}" for slot in constants}
+    namespace: dict[str, object] = {f"c{slot}": value for slot, value in constants.items()}
+    for slot in arg_slots:
+        names[slot] = f"v{slot}"
+    last_read: dict[int, int] = {}
+    for index, (_kernel, ins, _outs, _op) in enumerate(steps):
+        for slot in ins:
+            last_read[slot] = index
+    keep = set(result_slots) | set(constants)
+    lines = [f"def run({', '.join(names[s] for s in arg_slots)}):"]
+    for slot in arg_slots:  # arguments nobody reads
+        if slot not in last_read and slot not in keep:
+            lines.append(f"    del v{slot}")
+    for index, (kernel, ins, outs, _op) in enumerate(steps):
+        namespace[f"k{index}"] = kernel
+        try:
+            call = f"k{index}({', '.join(names[s] for s in ins)})"
+        except KeyError as exc:
+            raise Internal(f"plan {name}: step {index} reads slot {exc} before it is defined")
+        for slot in outs:
+            names[slot] = f"v{slot}"
+        targets = ", ".join(names[s] for s in outs)
+        lines.append(f"    {targets}{',' if len(outs) == 1 else ''} = {call}" if outs
+                     else f"    {call}")
+        dead = [s for s in dict.fromkeys((*ins, *outs))
+                if s not in keep and last_read.get(s, -1) <= index]
+        if dead:
+            lines.append(f"    del {', '.join(names[s] for s in dead)}")
+    results = ", ".join(names[s] for s in result_slots)
+    lines.append(f"    return ({results}{',' if len(result_slots) == 1 else ''})")
+    source = "\n".join(lines) + "\n"
+    code = compile(source, f"<pjrtkit plan {name}>", "exec")
+    exec(code, namespace)  # noqa: S102 - our own generated code, no user input in it
+    return namespace["run"], source
 
 
 def _collect_free(regions, defined: set[int], found: dict[int, Value]) -> None:

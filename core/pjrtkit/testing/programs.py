@@ -24,7 +24,8 @@ def portable_artifact(fn: Callable, *args, static_argnums=()) -> bytes:
     from jax._src.lib import _jax
     from jaxlib.mlir.dialects import stablehlo
 
-    lowered = jax.jit(fn, static_argnums=static_argnums).lower(*args)
+    # keep_unused: the plan is called with every argument, as run_with_registry passes them.
+    lowered = jax.jit(fn, static_argnums=static_argnums, keep_unused=True).lower(*args)
     return _jax.mlir.serialize_portable_artifact(lowered.as_text(), stablehlo.get_current_version(),
                                                  False)
 
