@@ -11,6 +11,7 @@ from pjrtkit.stablehlo.ir import walk_ops
 from pjrtkit.types import CompiledProgram, PlatformInfo
 
 from pjrtkit_cpu import __version__, blas
+from pjrtkit_cpu.fusion import maybe_fuse
 from pjrtkit_cpu.topology import DEVICE_KIND, cpu_topology, device_count, parse_topology_name
 
 PLATFORM = "pjrtkit_cpu"
@@ -60,7 +61,7 @@ def pjrtkit_compile(program, options, devices):
             f"{PLATFORM}: programs partitioned over {options.num_partitions} devices (sharded "
             f"jit / shard_map) are not supported yet; run on one device or use jax.pmap-free "
             f"code")
-    plan = build_plan(program, RULES)
+    plan = build_plan(maybe_fuse(program), RULES)
     uses_blas = any(op.name in _BLAS_OPS for op in walk_ops(program))
     return CompiledProgram(executable=CpuExecutable(plan, uses_blas),
                            cost=estimate_cost(program))

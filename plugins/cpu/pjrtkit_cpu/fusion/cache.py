@@ -1,0 +1,111 @@
+"""Compile generated Numba kernels off the critical path, cached on disk across processes.
+
+Each kernel's source is written once to ``$PJRTKIT_CACHE_DIR/fused/`` (default
+``~/.cache/pjrtkit``) under a name derived from its hash and imported from there, so Numba's
+``cache=True`` finds its compiled code in that directory's ``__pycache__`` in every later
+process. Compilation (importing Numba itself, typing, LLVM) runs on one background thread; the
+caller gets a Future and keeps running the unfused kernels until it resolves. Identical sources
+share one Future within a process. Numba itself is imported on the caller's thread (see
+``_prepare_background_compiles``).
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import hashlib
+import importlib.util
+import logging
+import os
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+_FORMAT_VERSION = "1"  # bump when the generated code's conventions change
+_lock = threading.Lock()
+_executor: concurrent.futures.ThreadPoolExecutor | None = None
+_futures: dict[str, concurrent.futures.Future] = {}
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("PJRTKIT_CACHE_DIR") or os.path.join(
+        os.path.expanduser("~"), ".cache", "pjrtkit")
+    return Path(root) / "fused"
+
+
+def compile_async(source: str, signature: list[tuple[np.dtype, int, bool]]
+                  ) -> concurrent.futures.Future:
+    """A Future of the Numba dispatcher for ``kernel`` in ``source``, compiled for
+    ``signature``: one (dtype, ndim, readonly) per argument, all C-contiguous arrays. The
+    dispatcher never compiles again afterwards (a call with other types raises TypeError)."""
+    global _executor
+    key = hashlib.sha256(
+        f"{_FORMAT_VERSION}\n{source}\n{signature}".encode()).hexdigest()[:24]
+    with _lock:
+        future = _futures.get(key)
+        if future is None:
+            if _executor is None:
+                _prepare_background_compiles()
+                _executor = concurrent.futures.ThreadPoolExecutor(
+                    1, thread_name_prefix="pjrtkit-cpu-numba")
+            future = _executor.submit(_compile, key, source, signature)
+            _futures[key] = future
+    return future
+
+
+def _prepare_background_compiles() -> None:
+    """Load every shared library before the compile thread starts (once per process, ~0.15 s).
+
+    Loading a library (dlopen) on the compile thread while another thread walks the loaded
+    libraries with a Python callback (threadpoolctl's dl_iterate_phdr, which the BLAS thread
+    switching runs once) deadlocks: each holds the lock the other needs (the loader lock, the
+    GIL). So Numba and llvmlite are imported here, on the compiling caller's thread, and the
+    BLAS libraries are looked up before any background work exists.
+    """
+    import numba  # noqa: F401  (its extension modules and libllvmlite)
+
+    from pjrtkit_cpu import blas
+    blas._blas()  # noqa: SLF001  (the one-time library scan, done now rather than concurrently)
+
+
+def wait_all(timeout: float | None = None) -> None:
+    """Block until every kernel submitted so far is compiled (tests, benchmarks' warm-up)."""
+    with _lock:
+        pending = list(_futures.values())
+    concurrent.futures.wait(pending, timeout=timeout)
+
+
+def _compile(key: str, source: str, signature):
+    try:
+        from numba import from_dtype, types
+
+        module = _import_source(key, source)
+        argtypes = [types.Array(from_dtype(dtype), ndim, "C", readonly=readonly)
+                    for dtype, ndim, readonly in signature]
+        dispatcher = module.kernel
+        dispatcher.compile(types.void(*argtypes))
+        dispatcher.disable_compile()
+        return dispatcher
+    except Exception:
+        log.warning("pjrtkit_cpu: compiling a fused kernel failed; the unfused kernels keep "
+                    "running (source in %s)", cache_dir() / f"k_{key}.py", exc_info=True)
+        raise
+
+
+def _import_source(key: str, source: str):
+    directory = cache_dir()
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"k_{key}.py"
+    # Never rewrite an existing file: Numba's cache is keyed by the file's timestamp.
+    if not path.exists() or path.read_text() != source:
+        tmp = directory / f".k_{key}.{os.getpid()}.{threading.get_ident()}.tmp"
+        tmp.write_text(source)
+        os.replace(tmp, path)
+    name = f"pjrtkit_cpu_fused_{key}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module

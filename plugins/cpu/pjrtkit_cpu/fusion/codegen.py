@@ -1,0 +1,314 @@
+"""Numba source for one fused elementwise group: one loop, every op as scalar code.
+
+Each op is emitted as statements assigning one local per result, with the semantics XLA's CPU
+backend defines and ``lowering/elementwise_tables.py`` implements for whole arrays: integer
+results are cast back to their declared dtype after every op (Numba promotes small integers to
+64 bits, so the cast is what makes arithmetic wrap in the declared width), shift amounts are read
+as unsigned and amounts >= the width give 0 (or the sign fill), float->int conversion saturates
+with NaN -> 0, maximum/minimum propagate NaN and order -0.0 below +0.0. float16/bfloat16 are not
+fused at all (XLA rounds through f32 once per op; the unfused kernels already do that).
+
+``supports(op)`` says whether an op can be emitted; ``generate(...)`` returns the module source.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from pjrtkit.stablehlo.ir import Op, TensorType
+
+PREFIX = "stablehlo."
+BROADCAST = "stablehlo.broadcast_in_dim"
+
+FLOAT_DTYPES = frozenset(np.dtype(d) for d in (np.float32, np.float64))
+INT_DTYPES = frozenset(np.dtype(d) for d in (np.int8, np.int16, np.int32, np.int64,
+                                             np.uint8, np.uint16, np.uint32, np.uint64))
+BOOL = np.dtype(np.bool_)
+DTYPES = FLOAT_DTYPES | INT_DTYPES | {BOOL}
+
+
+def _nb(dtype: np.dtype) -> str:
+    """The NumPy scalar constructor that casts (and, for integers, wraps) to ``dtype``."""
+    return "bool" if dtype == BOOL else f"np.{dtype.name}"
+
+
+def _unsigned(dtype: np.dtype) -> np.dtype:
+    return np.dtype(f"u{dtype.itemsize}")
+
+
+def _signed(dtype: np.dtype) -> np.dtype:
+    return np.dtype(f"i{dtype.itemsize}")
+
+
+# -- per-op emitters: (result name, operand names, operand dtype, op) -> lines -------------------
+# Float ops whose NumPy scalar function matches the array kernel in elementwise_tables. Only
+# ops that are one or a few instructions: Numba calls libm per element for transcendentals
+# (exp, log, tanh, sin, ...), measured 5-60x slower than NumPy's SIMD loops, so those ops stay
+# unfused and split groups.
+_FLOAT_UNARY_CALLS = {
+    "floor": "np.floor", "ceil": "np.ceil", "round_nearest_even": "np.rint",
+    "sqrt": "np.sqrt",
+}
+_FLOAT_BINARY_OPERATORS = {"add": "+", "subtract": "-", "multiply": "*", "divide": "/"}
+_INT_BINARY_OPERATORS = {"add": "+", "subtract": "-", "multiply": "*",
+                         "and": "&", "or": "|", "xor": "^"}
+_BOOL_BINARY = {"add": "or", "multiply": "and", "maximum": "or", "minimum": "and",
+                "and": "and", "or": "or", "xor": "!="}
+_COMPARISONS = {"EQ": "==", "NE": "!=", "LT": "<", "LE": "<=", "GT": ">", "GE": ">="}
+
+
+def _float_op(name: str, r: str, a: list[str], t: str) -> list[str] | None:
+    if name in _FLOAT_UNARY_CALLS:
+        return [f"{r} = {t}({_FLOAT_UNARY_CALLS[name]}({a[0]}))"]
+    if name in _FLOAT_BINARY_OPERATORS:
+        return [f"{r} = {t}({a[0]} {_FLOAT_BINARY_OPERATORS[name]} {a[1]})"]
+    x = a[0]
+    if name == "abs":
+        return [f"{r} = {t}(abs({x}))"]
+    if name == "negate":
+        return [f"{r} = -{x}"]
+    if name == "sign":  # keeps -0.0 and NaN, like XLA
+        return [f"{r} = {x} if ({x} == 0 or {x} != {x}) else ({t}(1) if {x} > 0 else {t}(-1))"]
+    if name == "round_nearest_afz":
+        return [f"{r} = np.trunc({x})",
+                f"if abs({x} - {r}) >= 0.5:",
+                f"    {r} = {t}({r} + math.copysign(1.0, {x}))"]
+    if name == "rsqrt":
+        return [f"{r} = {t}({t}(1) / {t}(np.sqrt({x})))"]
+    if name in ("maximum", "minimum"):
+        y = a[1]
+        bigger, smaller = (x, y) if name == "maximum" else (y, x)
+        # Equal values: only zeros can differ (in sign); maximum prefers +0, minimum -0.
+        tie = (f"{y} if math.copysign(1.0, {x}) < 0 else {x}" if name == "maximum"
+               else f"{x} if math.copysign(1.0, {x}) < 0 else {y}")
+        return [f"if {x} != {x}:", f"    {r} = {x}",
+                f"elif {y} != {y}:", f"    {r} = {y}",
+                f"elif {x} > {y}:", f"    {r} = {bigger}",
+                f"elif {y} > {x}:", f"    {r} = {smaller}",
+                "else:", f"    {r} = {tie}"]
+    return None
+
+
+def _int_op(name: str, r: str, a: list[str], dtype: np.dtype) -> list[str] | None:
+    t = _nb(dtype)
+    u = _nb(_unsigned(dtype))
+    s = _nb(_signed(dtype))
+    width = 8 * dtype.itemsize
+    signed = dtype.kind == "i"
+    x = a[0]
+    # Numba marks signed arithmetic no-signed-wrap (LLVM may then assume it never overflows),
+    # so wrapping arithmetic runs on the unsigned type of the same width and is cast back.
+    if name in ("add", "subtract", "multiply"):
+        return [f"{r} = {t}({u}({u}({x}) {_INT_BINARY_OPERATORS[name]} {u}({a[1]})))"]
+    if name in _INT_BINARY_OPERATORS:
+        return [f"{r} = {t}({x} {_INT_BINARY_OPERATORS[name]} {a[1]})"]
+    negated = f"{t}({u}({u}(0) - {u}({x})))"
+    if name == "negate":
+        return [f"{r} = {negated}"]
+    if name == "abs":  # INT_MIN stays INT_MIN
+        return [f"{r} = {negated} if {x} < 0 else {x}" if signed else f"{r} = {x}"]
+    if name == "not":
+        return [f"{r} = {t}(~{x})"]
+    if name == "sign":
+        if signed:
+            return [f"{r} = {t}(1) if {x} > 0 else ({t}(-1) if {x} < 0 else {t}(0))"]
+        return [f"{r} = {t}(1) if {x} > 0 else {t}(0)"]
+    if name in ("maximum", "minimum"):
+        cmp = ">" if name == "maximum" else "<"
+        return [f"{r} = {x} if {x} {cmp} {a[1]} else {a[1]}"]
+    if len(a) != 2:
+        return None
+    y = a[1]
+    all_ones = f"{t}({u}({(1 << width) - 1}))"
+    if name == "divide":  # truncating; x/0 = -1 (all ones); INT_MIN/-1 wraps
+        if not signed:
+            return [f"{r} = {all_ones} if {y} == 0 else {t}({x} // {y})"]
+        return [f"if {y} == 0:", f"    {r} = {t}(-1)",
+                f"elif {y} == -1:", f"    {r} = {negated}",
+                "else:", f"    {r}_q = {x} // {y}",
+                f"    if {x} % {y} != 0 and (({x} < 0) != ({y} < 0)):",
+                f"        {r}_q += 1",
+                f"    {r} = {t}({r}_q)"]
+    if name == "remainder":  # sign of the dividend; x%0 = x; INT_MIN%-1 = 0
+        if not signed:
+            return [f"{r} = {x} if {y} == 0 else {t}({x} % {y})"]
+        return [f"if {y} == 0:", f"    {r} = {x}",
+                f"elif {y} == -1:", f"    {r} = {t}(0)",
+                "else:", f"    {r}_m = {x} % {y}",
+                f"    if {r}_m != 0 and (({r}_m < 0) != ({x} < 0)):",
+                f"        {r}_m -= {y}",
+                f"    {r} = {t}({r}_m)"]
+    if name in ("shift_left", "shift_right_logical"):
+        op = "<<" if name == "shift_left" else ">>"
+        return [f"{r}_n = {u}({y})",
+                f"{r} = {t}(0) if {r}_n >= {width} else {t}({u}({u}({x}) {op} {r}_n))"]
+    if name == "shift_right_arithmetic":  # amounts >= width fill with the sign bit
+        return [f"{r}_n = {u}({y})",
+                f"if {r}_n > {width - 1}:", f"    {r}_n = {u}({width - 1})",
+                f"{r} = {t}({s}({s}({x}) >> np.int64({r}_n)))"]
+    return None
+
+
+def _convert(r: str, x: str, source: np.dtype, target: np.dtype) -> list[str] | None:
+    t = _nb(target)
+    if target == BOOL:
+        return [f"{r} = {x} != 0"]  # NaN -> True, like XLA
+    if source == BOOL:
+        return [f"{r} = {t}(1) if {x} else {t}(0)"]
+    if source in FLOAT_DTYPES and target in INT_DTYPES:
+        info = np.iinfo(target)
+        width = 8 * target.itemsize
+        low = -(2.0 ** (width - 1)) if target.kind == "i" else 0.0
+        high = 2.0 ** (width - (1 if target.kind == "i" else 0))
+        return [f"if {x} != {x}:", f"    {r} = {t}(0)",
+                f"elif {x} <= {low!r}:", f"    {r} = {t}({info.min})",
+                f"elif {x} >= {high!r}:", f"    {r} = {t}({info.max})",
+                "else:", f"    {r} = {t}({x})"]
+    return [f"{r} = {t}({x})"]  # int->int wraps, int->float and float->float round once
+
+
+def emit(op: Op, names: list[str], result: str) -> list[str] | None:
+    """Statements computing ``op``'s result into ``result`` from operand locals ``names``;
+    None when the op (or its dtypes/attributes) cannot be fused."""
+    if len(op.results) != 1:
+        return None
+    out_type = op.results[0].type
+    if not isinstance(out_type, TensorType) or out_type.dtype not in DTYPES:
+        return None
+    for v in op.operands:
+        if not isinstance(v.type, TensorType) or v.type.dtype not in DTYPES:
+            return None
+    if not op.name.startswith(PREFIX):
+        return None
+    name = op.name[len(PREFIX):]
+    dtype = op.operands[0].type.dtype if op.operands else out_type.dtype
+    if name == "convert":
+        return _convert(result, names[0], dtype, out_type.dtype)
+    if name == "select":
+        return [f"{result} = {names[1]} if {names[0]} else {names[2]}"]
+    if name == "compare":
+        direction = op.attributes.get("comparison_direction")
+        compare_type = op.attributes.get("compare_type", "NOTYPE")
+        if direction not in _COMPARISONS or compare_type not in (
+                "NOTYPE", "FLOAT", "SIGNED", "UNSIGNED"):
+            return None
+        a, b = names
+        if compare_type in ("SIGNED", "UNSIGNED") and dtype in INT_DTYPES:
+            view = _nb(_signed(dtype) if compare_type == "SIGNED" else _unsigned(dtype))
+            a, b = f"{view}({a})", f"{view}({b})"
+        elif compare_type in ("SIGNED", "UNSIGNED") and dtype != BOOL:
+            return None
+        elif compare_type == "FLOAT" and dtype not in FLOAT_DTYPES:
+            return None
+        return [f"{result} = {a} {_COMPARISONS[direction]} {b}"]
+    if name == "is_finite":
+        return [f"{result} = ({names[0]} - {names[0]}) == 0"] if dtype in FLOAT_DTYPES else None
+    if name == "clamp":
+        low, x, high = names
+        dtype = op.operands[1].type.dtype
+        if dtype == BOOL:
+            return None
+        fake_max = dataclasses.replace(op, name=PREFIX + "maximum")
+        fake_min = dataclasses.replace(op, name=PREFIX + "minimum")
+        first = emit(fake_max, [x, low], f"{result}_c")
+        second = emit(fake_min, [f"{result}_c", high], result)
+        return None if first is None or second is None else first + second
+    if len(op.operands) not in (1, 2) or any(v.type.dtype != dtype for v in op.operands):
+        return None
+    if dtype in FLOAT_DTYPES:
+        return _float_op(name, result, names, _nb(dtype))
+    if dtype in INT_DTYPES:
+        return _int_op(name, result, names, dtype)
+    if name == "not":
+        return [f"{result} = not {names[0]}"]
+    if name in _BOOL_BINARY:
+        return [f"{result} = {names[0]} {_BOOL_BINARY[name]} {names[1]}"]
+    return None
+
+
+def supports(op: Op) -> bool:
+    names = [f"a{i}" for i in range(len(op.operands))]
+    return emit(op, names, "r") is not None
+
+
+# -- the kernel ----------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class InputKind:
+    """How the kernel reads one input: ``full`` (flat, the group's shape), ``scalar`` (one
+    element, read once) or ``broadcast`` (rank of the group, size-1 dims where it repeats)."""
+
+    kind: str
+    aligned: tuple[int, ...] = ()
+
+
+def _strides(shape: tuple[int, ...]) -> list[int]:
+    out, step = [], 1
+    for size in reversed(shape):
+        out.append(step)
+        step *= size
+    return out[::-1]
+
+
+def generate(shape: tuple[int, ...], inputs: list[InputKind], body: list[str],
+             results: list[str], input_locals: list[str]) -> str:
+    """The module source defining ``kernel(in0, ..., out0, ...)``; every argument is a flat
+    C-contiguous array (a broadcast input holds its ``aligned`` shape flattened).
+
+    ``body`` are the statements of all ops (in order), reading ``input_locals[i]`` for input i
+    and leaving each output's value in ``results[j]``. Without broadcast inputs the kernel is
+    one flat loop; with them, a loop nest whose innermost loop reads every operand at a unit or
+    zero stride (row-invariant broadcast values are loaded once per row), so LLVM can vectorize.
+    """
+    args = [f"in{i}" for i in range(len(inputs))] + [f"out{j}" for j in range(len(results))]
+    lines = ["import math", "import numpy as np", "from numba import njit", "", "",
+             '@njit(cache=True, error_model="numpy", nogil=True, boundscheck=False)',
+             f"def kernel({', '.join(args)}):"]
+    ind = "    "
+    for i, kind in enumerate(inputs):
+        if kind.kind == "scalar":
+            lines.append(f"{ind}{input_locals[i]} = in{i}[0]")
+    broadcasts = [i for i, k in enumerate(inputs) if k.kind == "broadcast"]
+    if not broadcasts or len(shape) == 1:
+        # (rank 1 with a broadcast input: the input is one element; read it as a scalar)
+        for i in broadcasts:
+            lines.append(f"{ind}{input_locals[i]} = in{i}[0]")
+        lines.append(f"{ind}for k in range({int(np.prod(shape))}):")
+        pad = ind * 2
+        loads = [f"{pad}{input_locals[i]} = in{i}[k]" for i, k in enumerate(inputs)
+                 if k.kind == "full"]
+        lines.extend(loads)
+        lines.extend(pad + line for line in body)
+        lines.extend(f"{pad}out{j}[k] = {name}" for j, name in enumerate(results))
+        return "\n".join(lines) + "\n"
+    full = _strides(shape)
+    strides = {i: [0 if a == 1 and n != 1 else st
+                   for a, n, st in zip(inputs[i].aligned, shape, _strides(inputs[i].aligned))]
+               for i in broadcasts}
+    last = len(shape) - 1
+    lines.append(f"{ind}o_0 = 0")
+    lines.extend(f"{ind}p{i}_0 = 0" for i in broadcasts)
+    for d in range(last):
+        pad = ind * (d + 1)
+        lines.append(f"{pad}for i{d} in range({shape[d]}):")
+        inner = pad + ind
+        lines.append(f"{inner}o_{d + 1} = o_{d} + i{d} * {full[d]}")
+        for i in broadcasts:
+            step = strides[i][d]
+            lines.append(f"{inner}p{i}_{d + 1} = p{i}_{d}" + (f" + i{d} * {step}" if step else ""))
+    pad = ind * (last + 1)
+    for i in broadcasts:  # constant along the innermost dimension: once per row
+        if strides[i][last] == 0:
+            lines.append(f"{pad}{input_locals[i]} = in{i}[p{i}_{last}]")
+    lines.append(f"{pad}for i{last} in range({shape[last]}):")
+    pad += ind
+    lines.append(f"{pad}k = o_{last} + i{last}")
+    for i, kind in enumerate(inputs):
+        if kind.kind == "full":
+            lines.append(f"{pad}{input_locals[i]} = in{i}[k]")
+        elif kind.kind == "broadcast" and strides[i][last]:
+            lines.append(f"{pad}{input_locals[i]} = in{i}[p{i}_{last} + i{last}]")
+    lines.extend(pad + line for line in body)
+    lines.extend(f"{pad}out{j}[k] = {name}" for j, name in enumerate(results))
+    return "\n".join(lines) + "\n"

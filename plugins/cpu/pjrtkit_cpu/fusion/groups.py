@@ -1,0 +1,168 @@
+"""Find fusable groups of elementwise ops in one block.
+
+A group is a connected set of ops that ``codegen`` can emit, all with one result shape (the
+group's shape), whose operands are values of that shape, rank-0 values, or results of
+``broadcast_in_dim`` ops absorbed into the group (their operands are read with stride 0 where
+they repeat). Ops join greedily in block order; an op does not join (or merge) groups when that
+would make the group depend on itself through an op outside it, so every group can run as one
+step. Effectful ops are chained so that fusion never reorders them.
+
+The group's inputs are values defined outside it; its outputs are member results used outside
+it (by other ops, nested regions or the terminator).
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from pjrtkit.stablehlo.ir import Block, Op, TensorType, Value
+
+from pjrtkit_cpu.fusion import codegen
+
+# A fused loop pays ~10 us of dispatch and a compile; below this many elements NumPy's
+# per-op passes are cheap enough (measured: layernorm rows of 16k f32 elements break even).
+MIN_ELEMENTS = 1 << 14
+MIN_OPS = 2
+
+# Ops whose order is observable; they are kept in order relative to each other.
+_EFFECTFUL = frozenset({
+    "stablehlo.custom_call", "stablehlo.infeed", "stablehlo.outfeed", "stablehlo.send",
+    "stablehlo.recv", "stablehlo.after_all", "stablehlo.create_token", "stablehlo.rng",
+    "stablehlo.rng_bit_generator", "stablehlo.optimization_barrier", "stablehlo.while",
+    "stablehlo.if", "stablehlo.case", "func.call", "stablehlo.composite",
+})
+
+
+@dataclasses.dataclass(eq=False)
+class Group:
+    members: list[Op]  # in block order
+    shape: tuple[int, ...]
+
+    @property
+    def compute_ops(self) -> int:
+        return sum(op.name != codegen.BROADCAST for op in self.members)
+
+
+def _shape_of(value: Value):
+    return value.type.shape if isinstance(value.type, TensorType) else None
+
+
+def _member_shape(op: Op) -> tuple[int, ...] | None:
+    """The group shape ``op`` could belong to, or None when it cannot be fused."""
+    if len(op.results) != 1 or op.regions:
+        return None
+    shape = _shape_of(op.results[0])
+    if not shape or op.results[0].type.dtype not in codegen.DTYPES:
+        return None
+    if op.name == codegen.BROADCAST:
+        operand = op.operands[0].type
+        dims = tuple(op.attributes.get("broadcast_dimensions", ()))
+        if (operand.dtype not in codegen.DTYPES or operand.shape == shape
+                or len(dims) != operand.rank
+                or list(dims) != sorted(set(dims))
+                or any(operand.shape[i] not in (1, shape[d]) for i, d in enumerate(dims))):
+            return None
+        return shape
+    for v in op.operands:
+        s = _shape_of(v)
+        if s is None or (s != shape and s != ()):
+            return None
+    return shape if codegen.supports(op) else None
+
+
+def _free_uses(op: Op, out: set[int]) -> None:
+    """Ids of values used by ``op``'s regions (at any depth)."""
+    for region in op.regions:
+        for block in region.blocks:
+            for inner in block.ops:
+                out.update(v.id for v in inner.operands)
+                _free_uses(inner, out)
+
+
+def find_groups(block: Block) -> list[Group]:
+    parent: dict[int, int] = {}  # union-find over group ids
+
+    def find(g: int) -> int:
+        while parent[g] != g:
+            parent[g] = parent[parent[g]]
+            g = parent[g]
+        return g
+
+    group_of_value: dict[int, int] = {}   # value id -> raw group id of its defining member
+    indirect: dict[int, frozenset] = {}   # value id -> raw group ids reached via a non-member
+    external: dict[int, set] = {}         # group id -> groups its members reach indirectly
+    members: dict[int, list[Op]] = {}
+    shapes: dict[int, tuple[int, ...]] = {}
+    effect_chain: frozenset = frozenset()
+
+    def everything(v: Value) -> set:
+        found = set(indirect.get(v.id, ()))
+        if v.id in group_of_value:
+            found.add(group_of_value[v.id])
+        return found
+
+    for op in block.ops:
+        shape = _member_shape(op)
+        operand_groups = set()
+        reach = set()
+        for v in op.operands:
+            reach |= indirect.get(v.id, frozenset())
+            if v.id in group_of_value:
+                g = find(group_of_value[v.id])
+                if shapes[g] == shape:
+                    operand_groups.add(g)
+                else:  # a member of another group feeding this op is an outside path
+                    reach.add(g)
+        joined = None
+        if shape is not None:
+            reach_now = {find(g) for g in reach}
+            for g in operand_groups:
+                reach_now |= {find(x) for x in external[g]}
+            if reach_now & operand_groups:
+                # Merging would close a cycle through an outside op: start a new group that
+                # reads those groups' outputs instead.
+                reach |= operand_groups
+                reach_now = {find(g) for g in reach}
+                operand_groups = set()
+            gid = len(parent)
+            parent[gid] = gid
+            members[gid] = [op]
+            shapes[gid] = shape
+            external[gid] = set(reach_now)
+            for g in operand_groups:
+                parent[g] = gid
+                members[gid].extend(members.pop(g))
+                external.pop(g)
+            joined = gid
+        if joined is not None:
+            for r in op.results:
+                group_of_value[r.id] = joined
+                indirect[r.id] = frozenset(reach)
+        else:
+            full = set()
+            for v in op.operands:
+                full |= everything(v)
+            used: set[int] = set()
+            _free_uses(op, used)
+            for vid in used:
+                full |= set(indirect.get(vid, ()))
+                if vid in group_of_value:
+                    full.add(group_of_value[vid])
+            if op.name in _EFFECTFUL:
+                full |= effect_chain
+                effect_chain = frozenset(full)
+            for r in op.results:
+                indirect[r.id] = frozenset(full)
+    order = {id(op): i for i, op in enumerate(block.ops)}
+    groups = []
+    for gid, ops in members.items():
+        group = Group(sorted(ops, key=lambda o: order[id(o)]), shapes[gid])
+        if group.compute_ops >= MIN_OPS and _size(group.shape) >= MIN_ELEMENTS:
+            groups.append(group)
+    return groups
+
+
+def _size(shape: tuple[int, ...]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n

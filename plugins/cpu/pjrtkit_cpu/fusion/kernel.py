@@ -1,0 +1,90 @@
+"""The run-time kernel of a fused group: the unfused plan until the Numba loop is ready."""
+from __future__ import annotations
+
+import concurrent.futures
+
+import numpy as np
+
+from pjrtkit.stablehlo.ir import Op
+
+from pjrtkit_cpu.fusion import cache, codegen
+from pjrtkit_cpu.fusion.rewrite import TERMINATORS
+
+# Calls served by the fused loop vs by the unfused plan (tests and profiling read these).
+STATS = {"fused": 0, "unfused": 0}
+
+
+def kernel_source(op: Op) -> str:
+    """Numba source for the fused op's region (see ``rewrite``)."""
+    block = op.regions[0].entry
+    kinds = [codegen.InputKind(kind, aligned) for kind, aligned in op.attributes["input_kinds"]]
+    local: dict[int, str] = {}
+    input_locals = []
+    for i, arg in enumerate(block.arguments):
+        local[arg.id] = f"x{i}"
+        input_locals.append(f"x{i}")
+    body: list[str] = []
+    results: list[str] = []
+    for n, inner in enumerate(block.ops):
+        if inner.name in TERMINATORS:
+            results = [local[v.id] for v in inner.operands]
+            break
+        if inner.name == codegen.BROADCAST:  # reads its input's element for this index
+            local[inner.results[0].id] = local[inner.operands[0].id]
+            continue
+        name = f"v{n}"
+        lines = codegen.emit(inner, [local[v.id] for v in inner.operands], name)
+        if lines is None:
+            raise ValueError(f"cannot fuse {inner.describe()}")
+        body.extend(lines)
+        local[inner.results[0].id] = name
+    return codegen.generate(tuple(op.attributes["shape"]), kinds, body, results, input_locals)
+
+
+class FusedKernel:
+    """Calls the fused loop once compiled, the unfused plan of the region before (or if the
+    compile failed, or an input cannot be passed as a contiguous array)."""
+
+    __slots__ = ("_fallback", "_fast", "_prepare", "_outputs", "_shape", "future")
+
+    def __init__(self, op: Op, fallback):
+        self._fallback = fallback
+        self._fast = None
+        shape = tuple(op.attributes["shape"])
+        self._shape = shape
+        self._outputs = tuple(v.type.dtype for v in op.results)
+        size = int(np.prod(shape))
+        self._prepare = tuple(_preparer(kind, aligned, size)
+                              for kind, aligned in op.attributes["input_kinds"])
+        signature = []
+        for (kind, _), v in zip(op.attributes["input_kinds"], op.operands):
+            signature.append((v.type.dtype, 1, True))
+        signature += [(dtype, 1, False) for dtype in self._outputs]
+        self.future = cache.compile_async(kernel_source(op), signature)
+        self.future.add_done_callback(self._ready)
+
+    def _ready(self, future: concurrent.futures.Future) -> None:
+        if future.exception() is None:
+            self._fast = future.result()
+
+    def __call__(self, *args):
+        fast = self._fast
+        if fast is None:
+            STATS["unfused"] += 1
+            return self._fallback(*args)
+        size = 1
+        for d in self._shape:
+            size *= d
+        outs = [np.empty(size, dtype) for dtype in self._outputs]
+        fast(*[prepare(a) for prepare, a in zip(self._prepare, args)], *outs)
+        STATS["fused"] += 1
+        shape = self._shape
+        return tuple(o.reshape(shape) for o in outs)
+
+
+def _preparer(kind: str, aligned: tuple[int, ...], size: int):
+    if kind == "full":
+        return lambda a: np.ascontiguousarray(a).reshape(size)
+    if kind == "scalar":
+        return lambda a: np.reshape(a, (1,))
+    return lambda a: np.ascontiguousarray(a).reshape(-1)  # row-major order = aligned order

@@ -1,0 +1,207 @@
+"""Rewrite a Program so that each fusable group is one ``pjrtkit_cpu.fused_elementwise`` op.
+
+The synthetic op's operands are the group's inputs, its results the group's outputs (the same
+Value objects the rest of the program uses), and its one region holds copies of the member ops
+over fresh values: block arguments for the inputs, a ``stablehlo.return`` of the outputs. The IR
+stays plain records, and the region alone is a complete unfused program of the group (the
+lowering rule plans it as the fallback). Attribute ``input_kinds`` says how the fused loop reads
+each input (see ``codegen.InputKind``).
+
+Ops are re-emitted in a topological order that keeps the original order wherever it can (and
+always among effectful ops); nested regions (while/if/case bodies, called functions) are
+rewritten the same way. The input Program is not modified.
+"""
+from __future__ import annotations
+
+import dataclasses
+import heapq
+import itertools
+
+from pjrtkit.stablehlo.ir import Block, Op, Program, Region, Value, walk_ops
+
+from pjrtkit_cpu.fusion import codegen
+from pjrtkit_cpu.fusion.groups import _EFFECTFUL, Group, _free_uses, find_groups
+
+FUSED_OP = "pjrtkit_cpu.fused_elementwise"
+TERMINATORS = frozenset({"stablehlo.return", "func.return", "sdy.return"})
+
+
+def fuse_program(program: Program) -> Program:
+    """A new Program with every fusable group replaced by one fused op (or ``program`` itself
+    when nothing is fusable)."""
+    ids = itertools.count(_max_value_id(program) + 1)
+    rewriter = _Rewriter(ids)
+    functions = {}
+    for name, function in program.functions.items():
+        body = rewriter.region(function.body)
+        functions[name] = (function if body is function.body
+                           else dataclasses.replace(function, body=body))
+    if not rewriter.changed:
+        return program
+    return dataclasses.replace(program, functions=functions)
+
+
+def _max_value_id(program: Program) -> int:
+    top = 0
+    for function in program.functions.values():
+        top = max([top, *(v.id for v in function.arguments)])
+    for op in walk_ops(program):
+        top = max([top, *(v.id for v in op.results)])
+        for region in op.regions:
+            for block in region.blocks:
+                top = max([top, *(v.id for v in block.arguments)])
+    return top
+
+
+class _Rewriter:
+    def __init__(self, ids):
+        self.ids = ids
+        self.changed = False
+
+    def region(self, region: Region) -> Region:
+        blocks = [self.block(b) for b in region.blocks]
+        if all(new is old for new, old in zip(blocks, region.blocks)):
+            return region
+        return Region(blocks)
+
+    def block(self, block: Block) -> Block:
+        ops = []
+        nested_changed = False
+        for op in block.ops:
+            if op.regions:
+                regions = tuple(self.region(r) for r in op.regions)
+                if any(new is not old for new, old in zip(regions, op.regions)):
+                    op = dataclasses.replace(op, regions=regions)
+                    nested_changed = True
+            ops.append(op)
+        block = Block(block.arguments, ops) if nested_changed else block
+        groups = find_groups(block)
+        if not groups:
+            return block
+        fused = self._fuse_block(block, groups)
+        if fused is None:
+            return block
+        self.changed = True
+        return fused
+
+    # -- one block ---------------------------------------------------------------------------
+    def _fuse_block(self, block: Block, groups: list[Group]) -> Block | None:
+        group_of_op = {id(op): g for g in groups for op in g.members}
+        # value id -> the groups (None: an op outside every group) whose ops use it
+        users: dict[int, set] = {}
+        for op in block.ops:
+            owner = group_of_op.get(id(op))
+            uses = {v.id for v in op.operands}
+            _free_uses(op, uses)
+            for vid in uses:
+                users.setdefault(vid, set()).add(None if owner is None else id(owner))
+        replacement: dict[int, Op] = {}  # id(first member) -> fused op
+        kept_broadcasts: set[int] = set()
+        for g in groups:
+            outside_uses = {r.id for op in g.members for r in op.results
+                            if users.get(r.id, set()) - {id(g)}}
+            fused = self._fused_op(g, outside_uses)
+            if fused is None:
+                for op in g.members:
+                    group_of_op.pop(id(op))
+                continue
+            replacement[id(g.members[0])] = fused
+            for op in g.members:
+                if op.name == codegen.BROADCAST and op.results[0].id in outside_uses:
+                    kept_broadcasts.add(id(op))
+        if not replacement:
+            return None
+        nodes: list[Op] = []
+        for op in block.ops:
+            if id(op) in replacement:
+                nodes.append(replacement[id(op)])
+            if id(op) not in group_of_op or id(op) in kept_broadcasts:
+                nodes.append(op)
+        ordered = _topological(nodes)
+        return None if ordered is None else Block(block.arguments, ordered)
+
+    def _fused_op(self, group: Group, outside_uses: set[int]) -> Op | None:
+        defined = {r.id for op in group.members for r in op.results}
+        inputs: list[Value] = []
+        kinds: list[tuple] = []
+        arg_of: dict[tuple, Value] = {}
+        inner: dict[int, Value] = {}
+
+        def new_value(like: Value) -> Value:
+            return Value(next(self.ids), like.type)
+
+        def input_arg(v: Value, kind: tuple) -> Value:
+            key = (v.id, kind)
+            if key not in arg_of:
+                inputs.append(v)
+                kinds.append(kind)
+                arg_of[key] = new_value(v)
+            return arg_of[key]
+
+        body: list[Op] = []
+        for op in group.members:
+            operands = []
+            for v in op.operands:
+                if v.id in defined:
+                    operands.append(inner[v.id])
+                elif v.type.shape == group.shape:
+                    operands.append(input_arg(v, ("full", ())))
+                elif v.type.rank == 0:
+                    operands.append(input_arg(v, ("scalar", ())))
+                else:  # the operand of an absorbed broadcast_in_dim
+                    aligned = [1] * len(group.shape)
+                    for src, dst in enumerate(op.attributes["broadcast_dimensions"]):
+                        aligned[dst] = v.type.shape[src]
+                    operands.append(input_arg(v, ("broadcast", tuple(aligned))))
+            results = tuple(new_value(r) for r in op.results)
+            inner.update((old.id, new) for old, new in zip(op.results, results))
+            body.append(dataclasses.replace(op, operands=tuple(operands), results=results,
+                                            location=op.location))
+        outputs = [r for op in group.members if op.name != codegen.BROADCAST
+                   for r in op.results if r.id in outside_uses]
+        if not outputs:
+            return None
+        body.append(Op("stablehlo.return", tuple(inner[r.id] for r in outputs), (), {}))
+        args = tuple(arg_of[(v.id, kind)] for v, kind in zip(inputs, kinds))
+        region = Region([Block(args, body)])
+        return Op(FUSED_OP, tuple(inputs), tuple(outputs),
+                  {"shape": group.shape, "input_kinds": tuple(kinds)}, (region,),
+                  location=group.members[-1].location)
+
+
+def _topological(nodes: list[Op]) -> list[Op] | None:
+    """``nodes`` in dependency order, as close to the given order as possible; effectful ops
+    stay in their order and the terminator stays last. None if there is a cycle."""
+    producer: dict[int, int] = {}
+    for i, op in enumerate(nodes):
+        for r in op.results:
+            producer[r.id] = i
+    deps: list[set[int]] = []
+    last_effect = None
+    for i, op in enumerate(nodes):
+        uses = {v.id for v in op.operands}
+        _free_uses(op, uses)
+        d = {producer[u] for u in uses if u in producer and producer[u] != i}
+        if op.name in TERMINATORS:
+            d |= set(range(i))
+        if op.name in _EFFECTFUL or op.name in TERMINATORS:
+            if last_effect is not None:
+                d.add(last_effect)
+            last_effect = i
+        deps.append(d)
+    users: list[list[int]] = [[] for _ in nodes]
+    waiting = [len(d) for d in deps]
+    for i, d in enumerate(deps):
+        for j in d:
+            users[j].append(i)
+    ready = [i for i, w in enumerate(waiting) if w == 0]
+    heapq.heapify(ready)
+    out = []
+    while ready:
+        i = heapq.heappop(ready)
+        out.append(nodes[i])
+        for j in users[i]:
+            waiting[j] -= 1
+            if waiting[j] == 0:
+                heapq.heappush(ready, j)
+    return out if len(out) == len(nodes) else None
