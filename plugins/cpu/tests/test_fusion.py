@@ -231,3 +231,18 @@ def test_rank3_broadcasts_along_every_axis(check_fused, rng):
         return (x * a - b) * c + jnp.maximum(x, b), jnp.minimum(v * 2, v[:1]) - 1
 
     check_fused(fn, x, a, b, c, v)
+
+
+def test_group_around_an_outside_reduce_is_reordered(check_fused, rng):
+    """a feeds a reduce and, independently, more elementwise ops of its group; the group's
+    last member sits after the reduce in the program, so the fused op must move before it, and
+    the op that needs both starts a second group rather than closing a cycle."""
+    x = _normal(rng, ROWS, COLS)
+
+    def fn(x):
+        a = x * 2 + 1
+        r = jnp.sum(a, axis=1, keepdims=True)
+        c = a * 3 - 1
+        return (c + r) * 0.5 - a, c
+
+    check_fused(fn, x)

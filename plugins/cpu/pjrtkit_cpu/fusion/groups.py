@@ -24,7 +24,7 @@ MIN_ELEMENTS = 1 << 14
 MIN_OPS = 2
 
 # Ops whose order is observable; they are kept in order relative to each other.
-_EFFECTFUL = frozenset({
+EFFECTFUL = frozenset({
     "stablehlo.custom_call", "stablehlo.infeed", "stablehlo.outfeed", "stablehlo.send",
     "stablehlo.recv", "stablehlo.after_all", "stablehlo.create_token", "stablehlo.rng",
     "stablehlo.rng_bit_generator", "stablehlo.optimization_barrier", "stablehlo.while",
@@ -69,13 +69,13 @@ def _member_shape(op: Op) -> tuple[int, ...] | None:
     return shape if codegen.supports(op) else None
 
 
-def _free_uses(op: Op, out: set[int]) -> None:
+def free_uses(op: Op, out: set[int]) -> None:
     """Ids of values used by ``op``'s regions (at any depth)."""
     for region in op.regions:
         for block in region.blocks:
             for inner in block.ops:
                 out.update(v.id for v in inner.operands)
-                _free_uses(inner, out)
+                free_uses(inner, out)
 
 
 def find_groups(block: Block) -> list[Group]:
@@ -114,15 +114,17 @@ def find_groups(block: Block) -> list[Group]:
                     reach.add(g)
         joined = None
         if shape is not None:
-            reach_now = {find(g) for g in reach}
-            for g in operand_groups:
-                reach_now |= {find(x) for x in external[g]}
-            if reach_now & operand_groups:
-                # Merging would close a cycle through an outside op: start a new group that
-                # reads those groups' outputs instead.
-                reach |= operand_groups
+            # Merge every operand group that no path through an outside op (or another
+            # group being merged) leads back into; read the others' outputs as inputs.
+            while True:
                 reach_now = {find(g) for g in reach}
-                operand_groups = set()
+                for g in operand_groups:
+                    reach_now |= {find(x) for x in external[g]}
+                cyclic = operand_groups & reach_now
+                if not cyclic:
+                    break
+                operand_groups -= cyclic
+                reach |= cyclic
             gid = len(parent)
             parent[gid] = gid
             members[gid] = [op]
@@ -142,12 +144,12 @@ def find_groups(block: Block) -> list[Group]:
             for v in op.operands:
                 full |= everything(v)
             used: set[int] = set()
-            _free_uses(op, used)
+            free_uses(op, used)
             for vid in used:
                 full |= set(indirect.get(vid, ()))
                 if vid in group_of_value:
                     full.add(group_of_value[vid])
-            if op.name in _EFFECTFUL:
+            if op.name in EFFECTFUL:
                 full |= effect_chain
                 effect_chain = frozenset(full)
             for r in op.results:

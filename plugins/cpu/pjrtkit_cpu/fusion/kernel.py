@@ -5,10 +5,10 @@ import concurrent.futures
 
 import numpy as np
 
+from pjrtkit.lowering.plan import TERMINATORS
 from pjrtkit.stablehlo.ir import Op
 
 from pjrtkit_cpu.fusion import cache, codegen
-from pjrtkit_cpu.fusion.rewrite import TERMINATORS
 
 # Calls served by the fused loop vs by the unfused plan (tests and profiling read these).
 STATS = {"fused": 0, "unfused": 0}

@@ -17,13 +17,13 @@ import dataclasses
 import heapq
 import itertools
 
+from pjrtkit.lowering.plan import TERMINATORS
 from pjrtkit.stablehlo.ir import Block, Op, Program, Region, Value, walk_ops
 
 from pjrtkit_cpu.fusion import codegen
-from pjrtkit_cpu.fusion.groups import _EFFECTFUL, Group, _free_uses, find_groups
+from pjrtkit_cpu.fusion.groups import EFFECTFUL, Group, free_uses, find_groups
 
 FUSED_OP = "pjrtkit_cpu.fused_elementwise"
-TERMINATORS = frozenset({"stablehlo.return", "func.return", "sdy.return"})
 
 
 def fuse_program(program: Program) -> Program:
@@ -92,7 +92,7 @@ class _Rewriter:
         for op in block.ops:
             owner = group_of_op.get(id(op))
             uses = {v.id for v in op.operands}
-            _free_uses(op, uses)
+            free_uses(op, uses)
             for vid in uses:
                 users.setdefault(vid, set()).add(None if owner is None else id(owner))
         replacement: dict[int, Op] = {}  # id(first member) -> fused op
@@ -180,11 +180,11 @@ def _topological(nodes: list[Op]) -> list[Op] | None:
     last_effect = None
     for i, op in enumerate(nodes):
         uses = {v.id for v in op.operands}
-        _free_uses(op, uses)
+        free_uses(op, uses)
         d = {producer[u] for u in uses if u in producer and producer[u] != i}
         if op.name in TERMINATORS:
             d |= set(range(i))
-        if op.name in _EFFECTFUL or op.name in TERMINATORS:
+        if op.name in EFFECTFUL or op.name in TERMINATORS:
             if last_effect is not None:
                 d.add(last_effect)
             last_effect = i
