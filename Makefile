@@ -21,9 +21,10 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/python examples/mlp_train.py --steps 20
 
+# The conformance reports first, then pytest, whose summary line closes the output.
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -p no:cacheprovider
 	$(MAKE) --no-print-directory conformance
+	$(BIN)/python -m pytest -q -p no:cacheprovider
 
 # The conformance suite on every plugin in the repository; reports in build/conformance/
 # (git-ignored). Fails when any check FAILs.

@@ -59,24 +59,37 @@ def load_program(code: bytes | str) -> Program:
 
     with _LOCK:
         context = jax_mlir.make_ir_context()
-        with context, ir.Location.unknown():
-            module = None
-            errors = []
-            if isinstance(code, (bytes, bytearray)):
-                try:
-                    module = stablehlo.deserialize_portable_artifact(context, bytes(code))
-                except Exception as exc:  # jaxlib raises plain Exceptions with MLIR diagnostics
-                    errors.append(f"as a StableHLO portable artifact: {exc}")
-            if module is None:
-                try:
-                    module = ir.Module.parse(code)
-                except Exception as exc:
-                    errors.append(f"as MLIR: {exc}")
-            if module is None:
-                raise InvalidArgument(
-                    "could not parse the program (" + "; ".join(errors)[:2000] + "). Expected a "
-                    "StableHLO portable artifact, MLIR bytecode or MLIR text as produced by JAX.")
-            return _Walker().program(module)
+        # MLIR reports why a parse failed through diagnostics (printed to stderr by default);
+        # collect them into the error the user sees instead.
+        diagnostics: list[str] = []
+
+        def collect(diagnostic) -> bool:
+            diagnostics.append(f"{diagnostic.location}: {diagnostic.message}")
+            return True
+
+        handler = context.attach_diagnostic_handler(collect)
+        try:
+            with context, ir.Location.unknown():
+                module = None
+                errors = []
+                if isinstance(code, (bytes, bytearray)):
+                    try:
+                        module = stablehlo.deserialize_portable_artifact(context, bytes(code))
+                    except Exception as exc:  # jaxlib raises plain Exceptions
+                        errors.append(f"as a StableHLO portable artifact: {exc}")
+                if module is None:
+                    try:
+                        module = ir.Module.parse(code)
+                    except Exception as exc:
+                        errors.append(f"as MLIR: {str(exc).splitlines()[0]}")
+                if module is None:
+                    details = "; ".join([*errors, *dict.fromkeys(diagnostics)])
+                    raise InvalidArgument(
+                        f"could not parse the program ({details[:2000]}). Expected a StableHLO "
+                        f"portable artifact, MLIR bytecode or MLIR text as produced by JAX.")
+                return _Walker().program(module)
+        finally:
+            handler.detach()
 
 
 class _Walker:
