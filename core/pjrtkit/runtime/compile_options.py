@@ -52,8 +52,9 @@ def wire_fields(data: bytes) -> list[tuple[int, int, int | bytes]]:
     return fields
 
 
-def _device_assignment(proto: bytes) -> tuple[tuple[int, ...], ...]:
-    """DeviceAssignmentProto -> [replica][computation] device ids."""
+def read_device_assignment(proto: bytes) -> tuple[int, int, list[list[int]]]:
+    """(replica_count, computation_count, device ids per computation) of a serialized
+    DeviceAssignmentProto; raises ValueError when it is not well-formed protobuf."""
     replicas = computations = 0
     columns: list[list[int]] = []
     for field, wire, value in wire_fields(proto):
@@ -72,6 +73,12 @@ def _device_assignment(proto: bytes) -> tuple[tuple[int, ...], ...]:
                         item, pos = _varint(v, pos)
                         ids.append(item)
             columns.append(ids)
+    return replicas, computations, columns
+
+
+def _device_assignment(proto: bytes) -> tuple[tuple[int, ...], ...]:
+    """DeviceAssignmentProto -> [replica][computation] device ids."""
+    replicas, computations, columns = read_device_assignment(proto)
     if len(columns) != computations or any(len(c) != replicas for c in columns):
         raise ValueError("device assignment shape does not match its counts")
     return tuple(tuple(columns[c][r] for c in range(computations)) for r in range(replicas))

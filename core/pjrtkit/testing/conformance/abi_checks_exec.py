@@ -294,49 +294,8 @@ def loaded_addressable_devices(d: AbiDriver):
 
 def _parse_device_assignment(blob: bytes) -> tuple[int, int, list[list[int]]]:
     """(replica_count, computation_count, ids per computation) of a DeviceAssignmentProto."""
-    def varint(data: bytes, at: int) -> tuple[int, int]:
-        value = shift = 0
-        while True:
-            byte = data[at]
-            at += 1
-            value |= (byte & 0x7F) << shift
-            shift += 7
-            if not byte & 0x80:
-                return value, at
-
-    def fields(data: bytes):
-        at = 0
-        while at < len(data):
-            key, at = varint(data, at)
-            number, wire = key >> 3, key & 7
-            if wire == 0:
-                value, at = varint(data, at)
-            elif wire == 2:
-                length, at = varint(data, at)
-                value, at = data[at:at + length], at + length
-            else:
-                raise ValueError(f"unexpected wire type {wire}")
-            yield number, wire, value
-
-    replicas = computations = 0
-    devices: list[list[int]] = []
-    for number, wire, value in fields(blob):
-        if number == 1:
-            replicas = value
-        elif number == 2:
-            computations = value
-        elif number == 3:
-            ids: list[int] = []
-            for n, w, v in fields(value):
-                if n == 1 and w == 0:
-                    ids.append(v)
-                elif n == 1 and w == 2:  # packed
-                    at = 0
-                    while at < len(v):
-                        item, at = varint(v, at)
-                        ids.append(item)
-            devices.append(ids)
-    return replicas, computations, devices
+    from pjrtkit.runtime.compile_options import read_device_assignment
+    return read_device_assignment(blob)
 
 
 @abi_check("abi.loaded.device_assignment")
