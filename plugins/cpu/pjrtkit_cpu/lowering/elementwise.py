@@ -39,9 +39,13 @@ def _via_float32(fn: Callable, dtype: np.dtype) -> Callable:
     return run
 
 
-def _make_kernel(fn: Callable, result_shape: tuple[int, ...]) -> Callable:
-    """Wrap ``fn`` (arrays -> array) as a kernel returning a 1-tuple of the declared shape."""
-    if result_shape != ():
+def _make_kernel(fn: Callable, result_shape: tuple[int, ...], *,
+                 scalar_safe: bool = False) -> Callable:
+    """Wrap ``fn`` (arrays -> array) as a kernel returning a 1-tuple of the declared shape.
+
+    ``scalar_safe``: ``fn`` maps a 0-d array to a 0-d array of the result dtype (e.g. a plain
+    ``astype``), so rank-0 results need no detour through 1-element arrays."""
+    if result_shape != () or scalar_safe:
         return lambda *args: (fn(*args),)
     if isinstance(fn, np.ufunc):
         return lambda *args: (np.asarray(fn(*args)),)
@@ -179,31 +183,30 @@ def _float_to_int(dtype: np.dtype, wide: np.dtype) -> Callable:
     return convert
 
 
-def _convert_fn(source: np.dtype, target: np.dtype) -> Callable | None:
+def _convert_fn(source: np.dtype, target: np.dtype) -> tuple[Callable, bool]:
+    """(function, scalar_safe) for a conversion."""
     if source == target:
-        return lambda x: np.array(x, copy=True)
+        return (lambda x: np.array(x, copy=True)), True
     if target == np.bool_:
-        return lambda x: np.not_equal(x, source.type(0))  # NaN -> True, like XLA
+        return (lambda x: np.not_equal(x, source.type(0))), False  # NaN -> True, like XLA
     if source == np.bool_ or not T.is_float(source) and not T.is_float(target):
-        return lambda x: np.asarray(x).astype(target)  # integers wrap (two's complement)
+        return (lambda x: np.asarray(x).astype(target)), True  # integers wrap (two's complement)
     if T.is_float(target):
         if source == T.BFLOAT16 or target == T.BFLOAT16:
             # XLA converts to and from bf16 only through f32 (so f64/int64 round twice).
-            return lambda x: np.asarray(x).astype(T.FLOAT32).astype(target)
-        return lambda x: np.asarray(x).astype(target)
+            return (lambda x: np.asarray(x).astype(T.FLOAT32).astype(target)), True
+        return (lambda x: np.asarray(x).astype(target)), True
     wide = np.dtype(np.float64) if source == np.float64 else T.FLOAT32
-    return _float_to_int(target, wide)
+    return _float_to_int(target, wide), False
 
 
 @RULES.register("stablehlo.convert")
 def lower_convert(op, ctx):
     source, target = op.operands[0].type.dtype, op.results[0].type.dtype
-    fn = _convert_fn(source, target)
-    if fn is None:
-        raise ctx.unimplemented(op, f"convert from {source.name} to {target.name}")
+    fn, scalar_safe = _convert_fn(source, target)
     shape = op.results[0].type.shape
     # Out-of-range int->f16 and f64->f32 conversions overflow to inf (NumPy would warn).
-    return _make_kernel(fn, shape)
+    return _make_kernel(fn, shape, scalar_safe=scalar_safe)
 
 
 @RULES.register("stablehlo.bitcast_convert")

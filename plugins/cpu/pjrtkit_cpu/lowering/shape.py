@@ -7,6 +7,8 @@ constants and broadcasts are read-only to make any such bug loud.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from pjrtkit_cpu.lowering.registry import RULES
@@ -51,6 +53,10 @@ def iota(op, ctx):
     return kernel
 
 
+# Broadcast results up to this many elements are materialised rather than viewed.
+SMALL_BROADCAST = 4096
+
+
 @RULES.register("stablehlo.broadcast_in_dim")
 def broadcast_in_dim(op, ctx):
     rtype = _result_type(op)
@@ -72,6 +78,14 @@ def broadcast_in_dim(op, ctx):
     elif aligned == shape:
         def kernel(x):
             return (x.reshape(shape),)
+    elif math.prod(shape) <= SMALL_BROADCAST:
+        # Small results: filling a fresh array is cheaper than np.broadcast_to's view setup.
+        dtype = rtype.dtype
+
+        def kernel(x):
+            out = np.empty(shape, dtype)
+            out[...] = x.reshape(aligned)
+            return (out,)
     else:
         def kernel(x):
             return (np.broadcast_to(x.reshape(aligned), shape),)
