@@ -66,6 +66,13 @@ class Args:
             raise self._missing(field)
         setattr(self.p, field, value)
 
+    def set_outputs(self, **fields: Any) -> None:
+        """Set several output fields, checking first that the caller's struct has all of them
+        (so a too-small struct fails before any field is written)."""
+        self.require_outputs(*fields)
+        for field, value in fields.items():
+            setattr(self.p, field, value)
+
     def require_outputs(self, *fields: str) -> None:
         """Check every output field first, so a too-small struct fails before any side effect."""
         for field in fields:

@@ -121,18 +121,14 @@ def _dims(ref: BufferRef) -> tuple[Any, int]:
 def buffer_dimensions(args: Any) -> None:
     a = Args(args)
     dims, n = _dims(buffer_of(a))
-    a.require_outputs("dims", "num_dims")
-    a.set("dims", dims)
-    a.set("num_dims", n)
+    a.set_outputs(dims=dims, num_dims=n)
 
 
 @pjrt_function("PJRT_Buffer_UnpaddedDimensions")
 def buffer_unpadded_dimensions(args: Any) -> None:
     a = Args(args)
     dims, n = _dims(buffer_of(a))  # pjrtkit never pads
-    a.require_outputs("unpadded_dims", "num_dims")
-    a.set("unpadded_dims", dims)
-    a.set("num_dims", n)
+    a.set_outputs(unpadded_dims=dims, num_dims=n)
 
 
 @pjrt_function("PJRT_Buffer_DynamicDimensionIndices")
@@ -140,9 +136,7 @@ def buffer_dynamic_dimension_indices(args: Any) -> None:
     a = Args(args)
     ref = buffer_of(a)
     empty = ref.cached("dynamic_dims", lambda: ffi.new("size_t[]", 1))  # all shapes are static
-    a.require_outputs("dynamic_dim_indices", "num_dynamic_dims")
-    a.set("dynamic_dim_indices", empty)
-    a.set("num_dynamic_dims", 0)
+    a.set_outputs(dynamic_dim_indices=empty, num_dynamic_dims=0)
 
 
 @pjrt_function("PJRT_Buffer_GetMemoryLayout")
@@ -177,16 +171,14 @@ def buffer_on_device_size_in_bytes(args: Any) -> None:
 def buffer_device(args: Any) -> None:
     a = Args(args)
     ref = buffer_of(a)
-    a.require_outputs("device")
-    a.set("device", ref.client.device_ptr(ref.obj.device))
+    a.set_outputs(device=ref.client.device_ptr(ref.obj.device))
 
 
 @pjrt_function("PJRT_Buffer_Memory")
 def buffer_memory(args: Any) -> None:
     a = Args(args)
     ref = buffer_of(a)
-    a.require_outputs("memory")
-    a.set("memory", ref.client.memory_ptr(ref.obj.memory))
+    a.set_outputs(memory=ref.client.memory_ptr(ref.obj.memory))
 
 
 @pjrt_function("PJRT_Buffer_Delete")
@@ -210,8 +202,7 @@ def buffer_is_on_cpu(args: Any) -> None:
 def buffer_ready_event(args: Any) -> None:
     a = Args(args)
     ref = buffer_of(a)
-    a.require_outputs("event")
-    a.set("event", new_event(ref.obj.ready))
+    a.set_outputs(event=new_event(ref.obj.ready))
 
 
 # ---- data movement ----------------------------------------------------------------------------
@@ -221,8 +212,7 @@ def buffer_copy_to_device(args: Any) -> None:
     a = Args(args)
     ref = buffer_of(a)
     dst = deref(a.req("dst_device"), DeviceRef, f"{a.name}.dst_device")
-    a.require_outputs("dst_buffer")
-    a.set("dst_buffer", new_buffer(ref.obj.copy_to_device(dst.obj), dst.client))
+    a.set_outputs(dst_buffer=new_buffer(ref.obj.copy_to_device(dst.obj), dst.client))
 
 
 @pjrt_function("PJRT_Buffer_CopyToMemory")
@@ -230,8 +220,7 @@ def buffer_copy_to_memory(args: Any) -> None:
     a = Args(args)
     ref = buffer_of(a)
     dst = deref(a.req("dst_memory"), MemoryRef, f"{a.name}.dst_memory")
-    a.require_outputs("dst_buffer")
-    a.set("dst_buffer", new_buffer(ref.obj.copy_to_memory(dst.obj), dst.client))
+    a.set_outputs(dst_buffer=new_buffer(ref.obj.copy_to_memory(dst.obj), dst.client))
 
 
 @pjrt_function("PJRT_Buffer_ToHostBuffer")

@@ -41,9 +41,7 @@ def client_platform_name(args: Any) -> None:
     a = Args(args)
     ref = client_of(a)
     chars, size = ref.cstr("platform_name", ref.obj.platform_name)
-    a.require_outputs("platform_name", "platform_name_size")
-    a.set("platform_name", chars)
-    a.set("platform_name_size", size)
+    a.set_outputs(platform_name=chars, platform_name_size=size)
 
 
 @pjrt_function("PJRT_Client_PlatformVersion")
@@ -51,9 +49,7 @@ def client_platform_version(args: Any) -> None:
     a = Args(args)
     ref = client_of(a)
     chars, size = ref.cstr("platform_version", ref.obj.platform_version)
-    a.require_outputs("platform_version", "platform_version_size")
-    a.set("platform_version", chars)
-    a.set("platform_version_size", size)
+    a.set_outputs(platform_version=chars, platform_version_size=size)
 
 
 @pjrt_function("PJRT_Client_ProcessIndex")
@@ -65,8 +61,7 @@ def client_process_index(args: Any) -> None:
 @pjrt_function("PJRT_Client_TopologyDescription")
 def client_topology_description(args: Any) -> None:
     a = Args(args)
-    a.require_outputs("topology")
-    a.set("topology", client_of(a).topology_ptr())
+    a.set_outputs(topology=client_of(a).topology_ptr())
 
 
 @pjrt_function("PJRT_Client_Devices")
@@ -74,9 +69,7 @@ def client_devices(args: Any) -> None:
     a = Args(args)
     ref = client_of(a)
     array, count = ref.device_array("all", ref.obj.devices)
-    a.require_outputs("devices", "num_devices")
-    a.set("devices", array)
-    a.set("num_devices", count)
+    a.set_outputs(devices=array, num_devices=count)
 
 
 @pjrt_function("PJRT_Client_AddressableDevices")
@@ -84,9 +77,7 @@ def client_addressable_devices(args: Any) -> None:
     a = Args(args)
     ref = client_of(a)
     array, count = ref.device_array("addressable", ref.obj.addressable_devices)
-    a.require_outputs("addressable_devices", "num_addressable_devices")
-    a.set("addressable_devices", array)
-    a.set("num_addressable_devices", count)
+    a.set_outputs(addressable_devices=array, num_addressable_devices=count)
 
 
 @pjrt_function("PJRT_Client_AddressableMemories")
@@ -94,17 +85,14 @@ def client_addressable_memories(args: Any) -> None:
     a = Args(args)
     ref = client_of(a)
     array, count = ref.memory_array("addressable", ref.obj.memories)
-    a.require_outputs("addressable_memories", "num_addressable_memories")
-    a.set("addressable_memories", array)
-    a.set("num_addressable_memories", count)
+    a.set_outputs(addressable_memories=array, num_addressable_memories=count)
 
 
 @pjrt_function("PJRT_Client_LookupDevice")
 def client_lookup_device(args: Any) -> None:
     a = Args(args)
     ref = client_of(a)
-    a.require_outputs("device")
-    a.set("device", ref.device_ptr(ref.obj.lookup_device(a.req("id"))))
+    a.set_outputs(device=ref.device_ptr(ref.obj.lookup_device(a.req("id"))))
 
 
 @pjrt_function("PJRT_Client_LookupAddressableDevice")

@@ -43,9 +43,7 @@ def description_attributes(args: Any) -> None:
     a = Args(args)
     ref = description_of(a)
     values = ref.cached("attributes", lambda: NamedValues(ref.obj.attributes))
-    a.require_outputs("attributes", "num_attributes")
-    a.set("attributes", values.array)
-    a.set("num_attributes", values.count)
+    a.set_outputs(attributes=values.array, num_attributes=values.count)
 
 
 @pjrt_function("PJRT_DeviceDescription_Kind")
@@ -75,8 +73,7 @@ def description_to_string(args: Any) -> None:
 def device_get_description(args: Any) -> None:
     a = Args(args)
     ref = device_of(a)
-    a.require_outputs("device_description")
-    a.set("device_description", ref.description_ptr())
+    a.set_outputs(device_description=ref.description_ptr())
 
 
 @pjrt_function("PJRT_Device_IsAddressable")
@@ -96,17 +93,14 @@ def device_addressable_memories(args: Any) -> None:
     a = Args(args)
     ref = device_of(a)
     array, count = ref.client.memory_array(("device", ref.obj.id), ref.obj.memories)
-    a.require_outputs("memories", "num_memories")
-    a.set("memories", array)
-    a.set("num_memories", count)
+    a.set_outputs(memories=array, num_memories=count)
 
 
 @pjrt_function("PJRT_Device_DefaultMemory")
 def device_default_memory(args: Any) -> None:
     a = Args(args)
     ref = device_of(a)
-    a.require_outputs("memory")
-    a.set("memory", ref.client.memory_ptr(ref.obj.default_memory))
+    a.set_outputs(memory=ref.client.memory_ptr(ref.obj.default_memory))
 
 
 # Stats with an *_is_set flag; bytes_in_use has none and is always reported.

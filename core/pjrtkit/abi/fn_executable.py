@@ -110,9 +110,7 @@ def executable_get_cost_analysis(args: Any) -> None:
     ref = executable_of(a)
     values = ref.cached("cost_analysis", lambda: NamedValues(
         {name: float(v) for name, v in ref.obj.cost_analysis().items()}))
-    a.require_outputs("properties", "num_properties")
-    a.set("properties", values.array)
-    a.set("num_properties", values.count)
+    a.set_outputs(properties=values.array, num_properties=values.count)
 
 
 @pjrt_function("PJRT_Executable_OutputElementTypes")
@@ -123,9 +121,7 @@ def executable_output_element_types(args: Any) -> None:
         codes = [to_code(dt) for dt in ref.obj.output_dtypes]
         return ffi.new("PJRT_Buffer_Type[]", codes or [0]), len(codes)
     types, n = ref.cached("output_types", make)
-    a.require_outputs("output_types", "num_output_types")
-    a.set("output_types", types)
-    a.set("num_output_types", n)
+    a.set_outputs(output_types=types, num_output_types=n)
 
 
 @pjrt_function("PJRT_Executable_OutputDimensions")
@@ -138,10 +134,7 @@ def executable_output_dimensions(args: Any) -> None:
         sizes = [len(s) for s in shapes]
         return ffi.new("int64_t[]", flat or [0]), ffi.new("size_t[]", sizes or [0]), len(shapes)
     dims, sizes, n = ref.cached("output_dims", make)
-    a.require_outputs("num_outputs", "dims", "dim_sizes")
-    a.set("num_outputs", n)
-    a.set("dims", dims)
-    a.set("dim_sizes", sizes)
+    a.set_outputs(num_outputs=n, dims=dims, dim_sizes=sizes)
 
 
 @pjrt_function("PJRT_Executable_OutputMemoryKinds")
@@ -155,10 +148,7 @@ def executable_output_memory_kinds(args: Any) -> None:
         return (ffi.new("const char*[]", chars or [NULL]), ffi.new("size_t[]", sizes or [0]),
                 len(kinds), chars)
     kinds, sizes, n, _ = ref.cached("output_memory_kinds", make)
-    a.require_outputs("num_outputs", "memory_kinds", "memory_kind_sizes")
-    a.set("num_outputs", n)
-    a.set("memory_kinds", kinds)
-    a.set("memory_kind_sizes", sizes)
+    a.set_outputs(num_outputs=n, memory_kinds=kinds, memory_kind_sizes=sizes)
 
 
 @pjrt_function("PJRT_Executable_OptimizedProgram")
@@ -240,9 +230,7 @@ def loaded_executable_addressable_devices(args: Any) -> None:
         ptrs = [ref.client.device_ptr(d) for d in ref.obj.addressable_devices]
         return ffi.new("PJRT_Device*[]", ptrs or [NULL]), len(ptrs)
     array, n = ref.cached("addressable_devices", make)
-    a.require_outputs("addressable_devices", "num_addressable_devices")
-    a.set("addressable_devices", array)
-    a.set("num_addressable_devices", n)
+    a.set_outputs(addressable_devices=array, num_addressable_devices=n)
 
 
 @pjrt_function("PJRT_LoadedExecutable_Delete")

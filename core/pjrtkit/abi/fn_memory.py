@@ -57,6 +57,4 @@ def memory_addressable_by_devices(args: Any) -> None:
     a = Args(args)
     ref = memory_of(a)
     array, count = ref.client.device_array(("memory", ref.obj.id), ref.obj.devices)
-    a.require_outputs("devices", "num_devices")
-    a.set("devices", array)
-    a.set("num_devices", count)
+    a.set_outputs(devices=array, num_devices=count)

@@ -39,9 +39,7 @@ def topology_platform_name(args: Any) -> None:
     a = Args(args)
     ref = topology_of(a)
     chars, size = ref.cstr("platform_name", ref.obj.platform_name)
-    a.require_outputs("platform_name", "platform_name_size")
-    a.set("platform_name", chars)
-    a.set("platform_name_size", size)
+    a.set_outputs(platform_name=chars, platform_name_size=size)
 
 
 @pjrt_function("PJRT_TopologyDescription_PlatformVersion")
@@ -49,18 +47,14 @@ def topology_platform_version(args: Any) -> None:
     a = Args(args)
     ref = topology_of(a)
     chars, size = ref.cstr("platform_version", ref.obj.platform_version)
-    a.require_outputs("platform_version", "platform_version_size")
-    a.set("platform_version", chars)
-    a.set("platform_version_size", size)
+    a.set_outputs(platform_version=chars, platform_version_size=size)
 
 
 @pjrt_function("PJRT_TopologyDescription_GetDeviceDescriptions")
 def topology_get_device_descriptions(args: Any) -> None:
     a = Args(args)
     array, count = topology_of(a).description_array()
-    a.require_outputs("descriptions", "num_descriptions")
-    a.set("descriptions", array)
-    a.set("num_descriptions", count)
+    a.set_outputs(descriptions=array, num_descriptions=count)
 
 
 @pjrt_function("PJRT_TopologyDescription_Attributes")
@@ -68,9 +62,7 @@ def topology_attributes(args: Any) -> None:
     a = Args(args)
     ref = topology_of(a)
     values = ref.cached("attributes", lambda: NamedValues(ref.obj.attributes))
-    a.require_outputs("attributes", "num_attributes")
-    a.set("attributes", values.array)
-    a.set("num_attributes", values.count)
+    a.set_outputs(attributes=values.array, num_attributes=values.count)
 
 
 @pjrt_function("PJRT_TopologyDescription_Serialize")
