@@ -1,7 +1,10 @@
 """pjrtkit_cpu vs XLA's CPU backend, workload by workload, in one process.
 
     .venv/bin/python -m benchmarks [--quick | --smoke] [--only NAMES] [--repeats N]
-                                   [--json PATH] [--plot PATH.png]
+                                   [--json PATH] [--plot PATH.png] [--keep-blas-env]
+
+A machine-wide OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE slows NumPy's OpenBLAS but not XLA: the
+suite re-runs itself once without them unless --keep-blas-env or --smoke (see blas_env.py).
 
 Exit status: 0 when every workload ran and matched XLA (targets missed are reported, not
 failures: machines are noisy); 1 when a workload raised or its result differed from XLA's;
@@ -22,7 +25,7 @@ def parse_args(argv):
     from benchmarks.workloads import WORKLOADS
 
     parser = argparse.ArgumentParser(
-        prog="python -m benchmarks", description=__doc__,
+        prog="python -m benchmarks", description=__doc__, allow_abbrev=False,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="workloads: " + ", ".join(w.name for w in WORKLOADS))
     mode = parser.add_mutually_exclusive_group()
@@ -37,6 +40,9 @@ def parse_args(argv):
                         help="samples per backend (median taken over them); overrides the mode")
     parser.add_argument("--json", metavar="PATH", help="write the results as JSON")
     parser.add_argument("--plot", metavar="PATH.png", help="write a PNG bar chart of the ratios")
+    parser.add_argument("--keep-blas-env", action="store_true",
+                        help="keep OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE if the machine sets them "
+                             "(by default the suite re-runs itself without them)")
     args = parser.parse_args(argv)
     if args.repeats is not None and args.repeats < 1:
         parser.error("--repeats must be at least 1")
@@ -44,6 +50,13 @@ def parse_args(argv):
 
 
 def main(argv=None) -> int:
+    from benchmarks import blas_env
+
+    argv = sys.argv[1:] if argv is None else list(argv)
+    # Decided before parse_args, which imports NumPy (and with it OpenBLAS) through workloads.
+    env = blas_env.rerun_env(os.environ, keep="--keep-blas-env" in argv, smoke="--smoke" in argv)
+    if env is not None and not {"-h", "--help"} & set(argv):
+        blas_env.rerun_without_overrides(argv, env)
     args = parse_args(argv)
     from benchmarks import runner
 
@@ -75,6 +88,9 @@ def main(argv=None) -> int:
     if hasattr(os, "getloadavg"):
         print(f"load average before the run: {os.getloadavg()[0]:.2f} "
               f"on {os.cpu_count()} cpus (other load skews both backends)", flush=True)
+    blas = blas_env.describe()
+    print(f"OpenBLAS kernel: {', '.join(blas['openblas_kernels']) or 'none loaded'}; overrides in "
+          f"effect: {blas['overrides_in_effect'] or 'none'}", flush=True)
     start = time.perf_counter()
     results = []
     for w in chosen:

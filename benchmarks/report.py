@@ -10,6 +10,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from benchmarks import blas_env
 from benchmarks.runner import BACKEND, REFERENCE, Result
 from benchmarks.workloads import GEOMEAN_TARGET
 
@@ -86,6 +87,7 @@ def machine() -> dict[str, Any]:
         "git_commit": commit,
         # Other load on the machine skews both backends; worth a look when numbers jump.
         "loadavg": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+        "blas": blas_env.describe(),
         "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
 

@@ -82,6 +82,11 @@ def test_json_has_the_agreed_fields(smoke):
     assert math.isclose(doc["geomean_ratio"], geomean, rel_tol=1e-9)
     assert doc["settings"]["persistent_compilation_cache"] is False
     assert doc["machine"]["cpu_count"] >= 1
+    # NumPy is loaded, so its OpenBLAS is named with the kernel it chose; smoke runs keep the
+    # machine's environment, so nothing was removed.
+    blas = doc["machine"]["blas"]
+    assert blas["openblas_kernels"] and all(": " in k for k in blas["openblas_kernels"])
+    assert blas["overrides_removed"] == ""
 
 
 def test_plot_is_a_valid_png(smoke):
@@ -138,3 +143,21 @@ def test_plot_renders_without_data_rows(tmp_path):
     path = tmp_path / "p.png"
     plot.write(str(path), [("a", 0.5, 1.0), ("b", None, 2.0), ("c", 1234.0, 10.0)], "t")
     read_png(path)
+
+
+def test_blas_overrides_are_removed_only_for_timed_runs_and_only_once():
+    from benchmarks import blas_env
+
+    machine = {"PATH": "/bin", "OPENBLAS_CORETYPE": "Haswell", "OPENBLAS_L2_SIZE": "512"}
+    env = blas_env.rerun_env(machine, keep=False, smoke=False)
+    assert env is not None and "OPENBLAS_CORETYPE" not in env and "OPENBLAS_L2_SIZE" not in env
+    assert env["PATH"] == "/bin"
+    assert env[blas_env.REMOVED_MARKER] == "OPENBLAS_CORETYPE=Haswell OPENBLAS_L2_SIZE=512"
+    # The re-run itself, --keep-blas-env, --smoke (tests, CI) and a machine without overrides
+    # all run as they are.
+    assert blas_env.rerun_env(env, keep=False, smoke=False) is None
+    assert blas_env.rerun_env({**machine, blas_env.REMOVED_MARKER: "x"}, keep=False,
+                              smoke=False) is None
+    assert blas_env.rerun_env(machine, keep=True, smoke=False) is None
+    assert blas_env.rerun_env(machine, keep=False, smoke=True) is None
+    assert blas_env.rerun_env({"PATH": "/bin"}, keep=False, smoke=False) is None
