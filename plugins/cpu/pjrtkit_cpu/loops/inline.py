@@ -1,0 +1,104 @@
+"""Inline ``func.call`` ops into a loop's block, so the loop sees every op it runs.
+
+JAX wraps every ``fori_loop``/``scan`` step in ``func.call @closed_call`` and every
+``dynamic_update_index_in_dim`` in a call of its own. Called functions are planned once and
+shared, so nothing about the call site (which argument is a loop carry that dies here) can be
+used inside them. Inlined, the ops of the callee become ops of the loop body: the in-place
+update analysis (``ownership``) and the native loop compiler (``native``) see through the call,
+and the interpreted body saves one plan call per call op.
+
+Inlined results get fresh value ids (a function called twice must not define the same id twice
+in one block); ids start far above anything the loader assigns.
+"""
+from __future__ import annotations
+
+import dataclasses
+import itertools
+
+from pjrtkit.lowering.plan import TERMINATORS
+from pjrtkit.stablehlo.ir import Block, Op, Program, Region, Value
+
+_FRESH_IDS = itertools.count(1 << 40)
+# Calls whose callee (with its own inlined calls) has more ops than this stay calls: inlining
+# a large function into several loops would multiply compile work for little gain.
+MAX_INLINED_OPS = 500
+
+
+def fresh(value: Value) -> Value:
+    return Value(next(_FRESH_IDS), value.type)
+
+
+def inline_calls(block: Block, program: Program) -> Block:
+    """``block`` with its top-level ``func.call`` ops replaced by the callees' ops (recursively);
+    ``block`` itself when there is no call to inline."""
+    if not any(op.name == "func.call" for op in block.ops):
+        return block
+    ops: list[Op] = []
+    subst: dict[int, Value] = {}
+    _splice(block.ops, subst, ops, program, depth=0)
+    return Block(block.arguments, ops)
+
+
+def _splice(source_ops, subst: dict[int, Value], out: list[Op], program: Program,
+            depth: int) -> list[Value] | None:
+    """Append copies of ``source_ops`` to ``out`` with operands renamed by ``subst``. Returns
+    the (renamed) operands of the terminator, which is appended only at depth 0."""
+    for op in source_ops:
+        operands = tuple(subst.get(v.id, v) for v in op.operands)
+        if op.name in TERMINATORS:
+            if depth == 0:
+                out.append(dataclasses.replace(op, operands=operands))
+            return list(operands)
+        callee = _inlinable_callee(op, program, depth)
+        if callee is not None:
+            inner = dict(subst)
+            inner.update((a.id, v) for a, v in zip(callee.arguments, operands))
+            returned = _splice(callee.body.entry.ops, inner, out, program, depth + 1)
+            subst.update((r.id, v) for r, v in zip(op.results, returned))
+            continue
+        if depth == 0 and not op.regions and operands == op.operands:
+            out.append(op)  # untouched: keep the original op (and its value ids)
+            continue
+        results = tuple(fresh(r) for r in op.results) if depth else op.results
+        subst.update((old.id, new) for old, new in zip(op.results, results))
+        regions = tuple(_rename_region(r, subst) for r in op.regions)
+        out.append(dataclasses.replace(op, operands=operands, results=results, regions=regions))
+    return None
+
+
+def _inlinable_callee(op: Op, program: Program, depth: int):
+    if op.name != "func.call" or depth > 8:
+        return None
+    callee = program.functions.get(op.attributes.get("callee", ""))
+    if callee is None or len(callee.body.blocks) != 1:
+        return None
+    if _count_ops(callee.body.entry, program, 0) > MAX_INLINED_OPS:
+        return None
+    return callee
+
+
+def _count_ops(block: Block, program: Program, depth: int) -> int:
+    if depth > 8:
+        return MAX_INLINED_OPS + 1  # (deeply nested or recursive calls: never inlined)
+    total = 0
+    for op in block.ops:
+        total += 1
+        if op.name == "func.call":
+            callee = program.functions.get(op.attributes.get("callee", ""))
+            if callee is not None:
+                total += _count_ops(callee.body.entry, program, depth + 1)
+    return total
+
+
+def _rename_region(region: Region, subst: dict[int, Value]) -> Region:
+    """``region`` with its uses of outer values renamed (its own values keep their ids: they
+    are defined in its own scope, planned separately)."""
+    blocks = []
+    for block in region.blocks:
+        ops = []
+        for op in block.ops:
+            ops.append(dataclasses.replace(
+                op, operands=tuple(subst.get(v.id, v) for v in op.operands),
+                regions=tuple(_rename_region(r, subst) for r in op.regions)))
+        blocks.append(Block(block.arguments, ops))
+    return Region(blocks)

@@ -1,0 +1,88 @@
+"""Which ``dynamic_update_slice`` ops of a while body may write into their operand in place.
+
+A scan stacks its outputs with ``dynamic_update_slice(ys, y, i, 0, ...)`` on a carried array
+``ys``. Read literally, every step copies all of ``ys`` to change one row: a 1000-step scan
+copies its whole output 1000 times. The copy is only needed when someone could still see the
+old array. The while kernel owns its carried arrays (it copies the initial value of such a
+carry once, on entry, so a caller's buffer or a folded constant is never written), so the body
+may update carry ``p`` in place when:
+
+- the update's operand is the body's block argument ``p`` itself;
+- its result goes to the terminator at position ``p`` and nowhere else (so the next iteration
+  receives the same, still exclusively owned array);
+- no op after the update reads argument ``p`` or anything computed from it (kernels may return
+  views of their inputs, so every value computed from ``p`` counts as possibly sharing its
+  memory). Reads before the update, and the update reading a part of ``p`` as its ``update``
+  operand, are fine: NumPy's assignment copies overlapping sources first.
+
+Such ops are renamed to ``IN_PLACE_UPDATE`` (rule in ``lowering.control_flow``).
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from pjrtkit.lowering.plan import TERMINATORS
+from pjrtkit.stablehlo.ir import Block, Op
+
+DYNAMIC_UPDATE_SLICE = "stablehlo.dynamic_update_slice"
+IN_PLACE_UPDATE = "pjrtkit_cpu.dynamic_update_slice_in_place"
+
+
+def uses(op: Op) -> set[int]:
+    """Ids of every value ``op`` reads, in its operands or anywhere in its regions."""
+    found = {v.id for v in op.operands}
+    stack = list(op.regions)
+    while stack:
+        region = stack.pop()
+        for block in region.blocks:
+            for inner in block.ops:
+                found.update(v.id for v in inner.operands)
+                stack.extend(inner.regions)
+    return found
+
+
+def in_place_positions(body: Block) -> dict[int, int]:
+    """{index of an update op in ``body.ops``: the carried position it may write in place}."""
+    terminator = body.ops[-1]
+    if terminator.name not in TERMINATORS:
+        return {}
+    position_of = {arg.id: p for p, arg in enumerate(body.arguments)}
+    op_uses = [uses(op) for op in body.ops]
+    found: dict[int, int] = {}
+    for index, op in enumerate(body.ops[:-1]):
+        if op.name != DYNAMIC_UPDATE_SLICE or op.operands[0].id not in position_of:
+            continue
+        p = position_of[op.operands[0].id]
+        result = op.results[0].id
+        readers = [i for i, u in enumerate(op_uses) if result in u]
+        if readers != [len(body.ops) - 1] or [v.id for v in terminator.operands].count(
+                result) != 1 or terminator.operands[p].id != result:
+            continue
+        if _read_after(body, op_uses, index, op.operands[0].id):
+            continue
+        found[index] = p
+    return found
+
+
+def _read_after(body: Block, op_uses: list[set[int]], index: int, root: int) -> bool:
+    """Whether ``root`` or a value computed from it is read by an op after ``index``."""
+    derived = {root}
+    for i, op in enumerate(body.ops):
+        if i == index:
+            continue
+        if op_uses[i] & derived:
+            if i > index:
+                return True
+            derived.update(r.id for r in op.results)
+    return False
+
+
+def rewrite_in_place(body: Block) -> tuple[Block, frozenset[int]]:
+    """``body`` with its in-place updates renamed, and the carried positions they write
+    (whose initial values the while kernel must copy)."""
+    found = in_place_positions(body)
+    if not found:
+        return body, frozenset()
+    ops = [dataclasses.replace(op, name=IN_PLACE_UPDATE) if i in found else op
+           for i, op in enumerate(body.ops)]
+    return Block(body.arguments, ops), frozenset(found.values())
