@@ -36,9 +36,13 @@ class Backend:
         self.platform_name = f"pjrtkit_{name}"  # until the plugin names itself, for messages
         self.platform: PlatformInfo = self._call("pjrtkit_platform")
         self.platform_name = self.platform.name
+        self._execute_impl = _sole_implementation(self._pm.hook.pjrtkit_execute)
 
     @property
     def plugin_manager(self) -> pluggy.PluginManager:
+        # Whoever holds the manager may register more plugins: from then on every hook goes
+        # through pluggy's dispatch.
+        self._execute_impl = None
         return self._pm
 
     def _call(self, hook_name: str, **kwargs) -> Any:
@@ -90,6 +94,22 @@ class Backend:
 
     def execute(self, *, executable: Any, arguments: Sequence[Sequence[Any]],
                 devices: Sequence[DeviceSpec]) -> Sequence[Sequence[Any]]:
+        # Called for every execution, so a backend with exactly one implementation (and no
+        # wrappers) has it called directly: pluggy's dispatch costs microseconds per call, as
+        # much as a small program takes. Same arguments, same result, same error translation.
+        impl = self._execute_impl
+        if impl is not None:
+            function, argnames = impl
+            given = {"executable": executable, "arguments": arguments, "devices": devices}
+            try:
+                result = function(**{name: given[name] for name in argnames})
+            except PjrtError:
+                raise
+            except Exception as exc:
+                raise Internal(f"{self.platform_name}: hook pjrtkit_execute raised "
+                               f"{type(exc).__name__}: {exc}") from exc
+            if result is not None:
+                return result
         return self._call("pjrtkit_execute", executable=executable, arguments=arguments,
                           devices=devices)
 
@@ -118,4 +138,14 @@ class Backend:
 
 
 _OPTIONAL_ANSWERS = frozenset({"pjrtkit_make_topology"})
+
+
+def _sole_implementation(hook: Any) -> tuple[Any, tuple[str, ...]] | None:
+    """(function, argument names) of a hook's only implementation, or None when pluggy must
+    dispatch (several implementations, or a wrapper around the one). The plugin manager is
+    filled in ``Backend.__init__``; handing it out (``plugin_manager``) drops the shortcut."""
+    impls = hook.get_hookimpls()
+    if len(impls) != 1 or impls[0].hookwrapper or impls[0].wrapper:
+        return None
+    return impls[0].function, tuple(impls[0].argnames)
 

@@ -15,7 +15,7 @@ from abi_support import FakeClient, FakeLoaded, new_args, ok, take_error
 from pjrtkit.abi import named_values
 from pjrtkit.abi._cffi import ffi, lib
 from pjrtkit.abi.fn_executable import new_loaded_executable
-from pjrtkit.abi.handles import BLOBS, CLIENTS, ClientRef, EVENTS, EventRef
+from pjrtkit.abi.handles import BLOBS, CLIENTS, EVENTS, ClientRef, EventRef, deref
 from pjrtkit.errors import ErrorCode, InvalidArgument
 
 runtime_event = pytest.importorskip("pjrtkit.runtime.event", reason="needs the runtime's Event")
@@ -186,7 +186,7 @@ def test_to_host_buffer_rejects_column_major(table, client):
 def loaded(table, client):
     fake, ptr = client
     exe = FakeLoaded(fake)
-    handle = new_loaded_executable(exe, ffi.from_handle(ffi.cast("void*", ptr)))
+    handle = new_loaded_executable(exe, deref(ptr, ClientRef, "client"))
     yield exe, handle
     _call(table, "PJRT_LoadedExecutable_Destroy", executable=handle)
     assert exe.destroyed

@@ -18,6 +18,7 @@ import cffi
 
 HERE = pathlib.Path(__file__).resolve().parent
 DECLARATIONS = (HERE / "pjrt_declarations.h").read_text()
+HANDLE_STRUCTS = (HERE / "pjrtkit_handles.h").read_text()
 
 API_MAJOR = 0
 API_MINOR = 90
@@ -43,6 +44,95 @@ SERIALIZED_TYPES = (
     "PJRT_SerializedCompileOptions",
     "PJRT_SerializedTopology",
 )
+
+
+# PJRT functions answered in C from the facts in the handle struct (pjrtkit_handles.h), with no
+# Python round trip: function -> (Args field holding the handle, handle struct, kind,
+# ((Args output field, struct fact), ...)). Every fact listed must be known (integer >= 0,
+# pointer non-NULL) and the caller's struct must hold every output field; otherwise the Python
+# callback answers (and raises the proper error). jaxlib asks several of these on every call.
+C_ANSWERS: dict[str, tuple[str, str, str, tuple[tuple[str, str], ...]]] = {
+    "PJRT_Executable_NumReplicas": ("executable", "pjrtkit_executable", "EXECUTABLE",
+                                    (("num_replicas", "num_replicas"),)),
+    "PJRT_Executable_NumPartitions": ("executable", "pjrtkit_executable", "EXECUTABLE",
+                                      (("num_partitions", "num_partitions"),)),
+    "PJRT_Executable_NumOutputs": ("executable", "pjrtkit_executable", "EXECUTABLE",
+                                   (("num_outputs", "num_outputs"),)),
+    "PJRT_Buffer_Device": ("buffer", "pjrtkit_buffer", "BUFFER", (("device", "device"),)),
+    "PJRT_Buffer_Memory": ("buffer", "pjrtkit_buffer", "BUFFER", (("memory", "memory"),)),
+    "PJRT_Buffer_ElementType": ("buffer", "pjrtkit_buffer", "BUFFER",
+                                (("type", "element_type"),)),
+    "PJRT_Buffer_OnDeviceSizeInBytes": ("buffer", "pjrtkit_buffer", "BUFFER",
+                                        (("on_device_size_in_bytes", "on_device_size_in_bytes"),)),
+    "PJRT_Memory_Id": ("memory", "pjrtkit_memory", "MEMORY", (("id", "id"),)),
+    "PJRT_Memory_Kind_Id": ("memory", "pjrtkit_memory", "MEMORY", (("kind_id", "kind_id"),)),
+    "PJRT_Memory_Kind": ("memory", "pjrtkit_memory", "MEMORY",
+                         (("kind", "kind"), ("kind_size", "kind_size"))),
+    "PJRT_Device_GetDescription": ("device", "pjrtkit_device", "DEVICE",
+                                   (("device_description", "description"),)),
+    "PJRT_Device_DefaultMemory": ("device", "pjrtkit_device", "DEVICE",
+                                  (("memory", "default_memory"),)),
+    "PJRT_Device_IsAddressable": ("device", "pjrtkit_device", "DEVICE",
+                                  (("is_addressable", "is_addressable"),)),
+    "PJRT_Device_LocalHardwareId": ("device", "pjrtkit_device", "DEVICE",
+                                    (("local_hardware_id", "local_hardware_id"),)),
+    "PJRT_DeviceDescription_Id": ("device_description", "pjrtkit_description", "DESCRIPTION",
+                                  (("id", "id"),)),
+    "PJRT_DeviceDescription_ProcessIndex": ("device_description", "pjrtkit_description",
+                                            "DESCRIPTION", (("process_index", "process_index"),)),
+}
+
+# Facts that are pointers (known when non-NULL); every other fact is an int64_t (known when >= 0).
+_POINTER_FACTS = frozenset({"device", "memory", "kind", "description", "default_memory"})
+
+# The PJRT_Event_* functions answered in C for pjrtkit_completed_event (work already done with
+# no error); any other event goes to Python.
+_EVENT_ANSWERS = {
+    "PJRT_Event_IsReady": ("is_ready", "args->is_ready = true;"),
+    "PJRT_Event_Error": ("event", ""),
+    "PJRT_Event_Await": ("event", ""),
+    "PJRT_Event_Destroy": ("event", ""),
+    # The callback runs on the caller's thread, as for any event that is already complete; no
+    # Python and no lock of ours is involved.
+    "PJRT_Event_OnReady": ("user_arg", "if (args->callback == NULL) return 0;\n"
+                                       "    args->callback(NULL, args->user_arg);"),
+}
+
+_C_ANSWER_PRELUDE = """
+#define PJRTKIT_FIELD_END(T, f) (offsetof(T, f) + sizeof(((T*)0)->f))
+pjrtkit_event pjrtkit_completed_event = { { PJRTKIT_KIND_EVENT, NULL }, 1 };
+int pjrtkit_c_answers = 1;
+"""
+
+
+def _c_answer_source() -> str:
+    """``static int pjrtkit_answer_<fn>(args)``: 1 when answered in C, 0 to ask Python."""
+    out = [_C_ANSWER_PRELUDE]
+    for fn, (field, struct, kind, outputs) in C_ANSWERS.items():
+        t = f"{fn}_Args"
+        sizes = " || ".join(f"args->struct_size < PJRTKIT_FIELD_END({t}, {o})" for o, _ in outputs)
+        known = " || ".join(f"h->{f} == NULL" if f in _POINTER_FACTS else f"h->{f} < 0"
+                            for _, f in outputs)
+        sets = " ".join(f"args->{o} = h->{f};" for o, f in outputs)
+        out.append(
+            f"static int pjrtkit_answer_{fn}({t}* args) {{\n"
+            f"    if (!pjrtkit_c_answers || args == NULL || {sizes}) return 0;\n"
+            f"    const {struct}* h = (const {struct}*)args->{field};\n"
+            f"    if (h == NULL || h->head.kind != PJRTKIT_KIND_{kind} || {known}) return 0;\n"
+            f"    {sets}\n    return 1;\n}}")
+    for fn, (last_field, body) in _EVENT_ANSWERS.items():
+        t = f"{fn}_Args"
+        out.append(
+            f"static int pjrtkit_answer_{fn}({t}* args) {{\n"
+            f"    if (!pjrtkit_c_answers || args == NULL || "
+            f"args->struct_size < PJRTKIT_FIELD_END({t}, {last_field})) return 0;\n"
+            f"    if ((const pjrtkit_event*)args->event != &pjrtkit_completed_event) return 0;\n"
+            f"    {body}\n    return 1;\n}}")
+    return "\n".join(out) + "\n"
+
+
+def _answered_in_c() -> frozenset[str]:
+    return frozenset(C_ANSWERS) | frozenset(_EVENT_ANSWERS)
 
 
 def api_slots(declarations: str = DECLARATIONS) -> list[str]:
@@ -87,7 +177,12 @@ def _guarded_entry_points() -> str:
         if fn in SLOT_ROUTED:
             continue
         ret = rets[fn]
-        if ret == "void":
+        if fn in _answered_in_c():
+            # Answered before the GIL is taken; only the fallback enters Python.
+            lines.append(f"static {ret} pjrtkit_guarded_{fn}({fn}_Args* args) {{ "
+                         f"if (pjrtkit_answer_{fn}(args)) return NULL; {_GUARD_ENTER} "
+                         f"{ret} result = pjrtkit_{fn}(args); {_GUARD_LEAVE} return result; }}")
+        elif ret == "void":
             lines.append(f"static void pjrtkit_guarded_{fn}({fn}_Args* args) {{ {_GUARD_ENTER} "
                          f"pjrtkit_{fn}(args); {_GUARD_LEAVE} }}")
         else:
@@ -143,6 +238,7 @@ void pjrtkit_fill_api(PJRT_Api* api, int slot) {{
 
 CDEF = (
     DECLARATIONS
+    + HANDLE_STRUCTS
     + '\nextern "Python" {\n'
     + _callback_prototypes(static=False)
     + "\n}\n"
@@ -155,9 +251,11 @@ CDEF = (
 SOURCE = (
     "#include <stdbool.h>\n#include <stddef.h>\n#include <stdint.h>\n#include <string.h>\n"
     + DECLARATIONS
+    + HANDLE_STRUCTS
     + f"\n#define PJRTKIT_MAX_BACKENDS {MAX_BACKENDS}\n#define PJRTKIT_API_MINOR {API_MINOR}\n"
     # cffi defines extern "Python" functions after this prefix; C code here needs them declared.
     + _callback_prototypes(static=True)
+    + _c_answer_source()
     + _fill_api_source()
 )
 

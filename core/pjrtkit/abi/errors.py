@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 from pjrtkit import profiling
 from pjrtkit.abi._cffi import ffi, lib
-from pjrtkit.abi.handles import HandleTable, Ref, deref
+from pjrtkit.abi.handles import HandleTable, Ref, deref, set_c_answers
 from pjrtkit.errors import ErrorCode, PjrtError
 
 log = logging.getLogger("pjrtkit.abi")
@@ -30,6 +30,7 @@ class ErrorRef(Ref):
     """The object behind a PJRT_Error*: code plus a message C reads until Error_Destroy."""
 
     __slots__ = ("code", "message", "permanent")
+    KIND = lib.PJRTKIT_KIND_ERROR
 
     def __init__(self, code: int, message: str, *, permanent: bool = False):
         super().__init__(None)
@@ -44,8 +45,8 @@ ERRORS: HandleTable[ErrorRef] = HandleTable("error", "PJRT_Error*")
 # this one needs no allocation. Error_Destroy leaves it alone.
 _FALLBACK = ErrorRef(int(ErrorCode.INTERNAL), "pjrtkit could not build a PJRT_Error",
                      permanent=True)
-_FALLBACK_HANDLE = ffi.new_handle(_FALLBACK)
-_FALLBACK_PTR = ffi.cast("PJRT_Error*", _FALLBACK_HANDLE)
+_FALLBACK_C, _FALLBACK_HANDLE = _FALLBACK.make_c()  # alive for the process
+_FALLBACK_PTR = ffi.cast("PJRT_Error*", _FALLBACK_C)
 
 
 def new_error(code: int, message: str) -> Any:
@@ -100,6 +101,8 @@ NEVER_FAILS: set[str] = set()  # functions that report failure only to the log (
 # PJRTKIT_TRACE_ABI=1 logs every C call with its thread: the first tool for a hang, since a hang
 # shows no Python frame. Decided once at import so the normal path pays nothing.
 _TRACE = os.environ.get("PJRTKIT_TRACE_ABI", "") not in ("", "0")
+if _TRACE or profiling.ENABLED:
+    set_c_answers(False)  # the trace and the profile must see every call, so all go to Python
 
 
 def _traced(name: str, callback: Callable[..., Any]) -> Callable[..., Any]:

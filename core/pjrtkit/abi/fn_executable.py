@@ -266,8 +266,60 @@ def _execute_options(ptr: Any, what: str) -> frozenset[int]:
     return frozenset(int(i) for i in indices)
 
 
+_EXECUTE_ARGS_SIZE = ffi.sizeof("PJRT_LoadedExecutable_Execute_Args")
+_OPTIONS_SIZE = ffi.sizeof("PJRT_ExecuteOptions")
+_BUFFER_KIND = BufferRef.KIND
+_HEAD = ffi.typeof("pjrtkit_head*")
+
+
+def _execute_inline(args: Any, ref: LoadedExecutableRef) -> bool:
+    """The common case without the general machinery: a caller with today's struct, one
+    device, no execute_device, no send/recv, valid input handles, and a runtime that can run
+    the program inline now (``LoadedExecutable.execute_inline``). Returns False, having done
+    nothing, whenever anything is unusual; the general path then serves the call, and reports
+    whatever was wrong."""
+    if args.struct_size < _EXECUTE_ARGS_SIZE or args.num_devices != 1:
+        return False
+    options = args.options
+    if options != NULL and (options.struct_size < _OPTIONS_SIZE or options.num_send_ops
+                            or options.num_recv_ops):
+        return False
+    lists, outputs_ptr = args.argument_lists, args.output_lists
+    if args.execute_device != NULL or outputs_ptr == NULL or lists == NULL:
+        return False
+    row = lists[0]
+    buffers = []
+    for i in range(args.num_args):
+        ptr = row[i]
+        if ptr == NULL:
+            return False
+        head = ffi.cast(_HEAD, ptr)
+        if head.kind != _BUFFER_KIND:
+            return False
+        buffers.append(ffi.from_handle(head.ref).obj)
+    # Non-donatable indices matter only for donation, and execute_inline refuses programs
+    # that donate.
+    done = ref.inline(buffers)
+    if done is None:
+        return False
+    outputs, event = done
+    out, client = outputs_ptr[0], ref.client
+    for o, buffer in enumerate(outputs):
+        out[o] = new_buffer(buffer, client)
+    events_ptr = args.device_complete_events
+    if events_ptr != NULL:
+        events_ptr[0] = new_event(event)
+    return True
+
+
 @pjrt_function("PJRT_LoadedExecutable_Execute")
 def loaded_executable_execute(args: Any) -> None:
+    if args != NULL and args.struct_size >= _EXECUTE_ARGS_SIZE:
+        ptr = args.executable
+        if ptr != NULL and ffi.cast(_HEAD, ptr).kind == LoadedExecutableRef.KIND:
+            ref = ffi.from_handle(ffi.cast(_HEAD, ptr).ref)
+            if ref.inline is not None and _execute_inline(args, ref):
+                return
     a = Args(args)
     ref = loaded_of(a)
     non_donatable = _execute_options(a.req("options"), f"{a.name}.options")

@@ -1,7 +1,14 @@
-"""Opaque PJRT handles for runtime objects.
+"""PJRT handles for runtime objects.
 
-Every pointer given to C is an ``ffi.new_handle`` of a small *Ref* object. The handle cdata must
-stay alive for as long as C may pass the pointer back, so each one has exactly one owner:
+Every pointer given to C points at a small C struct (``pjrtkit_handles.h``) allocated here: its
+head tags the kind of object and holds an ``ffi.new_handle`` of the Python *Ref* behind it; the
+rest are the object's immutable facts (a buffer's device and memory, a memory's kind string, an
+executable's replica/partition/output counts...), written by ``Ref.fill`` before C sees the
+pointer, from which C answers the PJRT functions that only read them, without entering Python.
+A fact ``fill`` cannot compute stays unknown and the Python callback answers (or fails) as usual.
+
+The struct belongs to its Ref and the Ref to the handle; the handle must stay alive for as long
+as C may pass the pointer back, so each one has exactly one owner:
 
 * a ``HandleTable`` (module level, one per kind) for objects C destroys explicitly: clients,
   buffers, events, executables, loaded executables, topologies, execute contexts, errors and
@@ -10,28 +17,69 @@ stay alive for as long as C may pass the pointer back, so each one has exactly o
   topology: C never destroys those; they live as long as the client. They are created on first
   use and then reused, so the same runtime object always gets the same pointer.
 * the owning ``TopologyRef`` for the device descriptions of a compile-only topology.
+* this module for ``pjrtkit_completed_event``: the one static handle of every event that is
+  complete without error when handed out (C answers all its PJRT_Event_* calls; Destroy is a
+  no-op), so work done inline costs no event object on the C side.
 
 Refs also cache every piece of memory handed to C that must outlive the call (strings, arrays,
 NamedValue lists): C may read those for as long as the object lives.
 """
 from __future__ import annotations
 
+import threading
 from typing import Any, Callable, Generic, TypeVar
 
-from pjrtkit.abi._cffi import ffi
+from pjrtkit.abi._cffi import ffi, lib
+from pjrtkit.abi.dtypes import to_code
 from pjrtkit.errors import InvalidArgument
 
 T = TypeVar("T", bound="Ref")
 
+NULL = ffi.NULL
+_HEAD = ffi.typeof("pjrtkit_head*")
+_KIND_NAMES: dict[int, str] = {}  # kind tag -> Ref class name, for error messages
+
 
 class Ref:
-    """Base of every object a PJRT handle points at; holds C-visible memory for the object."""
+    """Base of every object a PJRT handle points at; holds C-visible memory for the object.
 
-    __slots__ = ("obj", "_c")
+    Subclasses name their C struct (``CTYPE``) and kind tag (``KIND``) and write their facts in
+    ``fill``. ``c`` is the struct, once a handle exists.
+    """
+
+    __slots__ = ("obj", "_c", "c")
+    KIND: int = lib.PJRTKIT_KIND_DEAD
+    CTYPE: str = "pjrtkit_plain"
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        cls._CTYPE_PTR = ffi.typeof(f"{cls.CTYPE}*")
+        if cls.KIND:
+            _KIND_NAMES[cls.KIND] = cls.__name__
 
     def __init__(self, obj: Any):
         self.obj = obj
         self._c: dict[Any, Any] = {}
+        self.c = None
+
+    def fill(self, c: Any) -> None:
+        """Write the object's immutable facts into its struct ``c`` (none by default). Must
+        not raise, and must set every integer fact (ffi.new zeroes them, and 0 is a known
+        value): to the fact, or to -1 when it cannot be computed."""
+
+    def make_c(self) -> tuple[Any, Any]:
+        """(struct, handle): the struct C will point at, and the handle that owns this Ref.
+        ``fill`` writes every fact of the struct, each one separately guarded: a fact that
+        cannot be computed is left unknown (-1 or NULL), and Python answers its query (and
+        reports the failure) as before."""
+        c = ffi.new(self._CTYPE_PTR)
+        handle = ffi.new_handle(self)
+        head = c.head
+        head.kind = self.KIND
+        head.ref = handle
+        self.c = c
+        self.fill(c)
+        return c, handle
 
     def cached(self, key: Any, make: Callable[[], Any]) -> Any:
         """The value C sees for ``key``, built once; it lives as long as this Ref."""
@@ -45,8 +93,8 @@ class Ref:
         """A handle owned by this Ref: the same pointer for ``key`` every time, never destroyed
         by C, alive as long as this Ref."""
         def make():
-            handle = ffi.new_handle(make_ref())
-            return ffi.cast(ctype, handle), handle
+            c, handle = make_ref().make_c()
+            return ffi.cast(ctype, c), handle
         return self.cached(("handle", key), make)[0]
 
     def cstr(self, key: str, text: str | bytes) -> tuple[Any, int]:
@@ -55,6 +103,13 @@ class Ref:
             data = text.encode() if isinstance(text, str) else bytes(text)
             return ffi.new("char[]", data), len(data)
         return self.cached(("str", key), make)
+
+
+_UINTPTR = ffi.typeof("uintptr_t")
+
+
+def _address(ptr: Any) -> int:
+    return int(ffi.cast(_UINTPTR, ptr))
 
 
 class HandleTable(Generic[T]):
@@ -66,17 +121,20 @@ class HandleTable(Generic[T]):
         self._live: dict[int, Any] = {}
 
     def new(self, ref: T) -> Any:
-        handle = ffi.new_handle(ref)
-        ptr = ffi.cast(self.ctype, handle)
-        self._live[int(ffi.cast("uintptr_t", handle))] = handle
-        return ptr
+        c, handle = ref.make_c()
+        self._live[_address(c)] = handle
+        return ffi.cast(self.ctype, c)
 
     def release(self, ptr: Any) -> T | None:
         """Drop C's handle; returns the Ref, or None for NULL or an unknown pointer."""
-        if ptr == ffi.NULL:
+        if ptr == NULL:
             return None
-        handle = self._live.pop(int(ffi.cast("uintptr_t", ptr)), None)
-        return None if handle is None else ffi.from_handle(handle)
+        handle = self._live.pop(_address(ptr), None)
+        if handle is None:
+            return None
+        ref = ffi.from_handle(handle)
+        ref.c.head.kind = lib.PJRTKIT_KIND_DEAD
+        return ref
 
     def __len__(self) -> int:
         return len(self._live)
@@ -84,12 +142,29 @@ class HandleTable(Generic[T]):
 
 def deref(ptr: Any, cls: type[T], what: str) -> T:
     """The Ref behind a handle C passed in; ``what`` names the Args field for error messages."""
-    if ptr == ffi.NULL:
+    if ptr == NULL:
         raise InvalidArgument(f"{what} is NULL")
-    ref = ffi.from_handle(ffi.cast("void*", ptr))
-    if type(ref) is not cls:
-        raise InvalidArgument(f"{what} is a {type(ref).__name__} handle, expected {cls.__name__}")
-    return ref
+    head = ffi.cast(_HEAD, ptr)
+    kind = head.kind
+    if kind != cls.KIND:
+        found = _KIND_NAMES.get(kind, "destroyed or foreign")
+        raise InvalidArgument(f"{what} is a {found} handle, expected {cls.__name__}")
+    return ffi.from_handle(head.ref)
+
+
+def set_c_answers(enabled: bool) -> bool:
+    """Turn the C answers on or off (off: every PJRT call enters Python); returns the old state.
+    The tracer and the profiler turn them off so that they see every call."""
+    old = bool(lib.pjrtkit_c_answers)
+    lib.pjrtkit_c_answers = 1 if enabled else 0
+    return old
+
+
+def _fact(compute: Callable[[], Any], default: Any = -1) -> Any:
+    try:
+        return compute()
+    except Exception:  # noqa: BLE001 - unknown: the Python callback answers, and reports why
+        return default
 
 
 # ---- Refs owned by their client or topology (stable pointers, never destroyed by C) -----------
@@ -98,14 +173,30 @@ class DescriptionRef(Ref):
     """A PJRT_DeviceDescription: a runtime Device or DeviceDescription (both expose the facts)."""
 
     __slots__ = ()
+    KIND = lib.PJRTKIT_KIND_DESCRIPTION
+    CTYPE = "pjrtkit_description"
+
+    def fill(self, c: Any) -> None:
+        obj = self.obj
+        c.id = _fact(lambda: int(obj.id))
+        c.process_index = _fact(lambda: int(obj.process_index))
 
 
 class DeviceRef(Ref):
     __slots__ = ("client",)
+    KIND = lib.PJRTKIT_KIND_DEVICE
+    CTYPE = "pjrtkit_device"
 
     def __init__(self, device: Any, client: "ClientRef"):
         super().__init__(device)
         self.client = client
+
+    def fill(self, c: Any) -> None:
+        obj = self.obj
+        c.local_hardware_id = _fact(lambda: int(obj.local_hardware_id))
+        c.is_addressable = _fact(lambda: int(bool(obj.is_addressable)))
+        c.description = _fact(self.description_ptr, NULL)
+        c.default_memory = _fact(lambda: self.client.memory_ptr(obj.default_memory), NULL)
 
     def description_ptr(self) -> Any:
         # Owned here: C asks for a device's description repeatedly and never destroys it.
@@ -115,28 +206,51 @@ class DeviceRef(Ref):
 
 class MemoryRef(Ref):
     __slots__ = ("client",)
+    KIND = lib.PJRTKIT_KIND_MEMORY
+    CTYPE = "pjrtkit_memory"
 
     def __init__(self, memory: Any, client: "ClientRef"):
         super().__init__(memory)
         self.client = client
 
+    def fill(self, c: Any) -> None:
+        obj = self.obj
+        c.id = _fact(lambda: int(obj.id))
+        c.kind_id = _fact(lambda: int(obj.kind_id))
+        # The very string PJRT_Memory_Kind hands out from Python (same cache key).
+        kind, size = _fact(lambda: self.cstr("kind", obj.kind), (NULL, -1))
+        c.kind_size = size
+        c.kind = kind
+
 
 class ClientRef(Ref):
-    __slots__ = ("backend",)
+    __slots__ = ("backend", "_device_ptrs", "_memory_ptrs")
+    KIND = lib.PJRTKIT_KIND_CLIENT
 
     def __init__(self, client: Any, backend: Any):
         super().__init__(client)
         self.backend = backend
+        # id -> pointer: every new buffer asks for its device's and memory's pointers.
+        self._device_ptrs: dict[Any, Any] = {}
+        self._memory_ptrs: dict[Any, Any] = {}
 
     # Devices and memories are keyed by their id (unique within a client), not by Python
     # identity, so the pointer stays the same even if the runtime hands out equal copies.
     def device_ptr(self, device: Any) -> Any:
-        return self.stable_handle(("device", device.id), "PJRT_Device*",
-                                  lambda: DeviceRef(device, self))
+        try:
+            return self._device_ptrs[device.id]
+        except KeyError:
+            ptr = self.stable_handle(("device", device.id), "PJRT_Device*",
+                                     lambda: DeviceRef(device, self))
+            return self._device_ptrs.setdefault(device.id, ptr)
 
     def memory_ptr(self, memory: Any) -> Any:
-        return self.stable_handle(("memory", memory.id), "PJRT_Memory*",
-                                  lambda: MemoryRef(memory, self))
+        try:
+            return self._memory_ptrs[memory.id]
+        except KeyError:
+            ptr = self.stable_handle(("memory", memory.id), "PJRT_Memory*",
+                                     lambda: MemoryRef(memory, self))
+            return self._memory_ptrs.setdefault(memory.id, ptr)
 
     def device_array(self, key: Any, devices: list[Any]) -> tuple[Any, int]:
         """A PJRT_Device*[] for a fixed device list, kept alive with the client."""
@@ -155,6 +269,7 @@ class ClientRef(Ref):
 
 class TopologyRef(Ref):
     __slots__ = ("owned_by_client",)
+    KIND = lib.PJRTKIT_KIND_TOPOLOGY
 
     def __init__(self, topology: Any, *, owned_by_client: bool = False):
         super().__init__(topology)
@@ -174,22 +289,58 @@ class TopologyRef(Ref):
 
 class BufferRef(Ref):
     __slots__ = ("client",)
+    KIND = lib.PJRTKIT_KIND_BUFFER
+    CTYPE = "pjrtkit_buffer"
 
     def __init__(self, buffer: Any, client: ClientRef):
         super().__init__(buffer)
         self.client = client
 
+    def fill(self, c: Any) -> None:
+        # Written out (no _fact) because every execution output comes through here.
+        obj, client = self.obj, self.client
+        try:
+            c.device = client.device_ptr(obj.device)
+        except Exception:  # noqa: BLE001 - unknown (NULL): Python answers PJRT_Buffer_Device
+            pass
+        try:
+            c.memory = client.memory_ptr(obj.memory)
+        except Exception:  # noqa: BLE001
+            pass
+        try:
+            c.element_type = to_code(obj.dtype)
+        except Exception:  # noqa: BLE001
+            c.element_type = -1
+        try:
+            c.on_device_size_in_bytes = obj.on_device_size_in_bytes
+        except Exception:  # noqa: BLE001
+            c.on_device_size_in_bytes = -1
+
 
 class EventRef(Ref):
     __slots__ = ()
+    KIND = lib.PJRTKIT_KIND_EVENT
+    CTYPE = "pjrtkit_event"
+
+    def fill(self, c: Any) -> None:
+        c.complete_ok = 0  # only pjrtkit_completed_event is answered in C
 
 
 class ExecutableRef(Ref):
     __slots__ = ()
+    KIND = lib.PJRTKIT_KIND_EXECUTABLE
+    CTYPE = "pjrtkit_executable"
+
+    def fill(self, c: Any) -> None:
+        obj = self.obj
+        c.num_replicas = _fact(lambda: int(obj.num_replicas))
+        c.num_partitions = _fact(lambda: int(obj.num_partitions))
+        c.num_outputs = _fact(lambda: int(obj.num_outputs))
 
 
 class LoadedExecutableRef(Ref):
-    __slots__ = ("client", "device_assignment")
+    __slots__ = ("client", "device_assignment", "inline")
+    KIND = lib.PJRTKIT_KIND_LOADED_EXECUTABLE
 
     def __init__(self, loaded: Any, client: ClientRef, device_assignment: bytes):
         super().__init__(loaded)
@@ -197,16 +348,20 @@ class LoadedExecutableRef(Ref):
         # Serialized DeviceAssignmentProto, computed at load time because
         # LoadedExecutable_GetDeviceAssignment must never fail.
         self.device_assignment = device_assignment
+        # The runtime's cheap path for PJRT_LoadedExecutable_Execute, when it has one.
+        self.inline = getattr(loaded, "execute_inline", None)
 
 
 class ExecuteContextRef(Ref):
     __slots__ = ()
+    KIND = lib.PJRTKIT_KIND_EXECUTE_CONTEXT
 
 
 class BlobRef(Ref):
     """Bytes handed to C together with a deleter (serialized executables, topologies, ...)."""
 
     __slots__ = ()
+    KIND = lib.PJRTKIT_KIND_BLOB
 
 
 # How long C holds each kind of handle (and so how long the table keeps it):
@@ -235,7 +390,27 @@ def new_buffer(buffer: Any, client: ClientRef) -> Any:
     return BUFFERS.new(BufferRef(buffer, client))
 
 
+_completed_lock = threading.Lock()
+_completed_handle: list[Any] = []  # the static event's Ref handle, alive for the process
+COMPLETED_EVENT = ffi.cast("PJRT_Event*", ffi.addressof(lib, "pjrtkit_completed_event"))
+
+
+def _completed_event_ptr() -> Any:
+    if not _completed_handle:
+        with _completed_lock:
+            if not _completed_handle:
+                from pjrtkit.runtime.event import Event  # abi must load without the runtime
+                handle = ffi.new_handle(EventRef(Event.completed()))
+                lib.pjrtkit_completed_event.head.ref = handle
+                _completed_handle.append(handle)
+    return COMPLETED_EVENT
+
+
 def new_event(event: Any) -> Any:
+    """A PJRT_Event* for ``event``: the static completed handle when the event is already done
+    without error (nothing about it can change any more), else a handle of its own."""
+    if event.is_ready() and event.error() is None:
+        return _completed_event_ptr()
     return EVENTS.new(EventRef(event))
 
 

@@ -9,7 +9,7 @@
  * header pass larger structs, so readers must honour struct_size (see abi/args.py).
  */
 
-/* Opaque handles: pjrtkit hands C pointers made by ffi.new_handle and never dereferences them. */
+/* Opaque handles: pjrtkit's handles point at the structs of pjrtkit_handles.h. */
 typedef struct PJRT_Error PJRT_Error;
 typedef struct PJRT_Event PJRT_Event;
 typedef struct PJRT_Client PJRT_Client;

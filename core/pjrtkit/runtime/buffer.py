@@ -31,6 +31,28 @@ class Buffer:
         self._lock = threading.Lock()
         memory.allocated(self.nbytes)
 
+    @classmethod
+    def computed(cls, client, dtype: np.dtype, shape: tuple[int, ...], nbytes: int, device,
+                 memory, payload, ready: Event) -> "Buffer":
+        """A buffer whose contents exist already (an inline execution's output): the same
+        state ``__init__`` builds, from facts the caller computed once (``dtype`` a np.dtype,
+        ``shape`` a tuple, ``nbytes`` their size)."""
+        self = cls.__new__(cls)
+        self.client = client
+        self.dtype = dtype
+        self.shape = shape
+        self.device = device
+        self.memory = memory
+        self.payload = payload
+        self.ready = ready
+        self.nbytes = nbytes
+        self._deleted = False
+        self._holds = 0
+        self._external_refs = 0
+        self._lock = threading.Lock()
+        memory.allocated(nbytes)
+        return self
+
     # -- state ------------------------------------------------------------------------------
     @property
     def on_device_size_in_bytes(self) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import struct
 
 import numpy as np
@@ -22,6 +23,10 @@ from pjrtkit.types import CompiledProgram, CompileOptions
 INLINE_WORK_LIMIT = 2_000_000
 
 _MAGIC = b"PJRTKIT-EXE1"
+
+# Completion of every inline execution that succeeded: a completed event never changes, so one
+# serves them all.
+_DONE = Event.completed()
 
 
 def load_and_compile(backend, code: bytes, fmt: str, compile_options: bytes, device_specs_for):
@@ -130,6 +135,70 @@ class LoadedExecutable:
         else:
             self.device_assignment = [[d.id] for d in devices]
         self._deleted = False
+        self._inline = self._inline_plan()
+
+    def _inline_plan(self):
+        """What ``execute_inline`` needs, decided once: None unless the program runs on one
+        device, donates nothing and is cheap enough to run on the caller's thread."""
+        exe = self.executable
+        cost = exe.compiled.cost
+        if (len(self.addressable_devices) != 1 or exe.donated_parameters
+                or cost.flops + cost.bytes_accessed > INLINE_WORK_LIMIT):
+            return None
+        device = self.addressable_devices[0]
+        outputs = []
+        for dtype, shape, kind in zip(exe.output_dtypes, exe.output_shapes,
+                                      exe.output_memory_kinds):
+            dtype = np.dtype(dtype)
+            shape = tuple(int(d) for d in shape)
+            memory = (device.memory(kind) if kind in ("device", "pinned_host", "unpinned_host")
+                      else device.default_memory)
+            outputs.append((dtype, shape, math.prod(shape) * dtype.itemsize, memory))
+        return device, [device.spec], outputs
+
+    def execute_inline(self, arguments: list) -> tuple[list, Event] | None:
+        """The common case of ``execute``, cheaply: one device, no donation, a cheap program,
+        every input ready without error, the worker idle. Runs the program now, on the
+        caller's thread, and returns (outputs, completion event), both already complete (with
+        the hook's error, if it raised). Returns None, having done nothing, whenever any of
+        those conditions does not hold: then ``execute`` (the general path) must be used.
+
+        No holds are taken: the execution is over before this returns, and the payloads it
+        reads are referenced here meanwhile, so a concurrent delete cannot take them away.
+        """
+        plan = self._inline
+        if plan is None or self._deleted or not self.client.executor.idle:
+            return None
+        exe = self.executable
+        if len(arguments) != exe.num_parameters:
+            return None
+        payloads = []
+        for buf in arguments:
+            ready = buf.ready
+            if buf._deleted or not ready._ready or ready._error is not None:
+                return None
+            payloads.append(buf.payload)
+        device, specs, outputs = plan
+        try:
+            results = self.client.backend.execute(executable=exe.compiled.executable,
+                                                  arguments=[payloads], devices=specs)
+            if len(results) != 1 or len(results[0]) != len(outputs):
+                raise Internal(f"{exe.backend.platform_name}: pjrtkit_execute returned the "
+                               f"wrong number of outputs for {exe.name}")
+        except PjrtError as exc:
+            return self._failed_inline(exc)
+        except Exception as exc:
+            return self._failed_inline(
+                Internal(f"executing {exe.name} failed: {type(exc).__name__}: {exc}"))
+        client = self.client
+        return [Buffer.computed(client, dtype, shape, nbytes, device, memory, payload, _DONE)
+                for (dtype, shape, nbytes, memory), payload in zip(outputs, results[0])], _DONE
+
+    def _failed_inline(self, error: PjrtError) -> tuple[list, Event]:
+        device, _specs, outputs = self._inline
+        failed = Event.completed(error)
+        return [Buffer(self.client, dtype, shape, device, memory, ready=failed)
+                for dtype, shape, _nbytes, memory in outputs], failed
 
     @property
     def is_deleted(self) -> bool:

@@ -1,0 +1,202 @@
+"""Queries answered in C from the handle structs, and the inline execute path, on the real cpu
+backend through its PJRT_Api.
+
+Each C answer must equal the Python answer (C answers off, ``handles.set_c_answers``) and must
+not enter Python at all: a profile function counts every Python call made on this thread during
+the C call (the extern "Python" callbacks are Python functions, so any fallback shows up).
+"""
+from __future__ import annotations
+
+import contextlib
+import pathlib
+import sys
+
+import numpy as np
+import pytest
+
+from pjrtkit.abi._cffi import ffi, lib
+from pjrtkit.abi.handles import COMPLETED_EVENT, set_c_answers
+from pjrtkit.discovery import load_backend
+from pjrtkit.errors import ErrorCode
+from pjrtkit.testing.conformance.abi_driver import AbiDriver
+
+
+@pytest.fixture(scope="module")
+def driver():
+    with AbiDriver.from_backend(load_backend("cpu")) as d:
+        yield d
+
+
+@pytest.fixture
+def scope(driver):
+    with driver.scope():
+        yield driver
+
+
+ABI_DIR = str(pathlib.Path(sys.modules["pjrtkit.abi.handles"].__file__).parent)
+
+
+@contextlib.contextmanager
+def python_calls():
+    """Records the pjrtkit.abi functions (every C callback lives there) and the test's own
+    lambdas called on this thread while the block runs."""
+    calls = []
+
+    def profile(frame, event, arg):
+        code = frame.f_code
+        if event == "call" and (code.co_filename.startswith(ABI_DIR)
+                                or code.co_name == "<lambda>"):
+            calls.append(code.co_name)
+
+    sys.setprofile(profile)
+    try:
+        yield calls
+    finally:
+        sys.setprofile(None)
+
+
+@contextlib.contextmanager
+def c_answers(enabled: bool):
+    old = set_c_answers(enabled)
+    try:
+        yield
+    finally:
+        set_c_answers(old)
+
+
+def _double_plus_one(x):
+    return x * 2 + 1
+
+
+def _answer(driver, name, handle_field, handle, outputs):
+    """(values of ``outputs`` after calling ``name``, Python calls made during the C call)."""
+    function = driver.function(name)
+    args = driver.new_args(name, **{handle_field: handle})
+    with python_calls() as calls:
+        error = function(args)
+    assert driver.take_error(error) is None
+    values = []
+    for field in outputs:
+        value = getattr(args, field)
+        if field == "kind":
+            value = ffi.unpack(value, args.kind_size)
+        elif isinstance(value, ffi.CData):
+            value = int(ffi.cast("uintptr_t", value))
+        values.append(value)
+    return values, calls
+
+
+def _queries(driver):
+    device = driver.device()
+    memory = driver.device_memories(device)[0]
+    buffer, _ = driver.buffer_from_host(np.arange(6, dtype=np.int16).reshape(2, 3))
+    executable = driver.executable_of(driver.compile(_double_plus_one, np.ones(3, np.float32)))
+    description = driver.description(device)
+    return [
+        ("PJRT_Executable_NumReplicas", "executable", executable, ["num_replicas"]),
+        ("PJRT_Executable_NumPartitions", "executable", executable, ["num_partitions"]),
+        ("PJRT_Executable_NumOutputs", "executable", executable, ["num_outputs"]),
+        ("PJRT_Buffer_Device", "buffer", buffer, ["device"]),
+        ("PJRT_Buffer_Memory", "buffer", buffer, ["memory"]),
+        ("PJRT_Buffer_ElementType", "buffer", buffer, ["type"]),
+        ("PJRT_Buffer_OnDeviceSizeInBytes", "buffer", buffer, ["on_device_size_in_bytes"]),
+        ("PJRT_Memory_Id", "memory", memory, ["id"]),
+        ("PJRT_Memory_Kind", "memory", memory, ["kind", "kind_size"]),
+        ("PJRT_Memory_Kind_Id", "memory", memory, ["kind_id"]),
+        ("PJRT_Device_GetDescription", "device", device, ["device_description"]),
+        ("PJRT_Device_DefaultMemory", "device", device, ["memory"]),
+        ("PJRT_Device_IsAddressable", "device", device, ["is_addressable"]),
+        ("PJRT_Device_LocalHardwareId", "device", device, ["local_hardware_id"]),
+        ("PJRT_DeviceDescription_Id", "device_description", description, ["id"]),
+        ("PJRT_DeviceDescription_ProcessIndex", "device_description", description,
+         ["process_index"]),
+    ]
+
+
+def test_queries_are_answered_in_c_with_the_python_answer_and_no_python_call(scope):
+    queries = _queries(scope)
+    answered_in_c = set()
+    for name, field, handle, outputs in queries:
+        with c_answers(True):
+            from_c, c_calls = _answer(scope, name, field, handle, outputs)
+        with c_answers(False):
+            from_python, python_calls_made = _answer(scope, name, field, handle, outputs)
+        assert from_c == from_python, name
+        assert python_calls_made, f"{name}: the Python answer made no Python call (test broken?)"
+        assert not c_calls, f"{name} entered Python: {c_calls}"
+        answered_in_c.add(name)
+    assert len(answered_in_c) == 16
+    # The values are the runtime's, not just equal to each other.
+    values = {name: _answer(scope, name, f, h, o)[0] for name, f, h, o in queries}
+    assert values["PJRT_Executable_NumOutputs"] == [1]
+    assert values["PJRT_Buffer_ElementType"] == [lib.PJRT_Buffer_Type_S16]
+    assert values["PJRT_Buffer_OnDeviceSizeInBytes"] == [12]
+    assert values["PJRT_Memory_Kind"][0] == b"device"
+
+
+@pytest.mark.parametrize("name, field", [
+    ("PJRT_Executable_NumReplicas", "executable"),
+    ("PJRT_Buffer_Device", "buffer"),
+    ("PJRT_Memory_Kind", "memory"),
+    ("PJRT_DeviceDescription_Id", "device_description"),
+])
+def test_null_and_wrong_kind_handles_still_get_python_errors(scope, name, field):
+    null = scope.raw(name, scope.new_args(name, **{field: ffi.NULL}))
+    assert null.code == ErrorCode.INVALID_ARGUMENT and "is NULL" in str(null)
+    # A client handle where another kind is expected: C declines, Python names both kinds.
+    wrong = scope.raw(name, scope.new_args(name, **{field: ffi.cast(
+        ffi.typeof(getattr(scope.new_args(name), field)), scope.client)}))
+    assert wrong.code == ErrorCode.INVALID_ARGUMENT
+    assert "ClientRef handle" in str(wrong), wrong
+
+
+def test_a_struct_too_small_for_the_output_is_refused_not_written(scope):
+    buffer, _ = scope.buffer_from_host(np.ones(4, np.float32))
+    args = scope.sized_args("PJRT_Buffer_Device")
+    args.buffer = buffer
+    args.struct_size = ffi.offsetof("PJRT_Buffer_Device_Args", "device")  # an older caller
+    error = scope.raw("PJRT_Buffer_Device", args)
+    assert error.code == ErrorCode.INVALID_ARGUMENT and "device is missing" in str(error)
+    assert args.device == ffi.NULL
+
+
+def test_a_cheap_execution_runs_inline_and_returns_the_static_completed_event(scope):
+    loaded = scope.compile(_double_plus_one, np.ones(3, np.float32))
+    x, _ = scope.buffer_from_host(np.arange(3, dtype=np.float32))
+    (outputs,), (event,) = scope.execute(loaded, [[x]], 1)
+    assert event == COMPLETED_EVENT
+    np.testing.assert_array_equal(scope.to_host(outputs[0]), [1, 3, 5])
+    # Every call on it is answered in C, OnReady's callback runs at once with no error.
+    fired = []
+    callback = ffi.callback("void(PJRT_Error*, void*)",
+                            lambda error, arg: fired.append(error == ffi.NULL))
+    with python_calls() as calls:
+        ready = scope.new_args("PJRT_Event_IsReady", event=event)
+        assert scope.function("PJRT_Event_IsReady")(ready) == ffi.NULL
+        for name in ("PJRT_Event_Await", "PJRT_Event_Error", "PJRT_Event_Destroy",
+                     "PJRT_Event_Destroy"):
+            assert scope.function(name)(scope.new_args(name, event=event)) == ffi.NULL
+        on_ready = scope.new_args("PJRT_Event_OnReady", event=event, callback=callback)
+        assert scope.function("PJRT_Event_OnReady")(on_ready) == ffi.NULL
+    assert ready.is_ready
+    assert fired == [True]
+    assert calls == ["<lambda>"], calls  # only the test's own callback ran Python
+    # With C answers off, the same calls reach Python and give the same answers.
+    with c_answers(False):
+        assert scope.await_event(event) is None
+        assert scope.call("PJRT_Event_IsReady", event=event).is_ready
+
+
+def test_inline_results_are_ordinary_buffers(scope):
+    loaded = scope.compile(_double_plus_one, np.ones(3, np.float32))
+    x, _ = scope.buffer_from_host(np.arange(3, dtype=np.float32))
+    (outputs,), _ = scope.execute(loaded, [[x]], 1)
+    y = outputs[0]
+    # A result feeds the next execution, and deleting the input afterwards changes nothing.
+    (again,), _ = scope.execute(loaded, [[y]], 1)
+    scope.call("PJRT_Buffer_Delete", buffer=y)
+    assert scope.call("PJRT_Buffer_IsDeleted", buffer=y).is_deleted
+    np.testing.assert_array_equal(scope.to_host(again[0]), [3, 7, 11])
+    # A deleted input is refused (by the general path) with the runtime's error.
+    error = scope.raw("PJRT_LoadedExecutable_Execute", scope.execute_args(loaded, [[y]], 1))
+    assert error.code == ErrorCode.FAILED_PRECONDITION and "deleted" in str(error)
