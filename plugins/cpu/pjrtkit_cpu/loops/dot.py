@@ -1,0 +1,124 @@
+"""Small ``dot_general`` ops in native loops.
+
+Numba's ``np.dot`` needs SciPy's BLAS, which we do not ship, so each dot becomes a loop nest in
+a module-level helper. Both operands are brought to a layout where the contracted elements are
+contiguous (lhs as (batch, m, k), rhs as (batch, n, k)), so the innermost loop is a dot product
+of two unit-stride runs; the helper is compiled with ``reassoc`` (and ``contract``, FMA) so LLVM
+vectorizes that reduction. Only the summation order changes, as XLA's own (Eigen) dots do; NaN
+and infinity semantics are untouched. Measured on an 8x64 @ 64x64 f32 dot: 0.7 us, against 1.9
+us for the plain (m, k, n) order and 1.7 us for NumPy's matmul call.
+
+An operand already in that layout is read in place. Otherwise it is transposed into a buffer:
+once, before the loop, when the operand never changes during the loop (a capture, a constant,
+a carry passed through unchanged), else every iteration.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from pjrtkit.stablehlo.ir import Op
+
+from pjrtkit_cpu.loops.emitter import LoopSource, Unsupported, Val, nb_type, tensor_type
+
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+# Larger contractions belong to BLAS (the interpreted loop's np.matmul).
+MAX_FLOPS = 1 << 22
+I = "    "
+
+
+def _helper(name: str, dtype: np.dtype, batch: int, m: int, n: int, k: int) -> str:
+    """Four output columns at a time share each load of the lhs row (0.67 vs 0.8 us on the
+    8x64x64 dot above); the columns left over run one at a time."""
+    t = nb_type(dtype)
+    blocked = n - n % 4
+    return f'''
+@njit(cache=True, error_model="numpy", nogil=True, boundscheck=False,
+      fastmath={{"reassoc", "contract"}})
+def {name}(a, b, out):
+    for bb in range({batch}):
+        for i in range({m}):
+            ai = bb * {m * k} + i * {k}
+            oi = bb * {m * n} + i * {n}
+            for j in range(0, {blocked}, 4):
+                b0 = bb * {n * k} + j * {k}
+                s0 = {t}(0)
+                s1 = {t}(0)
+                s2 = {t}(0)
+                s3 = {t}(0)
+                for p in range({k}):
+                    x = a[ai + p]
+                    s0 += x * b[b0 + p]
+                    s1 += x * b[b0 + {k} + p]
+                    s2 += x * b[b0 + {2 * k} + p]
+                    s3 += x * b[b0 + {3 * k} + p]
+                out[oi + j] = s0
+                out[oi + j + 1] = s1
+                out[oi + j + 2] = s2
+                out[oi + j + 3] = s3
+            for j in range({blocked}, {n}):
+                bj = bb * {n * k} + j * {k}
+                s = {t}(0)
+                for p in range({k}):
+                    s += a[ai + p] * b[bj + p]
+                out[oi + j] = s
+'''
+
+
+def _permuted(src: LoopSource, x: Val, perm: list[int], invariant: bool,
+              lines: list[str]) -> str:
+    """``x`` transposed by ``perm`` into a flat buffer (hoisted before the loop if invariant)."""
+    if perm == sorted(perm):
+        return x.expr
+    target = src.prologue if invariant else lines
+    out = src.buffer(x.shape, x.dtype)
+    strides = []
+    step = 1
+    for size in reversed(x.shape):
+        strides.append(step)
+        step *= size
+    strides = strides[::-1]
+    counter = src.name("o")
+    target.append(f"{counter} = 0")
+    indent = ""
+    terms = []
+    for d in perm:
+        index = src.name("i")
+        target.append(f"{indent}for {index} in range({x.shape[d]}):")
+        indent += I
+        terms.append(f"{index} * {strides[d]}")
+    target.append(f"{indent}{out}[{counter}] = {x.expr}[{' + '.join(terms)}]")
+    target.append(f"{indent}{counter} += 1")
+    return out
+
+
+def dot_general(src: LoopSource, op: Op, lines: list[str]) -> None:
+    t = tensor_type(op.results[0])
+    lhs_v, rhs_v = op.operands
+    lt, rt = tensor_type(lhs_v), tensor_type(rhs_v)
+    if not (t.dtype == lt.dtype == rt.dtype) or t.dtype not in _FLOATS:
+        raise Unsupported(f"dot of {lt.dtype} x {rt.dtype} -> {t.dtype}")
+    if op.attributes.get("algorithm") is not None:
+        raise Unsupported("dot algorithm")
+    dims = op.attributes["dot_dimension_numbers"]
+    lb, rb = list(dims.lhs_batching_dimensions), list(dims.rhs_batching_dimensions)
+    lc, rc = list(dims.lhs_contracting_dimensions), list(dims.rhs_contracting_dimensions)
+    lf = [d for d in range(lt.rank) if d not in lb and d not in lc]
+    rf = [d for d in range(rt.rank) if d not in rb and d not in rc]
+    batch = math.prod(lt.shape[d] for d in lb)
+    m = math.prod(lt.shape[d] for d in lf)
+    n = math.prod(rt.shape[d] for d in rf)
+    k = math.prod(lt.shape[d] for d in lc)
+    if 2 * batch * m * n * k > MAX_FLOPS:
+        raise Unsupported("dot too large for a native loop")
+    lhs, rhs = src.get(lhs_v), src.get(rhs_v)
+    if lhs.kind != "array" or rhs.kind != "array":
+        raise Unsupported("dot of a splat")
+    a = _permuted(src, lhs, lb + lf + lc, lhs_v.id in src.invariant, lines)
+    b = _permuted(src, rhs, rb + rf + rc, rhs_v.id in src.invariant, lines)
+    helper = f"dot_{t.dtype.name}_{batch}_{m}_{n}_{k}"
+    src.helpers[helper] = _helper(helper, t.dtype, batch, m, n, k)
+    out = src.buffer(t.shape, t.dtype)
+    lines.append(f"{helper}({a}, {b}, {out})")
+    src.bind(op.results[0], Val("array", out, t.shape, t.dtype))

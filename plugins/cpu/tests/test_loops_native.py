@@ -1,0 +1,247 @@
+"""Native while loops (``pjrtkit_cpu.loops.native``) against XLA's CPU backend.
+
+Every test plans a real program with the cpu rules and runs it twice: once before the
+background compile finishes (the interpreted loop) and once with the native loop, comparing
+both with XLA and checking that the native loop really ran (``STATS``). Programs JAX cannot
+emit (out-of-range dynamic_slice starts) are StableHLO text run on XLA's CPU client.
+"""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import lax
+
+from pjrtkit.lowering.plan import build_plan
+from pjrtkit.stablehlo.loader import load_program
+from pjrtkit.testing.programs import lower_program, run_on_xla_cpu
+from pjrtkit.testing.tolerances import assert_close
+
+from pjrtkit_cpu.fusion import cache, maybe_fuse
+from pjrtkit_cpu.loops import native
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(tmp_path_factory, monkeypatch):
+    # One cache directory for the session's tests, never the user's.
+    monkeypatch.setenv("PJRTKIT_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "pjrtkit"))
+
+
+def _run_both(plan, flat, ref, native_expected, loosen=1.0):
+    before = dict(native.STATS)
+    with np.errstate(all="ignore"):
+        first = plan(*flat)
+        cache.wait_all(timeout=300)
+        second = plan(*flat)
+    for outs in (first, second):
+        assert len(outs) == len(ref)
+        for i, (a, b) in enumerate(zip(outs, ref)):
+            assert_close(np.asarray(a), np.asarray(b), what=f"output {i}", loosen=loosen)
+    ran = native.STATS["native"] > before["native"]
+    assert ran == native_expected, f"native loop ran: {ran}, expected {native_expected}"
+    return second
+
+
+@pytest.fixture
+def check_native(registry):
+    """check_native(fn, *args, native=True): interpreted and native loop vs XLA."""
+
+    def run(fn, *args, native=True, loosen=1.0):
+        plan = build_plan(maybe_fuse(lower_program(fn, *args)), registry)
+        flat = [np.asarray(x) for x in jax.tree_util.tree_leaves(args)]
+        return _run_both(plan, flat, run_on_xla_cpu(fn, args), native, loosen)
+
+    return run
+
+
+@pytest.fixture
+def check_native_mlir(registry):
+    from jax._src import xla_bridge
+    from jax._src.lib import xla_client
+
+    def run(text, *args, native=True):
+        backend = xla_bridge.get_backend("cpu")
+        device = backend.devices()[0]
+        executable = backend.compile_and_load(text, xla_client.DeviceList((device,)),
+                                              xla_client.CompileOptions())
+        ref = [np.asarray(r) for r in
+               executable.execute([jax.device_put(a, device) for a in args])]
+        plan = build_plan(load_program(text), registry)
+        return _run_both(plan, list(args), ref, native)
+
+    return run
+
+
+# -- the benchmark shapes -----------------------------------------------------------------------
+def test_fori_loop(check_native):
+    x = np.linspace(-1, 1, 128, dtype=np.float32)
+    check_native(lambda x: lax.fori_loop(
+        0, 100, lambda i, x: x * 0.999 + i.astype(jnp.float32) * 1e-6, x), x)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_scan_rnn(check_native, rng, dtype):
+    steps, batch, hidden = 12, 3, 8
+    xs = rng.standard_normal((steps, batch, hidden)).astype(dtype)
+    w = (rng.standard_normal((hidden, hidden)) / 3).astype(dtype)
+    u = (rng.standard_normal((hidden, hidden)) / 3).astype(dtype)
+    h0 = rng.standard_normal((batch, hidden)).astype(dtype)
+
+    def fn(h0, xs, w, u):
+        return lax.scan(lambda h, x: (jnp.tanh(h @ w + x @ u),) * 2, h0, xs)
+
+    # 12 dependent steps of tanh approximations and reassociated sums (XLA's Eigen dots and
+    # tanh differ from ours by an ulp or two per step), so a few ulps more than one op.
+    check_native(fn, h0, xs, w, u, loosen=4)
+
+
+def test_caller_buffers_unchanged(registry, rng):
+    xs = rng.standard_normal((6, 4)).astype(np.float32)
+    ys = rng.standard_normal((6, 4)).astype(np.float32)
+
+    def fn(xs, ys):
+        def step(i, c):
+            xs, ys = c
+            row = lax.dynamic_index_in_dim(xs, i, keepdims=False)
+            return xs, lax.dynamic_update_index_in_dim(ys, row * 2, i, 0)
+        return lax.fori_loop(0, 6, step, (xs, ys))
+
+    plan = build_plan(lower_program(fn, xs, ys), registry)
+    saved = xs.copy(), ys.copy()
+    _run_both(plan, [xs, ys], run_on_xla_cpu(fn, (xs, ys)), True)
+    np.testing.assert_array_equal(xs, saved[0])
+    np.testing.assert_array_equal(ys, saved[1])
+
+
+# -- XLA's semantics inside native loops --------------------------------------------------------
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8, np.int32, np.uint32, np.int64])
+def test_integer_wraparound_division_and_shifts(check_native, rng, dtype):
+    info = np.iinfo(dtype)
+    x = rng.integers(info.min, info.max, 16, dtype=dtype, endpoint=True)
+    d = rng.integers(-3 if info.min < 0 else 0, 3, 16).astype(dtype)  # includes 0 and -1
+
+    def fn(x, d):
+        def body(i, c):
+            x, acc = c
+            x = x * dtype(3) + dtype(7)          # wraps in the declared width
+            q = lax.div(x, d)                     # x/0 and MIN/-1 as XLA defines them
+            r = lax.rem(x, d)
+            s = lax.shift_right_arithmetic(x, i.astype(dtype) * dtype(3))
+            return x, acc ^ q ^ r ^ s
+        return lax.fori_loop(0, 5, body, (x, jnp.zeros_like(x)))
+
+    check_native(fn, x, d)
+
+
+def test_nan_max_min_and_saturating_converts(check_native):
+    x = np.array([np.nan, -np.inf, np.inf, -0.0, 0.0, 3e9, -3e9, 1.5, -1.5, 2.5], np.float32)
+
+    def fn(x):
+        def body(i, c):
+            x, ints, m = c
+            m = jnp.maximum(m, x) + jnp.minimum(x, 0.0)
+            return x * 1.5, ints + x.astype(jnp.int32), m
+        return lax.fori_loop(0, 4, body, (x, jnp.zeros(x.shape, jnp.int32), jnp.zeros_like(x)))
+
+    check_native(fn, x)
+
+
+def test_tanh_special_values(check_native):
+    x = np.array([np.nan, np.inf, -np.inf, -0.0, 0.0, 1e-30, -1e-6, 0.3, -0.7, 1.0, 4.5,
+                  -8.9, 9.5, 30.0, -1e4, 2e-3], np.float32)
+
+    def fn(x):
+        return lax.fori_loop(0, 2, lambda i, c: (jnp.tanh(c[0]), c[1] + jnp.tanh(c[0] * 3)),
+                             (x, jnp.zeros_like(x)))
+
+    check_native(fn, x)
+
+
+def test_data_dependent_while(check_native):
+    def collatz_steps(n):
+        def body(c):
+            n, steps = c
+            return jnp.where(n % 2 == 0, n // 2, 3 * n + 1), steps + 1
+        return lax.while_loop(lambda c: c[0] != 1, body, (n, np.int64(0)))
+
+    for n in (1, 27):
+        check_native(collatz_steps, np.int64(n))
+
+
+def test_zero_trip_loop(check_native, rng):
+    x = rng.standard_normal(5).astype(np.float32)
+    check_native(lambda x, n: lax.fori_loop(0, n, lambda i, c: c * 2 + 1, x), x, np.int32(0))
+
+
+@pytest.mark.parametrize("dims", [
+    (((1,), (1,)), ((), ())),        # rhs contracted on its last dim (no transpose)
+    (((0,), (0,)), ((), ())),        # both operands contracted on the first dim
+    (((2,), (1,)), ((0,), (0,))),    # batched
+])
+def test_dot_layouts(check_native, rng, dims):
+    (lc, rc), (lb, rb) = dims
+    lhs = rng.standard_normal((3, 4, 5)[:2 + bool(lb)] if lb else (4, 5)).astype(np.float32)
+    if lb:
+        rhs = rng.standard_normal((3, 5, 6)).astype(np.float32)
+    elif rc == (1,):
+        rhs = rng.standard_normal((6, 5)).astype(np.float32)
+    else:
+        lhs = rng.standard_normal((5, 4)).astype(np.float32)
+        rhs = rng.standard_normal((5, 6)).astype(np.float32)
+
+    def fn(lhs, rhs):
+        def body(i, acc):
+            d = lax.dot_general(lhs, rhs, ((lc, rc), (lb, rb)))
+            return acc * 0.5 + d
+        shape = jax.eval_shape(lambda: lax.dot_general(lhs, rhs, ((lc, rc), (lb, rb)))).shape
+        return lax.fori_loop(0, 3, body, jnp.zeros(shape, jnp.float32))
+
+    check_native(fn, lhs, rhs)
+
+
+def test_unsupported_op_stays_interpreted(check_native, rng):
+    x = rng.standard_normal(8).astype(np.float32)
+    # sort has no native emitter: the loop must silently stay interpreted and still be right
+    check_native(lambda x: lax.fori_loop(0, 3, lambda i, c: jnp.sort(c * -1.0), x), x,
+                 native=False)
+
+
+# Start indices outside the operand: XLA clamps them so the slice / update stays inside.
+CLAMPED_STARTS = """
+func.func public @main(%x: tensor<5x4xf32>, %s: tensor<T>, %u: tensor<T>) -> (tensor<5x4xf32>, tensor<f32>) {
+  %zero = stablehlo.constant dense<0> : tensor<i32>
+  %acc0 = stablehlo.constant dense<0.0> : tensor<f32>
+  %r:3 = stablehlo.while(%a = %x, %i = %zero, %acc = %acc0) : tensor<5x4xf32>, tensor<i32>, tensor<f32>
+    cond {
+      %n = stablehlo.constant dense<3> : tensor<i32>
+      %lt = stablehlo.compare LT, %i, %n, SIGNED : (tensor<i32>, tensor<i32>) -> tensor<i1>
+      stablehlo.return %lt : tensor<i1>
+    } do {
+      %it = stablehlo.convert %i : (tensor<i32>) -> tensor<T>
+      %big = stablehlo.multiply %s, %it : tensor<T>
+      %sl = stablehlo.dynamic_slice %a, %big, %u, sizes = [2, 3] : (tensor<5x4xf32>, tensor<T>, tensor<T>) -> tensor<2x3xf32>
+      %two = stablehlo.constant dense<2.0> : tensor<2x3xf32>
+      %upd = stablehlo.add %sl, %two : tensor<2x3xf32>
+      %neg = stablehlo.negate %big : tensor<T>
+      %w = stablehlo.dynamic_update_slice %a, %upd, %neg, %u : (tensor<5x4xf32>, tensor<2x3xf32>, tensor<T>, tensor<T>) -> tensor<5x4xf32>
+      %e = stablehlo.reshape %upd : (tensor<2x3xf32>) -> tensor<6xf32>
+      %e0 = stablehlo.dynamic_slice %e, %zero, sizes = [1] : (tensor<6xf32>, tensor<i32>) -> tensor<1xf32>
+      %f = stablehlo.reshape %e0 : (tensor<1xf32>) -> tensor<f32>
+      %acc2 = stablehlo.add %acc, %f : tensor<f32>
+      %one = stablehlo.constant dense<1> : tensor<i32>
+      %j = stablehlo.add %i, %one : tensor<i32>
+      stablehlo.return %w, %j, %acc2 : tensor<5x4xf32>, tensor<i32>, tensor<f32>
+    }
+  return %r#0, %r#2 : tensor<5x4xf32>, tensor<f32>
+}
+"""
+
+
+@pytest.mark.parametrize("dtype, start, column", [
+    (np.int32, 0, 0), (np.int32, 2, 1), (np.int32, -7, 3), (np.int32, 100, -5),
+    (np.int64, 2**40, 2), (np.uint32, 1, 1), (np.uint32, 3, 4000000000),
+    (np.uint64, 2, 2**63 + 5)])
+def test_dynamic_slice_and_update_clamp_starts(check_native_mlir, rng, dtype, start, column):
+    x = rng.standard_normal((5, 4)).astype(np.float32)
+    mlir_type = {"int32": "i32", "int64": "i64", "uint32": "ui32", "uint64": "ui64"}
+    text = CLAMPED_STARTS.replace("tensor<T>", f"tensor<{mlir_type[np.dtype(dtype).name]}>")
+    check_native_mlir(text, x, dtype(start), dtype(column))
