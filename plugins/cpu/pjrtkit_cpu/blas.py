@@ -4,14 +4,17 @@ OpenBLAS's worker threads spin after each multi-threaded call. On a small machin
 JAX's own threads, XLA's thread pool and our executor, that spinning starves everyone else:
 the MLP example's step went from 12 ms to 140 ms with two BLAS threads instead of one. So a
 program runs with single-threaded BLAS, and only contractions big enough to gain from more
-cores (``WIDE_FLOPS``) widen it for the duration of that one call. The user's own setting is
-restored after every execution: the library is shared with the user's NumPy code.
+cores (``WIDE_FLOPS``) widen it for the duration of that one call, and only onto cores other
+processes left idle (``spare_cores``). The user's own setting is restored after every
+execution (the outermost one, when executions nest): the library is shared with the user's
+NumPy code. Outside executions (plans run directly) nothing is changed.
 """
 from __future__ import annotations
 
 import contextlib
 import os
 import threading
+import time
 
 # A contraction of at least this many flops runs with all BLAS threads: about 10 ms of work on
 # one core, enough to pay for the spinning that follows (50e6 measured 9x slower MLP steps).
@@ -19,6 +22,7 @@ WIDE_FLOPS = 1e9
 
 _lock = threading.Lock()
 _controllers = None
+_narrowed = 0  # executions currently running with single-threaded BLAS
 
 
 def _blas():
@@ -44,27 +48,99 @@ def _set(counts) -> None:
 @contextlib.contextmanager
 def single_threaded():
     """BLAS single-threaded for the duration of one execution; then the user's setting."""
+    global _narrowed
     controllers = _blas()
     if not controllers:
         yield
         return
-    _set([1] * len(controllers))
+    with _lock:
+        _narrowed += 1
+        _set([1] * len(controllers))
     try:
         yield
     finally:
-        _set([default for _, default in controllers])
+        with _lock:
+            _narrowed -= 1
+            if not _narrowed:
+                _set([default for _, default in controllers])
 
 
-def all_threads(fn, *args):
+def all_threads(fn, *args, **kwargs):
     """Call ``fn`` with every BLAS thread the user allows (for big contractions)."""
+    with wide():
+        return fn(*args, **kwargs)
+
+
+@contextlib.contextmanager
+def wide():
+    """More BLAS threads for one big contraction inside an execution: as many as the user
+    allows and other processes leave idle (see ``spare_cores``); back to one afterwards."""
     controllers = _blas()
-    if not controllers:
-        return fn(*args)
-    _set([default for _, default in controllers])
+    if not controllers or not _narrowed:  # outside an execution BLAS has the user's setting
+        yield
+        return
+    extra = spare_cores()
+    if extra < 1:
+        yield
+        return
+    _set([min(default, 1 + extra) for _, default in controllers])
     try:
-        return fn(*args)
+        yield
     finally:
-        _set([1] * len(controllers))
+        if _narrowed:
+            _set([1] * len(controllers))
+
+
+# How often the busy time of other processes is sampled, in seconds (/proc/stat counts in
+# 10 ms ticks, so shorter windows would be mostly rounding).
+SAMPLE_SECONDS = 0.2
+_sample = None  # (monotonic time, busy ticks of all cpus, our cpu seconds, spare cores)
+
+
+def spare_cores() -> int:
+    """Cores that other processes left idle over the last ~SAMPLE_SECONDS, beyond the one this
+    execution runs on.
+
+    OpenBLAS's threads wait for each other by spinning: a helper thread that another process
+    keeps off its core stalls every multi-threaded call (with a load of ~5 on 2 cores the
+    convnet's 5x5 layer took a median 124 ms on two threads, 31 ms on one). So contractions
+    only widen onto cores that were idle. Our own threads (BLAS helpers spinning, XLA's pool) do not count as load.
+    Without /proc/stat (not Linux) every core counts as spare.
+    """
+    global _sample
+    now = time.monotonic()
+    sample = _sample
+    if sample is not None and now - sample[0] < SAMPLE_SECONDS:
+        return sample[3]
+    busy = _busy_ticks()
+    times = os.times()
+    ours = times.user + times.system
+    if busy is None:
+        spare = cores() - 1
+    elif sample is None:
+        spare = 0  # no interval yet: stay narrow until the next sample
+    else:
+        elapsed = now - sample[0]
+        others = ((busy - sample[1]) / _TICKS - (ours - sample[2])) / elapsed
+        spare = max(0, int(cores() - 1 - others + 0.5))
+    _sample = (now, busy, ours, spare)
+    return spare
+
+
+_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _busy_ticks():
+    """Non-idle time of all cpus since boot, in clock ticks; None where unknown."""
+    try:
+        with open("/proc/stat", "rb") as stat:
+            fields = stat.readline().split()
+    except OSError:
+        return None
+    if not fields or fields[0] != b"cpu":
+        return None
+    ticks = [int(f) for f in fields[1:9]]  # user nice system idle iowait irq softirq steal
+    return sum(ticks) - ticks[3] - ticks[4]
 
 
 def cores() -> int:

@@ -85,3 +85,63 @@ def test_integer_conv(check, rng, dtype):
                         lax.conv_general_dilated(l, r, (2, 1), "VALID",
                                                  preferred_element_type=np.int64)], lhs, rhs)
 
+
+
+# NHWC convs big enough to need several patch chunks: (lhs, rhs, strides, padding, rhs_dilation)
+CHUNKED = [
+    ((5, 11, 9, 3), (3, 3, 3, 4), (1, 1), "SAME", (1, 1)),
+    ((3, 12, 10, 2), (2, 3, 2, 5), (2, 1), ((1, 2), (0, 1)), (2, 1)),
+    ((4, 10, 6), (4, 6, 3), (1,), "VALID", (1,)),  # no padding: windows read in place
+]
+
+
+@pytest.mark.parametrize("chunk_bytes", [1, 2000, 25000],
+                         ids=["line_by_line", "lines", "images"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=["float32", "float16"])
+def test_patches_in_chunks(check, rng, monkeypatch, chunk_bytes, dtype):
+    # The patch matrix is built piece by piece in a reused buffer; pieces of one line, of a
+    # few lines (the last one shorter) and of several images (the last group smaller) must
+    # land at the right rows. float16 also casts while copying.
+    from pjrtkit_cpu.lowering import convolution
+    monkeypatch.setattr(convolution, "CHUNK_BYTES", chunk_bytes)
+    args, dims = [], []
+    for lhs_shape, rhs_shape, strides, padding, rhs_dil in CHUNKED:
+        args += [rng.normal(size=lhs_shape).astype(dtype), rng.normal(size=rhs_shape).astype(dtype)]
+        spatial = "DHW"[-(len(lhs_shape) - 2):]
+        dims.append((strides, padding, rhs_dil, (f"N{spatial}C", f"{spatial}IO", f"N{spatial}C")))
+
+    def fn(*a):
+        return [lax.conv_general_dilated(a[2 * i], a[2 * i + 1], s, p, None, d,
+                                         dimension_numbers=dn)
+                for i, (s, p, d, dn) in enumerate(dims)]
+
+    check(fn, *args, loosen=2.0)
+
+
+def test_reused_buffers_never_leak_between_calls_or_threads(registry, rng, monkeypatch):
+    # One plan called again and again, also from several threads at once: every result must
+    # match XLA for its own input, and results already returned must not change afterwards
+    # (the kernel's padded-input and patch buffers are reused, its outputs never are).
+    from concurrent.futures import ThreadPoolExecutor
+
+    from pjrtkit.lowering.plan import build_plan
+    from pjrtkit.testing.programs import lower_program, run_on_xla_cpu
+    from pjrtkit.testing.tolerances import assert_close
+    from pjrtkit_cpu.lowering import convolution
+
+    monkeypatch.setattr(convolution, "CHUNK_BYTES", 3000)
+
+    def fn(x, k):
+        return lax.conv_general_dilated(x, k, (1, 1), "SAME", dimension_numbers=(
+            "NHWC", "HWIO", "NHWC"))
+
+    k = rng.normal(size=(3, 3, 4, 6)).astype(np.float32)
+    xs = [rng.normal(size=(3, 9, 8, 4)).astype(np.float32) for _ in range(12)]
+    plan = build_plan(lower_program(fn, xs[0], k), registry)
+    expected = [run_on_xla_cpu(fn, (x, k))[0] for x in xs]
+
+    sequential = [plan(x, k)[0] for x in xs]
+    with ThreadPoolExecutor(4) as pool:
+        concurrent = list(pool.map(lambda x: plan(x, k)[0], xs * 4))
+    for i, got in enumerate(sequential + concurrent):
+        assert_close(np.asarray(got), expected[i % len(xs)], what=f"call {i}")

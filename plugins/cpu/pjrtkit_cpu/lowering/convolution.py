@@ -1,18 +1,28 @@
-"""stablehlo.convolution as im2col plus one batched matmul (BLAS) per call.
+"""stablehlo.convolution as im2col plus matmuls (BLAS).
 
 The rule works out, at compile time, the transposes to a canonical layout (lhs N,S...,C; rhs
-S...,I,O), the dilation/padding placement, the strided window view and the group split. The
-kernel then pads once, takes one copy of the windows, and multiplies all groups at once with
-np.matmul: no Python loop over batch, spatial positions or groups. f16/bf16 run in f32 and are
-rounded once, like XLA's CPU backend.
+S...,I,O), the dilation/padding placement, the strided window view, the group split and how
+the patch matrix is cut into pieces. The kernel writes the padded input into a buffer it keeps
+(borders stay zero; no copy at all without padding), then, for one group, copies the windows
+into a cache-sized patch buffer piece by piece and multiplies each piece straight into its
+rows of the result: (rows, win*C) @ (win*C, O), no transposes in between for NHWC/HWIO. A
+patch matrix that already is a plain strided matrix (1x1 or non-overlapping windows) is read
+in place. Grouped convolutions multiply all groups at once with a batched np.matmul. f16/bf16
+run in f32 and are rounded once, like XLA's CPU backend.
+
+Measured on the convnet benchmark's 5x5 32->64 layer (batch 32, 28x28, one core): 26 ms with
+one 80 MB patch copy and one matmul, 15 ms in 4 MiB pieces.
 """
 from __future__ import annotations
+
+import contextlib
 
 import ml_dtypes
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from pjrtkit_cpu.lowering.reduce import make_padder, padded_shape
+from pjrtkit_cpu import blas
+from pjrtkit_cpu.lowering.conv_scratch import Scratch, placement
 from pjrtkit_cpu.lowering.registry import RULES
 
 _LOW_PRECISION = (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
@@ -61,8 +71,7 @@ def convolution_rule(op, ctx):
     full = (1, *lhs_dil, 1)
     pads = ((0, 0), *padding, (0, 0))
     canon_shape = (n, *spatial, c)
-    pad = make_padder(canon_shape, full, pads)
-    padded = padded_shape(canon_shape, full, pads)
+    padded, _, _ = placement(canon_shape, full, pads)
     out_spatial = tuple(
         0 if p < (w - 1) * d + 1 else (p - (w - 1) * d - 1) // s + 1
         for p, w, d, s in zip(padded[1:-1], window, rhs_dil, strides))
@@ -83,6 +92,19 @@ def convolution_rule(op, ctx):
     groups = fg * bg
     og = kout // groups  # output features per group
     empty = out_t.size == 0 or win_size == 0 or c == 0
+    out_identity = out_perm == tuple(range(out_t.rank)) and out_t.dtype == cdt
+    contraction = win_size * c  # K of the matmul
+    flops = 2.0 * n_out * out_size * kout * win_size * kin
+
+    # The padded canonical input lives in scratch when it differs from the input itself.
+    needs_pad = any(d != 1 for d in lhs_dil) or any(p != (0, 0) for p in padding)
+    _, pad_dst, pad_src = placement(canon_shape, full, pads)
+    specs = {"padded": (padded, cdt, True)} if needs_pad else {}
+    chunks = ()
+    if groups == 1 and not empty:
+        chunks, rows = _chunks(n, out_spatial, contraction * cdt.itemsize)
+        specs["patches"] = ((rows, contraction), cdt, False)
+    scratch = Scratch(specs)
 
     def windows(x):
         """x: padded canonical lhs -> read-only view (N, out..., win..., C)."""
@@ -91,32 +113,92 @@ def convolution_rule(op, ctx):
         st = (sn, *(s * t for s, t in zip(ss, strides)), *(s * d for s, d in zip(ss, rhs_dil)), sc)
         return as_strided(x, shape, st, writeable=False)
 
+    def padded_input(lhs, buffers):
+        x = lhs.transpose(lhs_perm)
+        if not needs_pad:
+            return x
+        out = buffers["padded"]
+        np.copyto(out[pad_dst], x[pad_src], casting="unsafe")
+        return out
+
+    def single_group(patches, w, buffers):
+        """One matmul of the whole (N*out, win*C) patch matrix, built chunk by chunk in a
+        cache-sized buffer (or read in place when it already is a plain matrix)."""
+        w = w.reshape(contraction, kout)
+        y = np.empty((n * out_size, kout), cdt)
+        try:
+            direct = np.reshape(patches, (n * out_size, contraction), copy=False)
+        except ValueError:
+            direct = None
+        if direct is not None and direct.dtype == cdt:
+            np.matmul(direct, w, out=y)
+            return y
+        buffer = buffers["patches"]
+        for index, row, count in chunks:
+            part = buffer[:count]
+            np.copyto(part.reshape(patches[index].shape), patches[index], casting="unsafe")
+            np.matmul(part, w, out=y[row:row + count])
+        return y
+
     def convolution_kernel(lhs, rhs):
         if empty:
             return (np.zeros(out_t.shape, out_t.dtype),)
-        x = np.ascontiguousarray(lhs.transpose(lhs_perm), dtype=cdt)
-        x = pad(x, np.zeros((), cdt))
         w = rhs.transpose(rhs_perm).astype(cdt, copy=False)  # (win..., kin, kout)
-        patches = windows(x)
-        if bg > 1:
-            # Batch group g pairs lhs batches [g*n_out, (g+1)*n_out) with output features
-            # [g*og, (g+1)*og); results are concatenated along the output features.
-            p = patches.reshape(bg, n_out * out_size, win_size * c)
-            w = w.reshape(win_size * kin, bg, og).transpose(1, 0, 2)
-            y = np.matmul(p, w)  # (bg, n_out*out, og)
-            y = y.reshape(bg, n_out, *out_spatial, og)
-            y = np.moveaxis(y, 0, -2).reshape(canon_out)
-        elif fg > 1:
-            # Feature group g reads input features [g*kin, (g+1)*kin) and writes outputs
-            # [g*og, (g+1)*og).
-            p = patches.reshape(n * out_size, win_size, fg, kin).transpose(2, 0, 1, 3)
-            p = p.reshape(fg, n * out_size, win_size * kin)
-            w = w.reshape(win_size * kin, fg, og).transpose(1, 0, 2)
-            y = np.matmul(p, w)  # (fg, n*out, og)
-            y = y.transpose(1, 0, 2).reshape(canon_out)
-        else:
-            y = np.matmul(patches.reshape(n * out_size, win_size * c),
-                          w.reshape(win_size * kin, kout)).reshape(canon_out)
+        with scratch.take() as buffers, (blas.wide() if flops >= blas.WIDE_FLOPS
+                                         else contextlib.nullcontext()):
+            patches = windows(padded_input(lhs, buffers))
+            if groups == 1:
+                y = single_group(patches, w, buffers)
+            elif bg > 1:
+                # Batch group g pairs lhs batches [g*n_out, (g+1)*n_out) with output features
+                # [g*og, (g+1)*og); results are concatenated along the output features.
+                p = patches.reshape(bg, n_out * out_size, win_size * c)
+                w = w.reshape(win_size * kin, bg, og).transpose(1, 0, 2)
+                y = np.matmul(p, w)  # (bg, n_out*out, og)
+                y = y.reshape(bg, n_out, *out_spatial, og)
+                y = np.moveaxis(y, 0, -2)
+            else:
+                # Feature group g reads input features [g*kin, (g+1)*kin) and writes outputs
+                # [g*og, (g+1)*og).
+                p = patches.reshape(n * out_size, win_size, fg, kin).transpose(2, 0, 1, 3)
+                p = p.reshape(fg, n * out_size, win_size * kin)
+                w = w.reshape(win_size * kin, fg, og).transpose(1, 0, 2)
+                y = np.matmul(p, w)  # (fg, n*out, og)
+                y = y.transpose(1, 0, 2)
+        y = y.reshape(canon_out)
+        if out_identity:
+            return (y,)
         return (np.ascontiguousarray(y.transpose(out_perm)).astype(out_t.dtype, copy=False),)
 
     return convolution_kernel
+
+
+# Bytes of patches copied per matmul: big enough for BLAS to run at full speed, small enough
+# that the matmul finds them still in cache.
+CHUNK_BYTES = 4 << 20
+
+
+def _chunks(n, out_spatial, row_bytes):
+    """Pieces of the (N, out...) rows of the patch matrix, each at most ~CHUNK_BYTES: whole
+    images when one fits, else runs of lines along the first output dimension.
+
+    Returns ((index into the windows view, first row, row count), ...) and the largest count.
+    """
+    per_line = int(np.prod(out_spatial[1:], dtype=np.int64)) * row_bytes
+    lines = out_spatial[0] if out_spatial else 1
+    line_rows = per_line // row_bytes
+    pieces = []
+    if per_line * lines <= CHUNK_BYTES or not out_spatial:
+        step = max(1, CHUNK_BYTES // max(per_line * lines, 1))
+        for start in range(0, n, step):
+            stop = min(start + step, n)
+            pieces.append(((slice(start, stop),), start * lines * line_rows,
+                           (stop - start) * lines * line_rows))
+    else:
+        step = max(1, CHUNK_BYTES // max(per_line, 1))
+        for image in range(n):
+            for start in range(0, lines, step):
+                stop = min(start + step, lines)
+                pieces.append(((slice(image, image + 1), slice(start, stop)),
+                               (image * lines + start) * line_rows, (stop - start) * line_rows))
+    return tuple(pieces), max((count for _, _, count in pieces), default=0)
