@@ -245,3 +245,48 @@ def test_dynamic_slice_and_update_clamp_starts(check_native_mlir, rng, dtype, st
     mlir_type = {"int32": "i32", "int64": "i64", "uint32": "ui32", "uint64": "ui64"}
     text = CLAMPED_STARTS.replace("tensor<T>", f"tensor<{mlir_type[np.dtype(dtype).name]}>")
     check_native_mlir(text, x, dtype(start), dtype(column))
+
+
+def test_power_iteration_with_reductions(check_native, rng):
+    m = rng.standard_normal((6, 6)).astype(np.float32)
+    m = m @ m.T  # symmetric: a dominant real eigenvalue
+
+    def fn(m):
+        def cond(c):
+            v, i, delta = c
+            return (delta > 1e-6) & (i < 50)
+
+        def body(c):
+            v, i, _ = c
+            w = m @ v
+            w = w / jnp.sqrt(jnp.sum(w * w))
+            return w, i + 1, jnp.max(jnp.abs(w - v))
+
+        return lax.while_loop(cond, body, (jnp.ones(6, jnp.float32) / 6, 0, jnp.float32(1)))
+
+    # 50 dependent normalisations: reassociated sums differ from XLA's by an ulp per step
+    check_native(fn, m, loosen=10)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int32, np.bool_])
+def test_slices_transposes_iota_and_reductions(check_native, rng, dtype):
+    x = (rng.standard_normal((4, 3)) * 4).astype(dtype)
+    if dtype == np.float32:
+        x[1, 2] = np.nan
+
+    def fn(x):
+        def body(i, c):
+            acc, red = c
+            t = x.T                                     # transpose (hoisted: x is invariant)
+            part = t[1:3, ::2]                          # static slice with a stride
+            ids = lax.iota(np.int32, 3)
+            if dtype == np.bool_:
+                r = jnp.any(x, axis=0) ^ jnp.all(x, axis=1)[:3]
+                return acc ^ (ids > i), red ^ r
+            r = jnp.max(x, axis=0) + jnp.min(t, axis=0)[:3].astype(x.dtype) + part.sum(1)[0]
+            return acc + ids, red + r.astype(x.dtype)
+        init = (jnp.zeros(3, jnp.bool_ if dtype == np.bool_ else jnp.int32),
+                jnp.zeros(3, x.dtype))
+        return lax.fori_loop(0, 3, body, init)
+
+    check_native(fn, x)

@@ -66,10 +66,11 @@ def {name}(a, b, out):
 '''
 
 
-def _permuted(src: LoopSource, x: Val, perm: list[int], invariant: bool,
+def permuted(src: LoopSource, x: Val, perm: list[int], invariant: bool,
               lines: list[str]) -> str:
-    """``x`` transposed by ``perm`` into a flat buffer (hoisted before the loop if invariant)."""
-    if perm == sorted(perm):
+    """``x`` transposed by ``perm`` into a flat buffer (hoisted before the loop if invariant);
+    ``x.expr`` itself when ``perm`` keeps the element order."""
+    if [d for d in perm if x.shape[d] != 1] == sorted(d for d in perm if x.shape[d] != 1):
         return x.expr
     target = src.prologue if invariant else lines
     out = src.buffer(x.shape, x.dtype)
@@ -115,8 +116,8 @@ def dot_general(src: LoopSource, op: Op, lines: list[str]) -> None:
     lhs, rhs = src.get(lhs_v), src.get(rhs_v)
     if lhs.kind != "array" or rhs.kind != "array":
         raise Unsupported("dot of a splat")
-    a = _permuted(src, lhs, lb + lf + lc, lhs_v.id in src.invariant, lines)
-    b = _permuted(src, rhs, rb + rf + rc, rhs_v.id in src.invariant, lines)
+    a = permuted(src, lhs, lb + lf + lc, lhs_v.id in src.invariant, lines)
+    b = permuted(src, rhs, rb + rf + rc, rhs_v.id in src.invariant, lines)
     helper = f"dot_{t.dtype.name}_{batch}_{m}_{n}_{k}"
     src.helpers[helper] = _helper(helper, t.dtype, batch, m, n, k)
     out = src.buffer(t.shape, t.dtype)

@@ -18,7 +18,7 @@ import itertools
 from pjrtkit.lowering.plan import TERMINATORS
 from pjrtkit.stablehlo.ir import Block, Op, Program, Region, Value
 
-_FRESH_IDS = itertools.count(1 << 40)
+_FRESH_IDS = itertools.count(1 << 44)  # (reduce specializations count from 1 << 40)
 # Calls whose callee (with its own inlined calls) has more ops than this stay calls: inlining
 # a large function into several loops would multiply compile work for little gain.
 MAX_INLINED_OPS = 500

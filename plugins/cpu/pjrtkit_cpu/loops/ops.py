@@ -248,6 +248,126 @@ def dynamic_update_slice(src: LoopSource, op: Op, lines: list[str]) -> None:
         src.bind(op.results[0], Val("array", out, t.shape, t.dtype))
 
 
+def iota(src: LoopSource, op: Op, lines: list[str]) -> None:
+    t = tensor_type(op.results[0])
+    dim = op.attributes["iota_dimension"]
+    line = np.arange(t.shape[dim], dtype=np.int64).astype(t.dtype)  # wraps like the kernel
+    shape = [1] * len(t.shape)
+    shape[dim] = t.shape[dim]
+    value = np.ascontiguousarray(np.broadcast_to(line.reshape(shape), t.shape))
+    if value.size == 1:
+        src.bind(op.results[0], Val("scalar" if not t.shape else "splat",
+                                    literal(value.reshape(-1)[0], t.dtype), t.shape, t.dtype))
+        return
+    src.bind(op.results[0], Val("array", src.constant(value, t.dtype), t.shape, t.dtype))
+    src.invariant.add(op.results[0].id)
+
+
+def slice_(src: LoopSource, op: Op, lines: list[str]) -> None:
+    t = tensor_type(op.results[0])
+    x = src.get(op.operands[0])
+    if x.kind != "array":
+        src.bind(op.results[0], Val("scalar" if not t.shape else "splat", x.expr, t.shape,
+                                    t.dtype))
+        return
+    starts = list(op.attributes["start_indices"])
+    steps = list(op.attributes["strides"])
+    strides = _strides(x.shape)
+    if not t.shape:
+        name = src.name("s")
+        lines.append(f"{name} = {x.expr}[0]")
+        src.bind(op.results[0], Val("scalar", name, (), t.dtype))
+        return
+    base = sum(s * st for s, st in zip(starts, strides))
+    if all(step == 1 for step in steps) and _contiguous(x.shape, t.shape):
+        view = src.name("v")
+        lines.append(f"{view} = {x.expr}[{base}:{base + t.size}]")
+        src.bind(op.results[0], src.alias(x, t.shape, view))
+        return
+    out = src.buffer(t.shape, t.dtype)
+    counter = src.name("o")
+    lines.append(f"{counter} = 0")
+    indent = ""
+    terms = [str(base)]
+    for d, size in enumerate(t.shape):
+        if size == 1:
+            continue
+        index = src.name("i")
+        lines.append(f"{indent}for {index} in range({size}):")
+        indent += I
+        terms.append(f"{index} * {strides[d] * steps[d]}")
+    lines.append(f"{indent}{out}[{counter}] = {x.expr}[{' + '.join(terms)}]")
+    lines.append(f"{indent}{counter} += 1")
+    src.bind(op.results[0], Val("array", out, t.shape, t.dtype))
+
+
+def transpose(src: LoopSource, op: Op, lines: list[str]) -> None:
+    from pjrtkit_cpu.loops.dot import permuted
+    t = tensor_type(op.results[0])
+    x = src.get(op.operands[0])
+    if x.kind != "array":
+        src.bind(op.results[0], Val("scalar" if not t.shape else "splat", x.expr, t.shape,
+                                    t.dtype))
+        return
+    invariant = op.operands[0].id in src.invariant
+    out = permuted(src, x, list(op.attributes["permutation"]), invariant, lines)
+    val = Val("array", out, t.shape, t.dtype) if out != x.expr else src.alias(x, t.shape)
+    src.bind(op.results[0], val)
+    if invariant:
+        src.invariant.add(op.results[0].id)
+
+
+def reduce(src: LoopSource, op: Op, lines: list[str]) -> None:
+    """One input, a scalar init and a body ``return op(a, b)``: the combine step is the body's
+    own op through the elementwise emitter, so max/min/NaN/wrap-around are XLA's."""
+    if len(op.operands) != 2 or len(op.regions) != 1:
+        raise Unsupported("variadic reduce")
+    block = op.regions[0].entry
+    if len(block.ops) != 2 or len(block.arguments) != 2:
+        raise Unsupported("reduce body")
+    combine, ret = block.ops
+    if ret.operands != combine.results or set(combine.operands) != set(block.arguments) \
+            or len(combine.operands) != 2:
+        raise Unsupported("reduce body")
+    t = tensor_type(op.results[0])
+    x, init = src.get(op.operands[0]), src.get(op.operands[1])
+    if init.kind != "scalar" or x.kind != "array":
+        raise Unsupported("reduce of a splat")
+    reduced = set(op.attributes["dimensions"])
+    strides = _strides(x.shape)
+    kept = [d for d in range(len(x.shape)) if d not in reduced]
+    acc = src.name("acc")
+    element = src.name("e")
+    step = src.name("r")
+    out = src.buffer(t.shape, t.dtype) if t.shape else None
+    counter = src.name("o")
+    lines.append(f"{counter} = 0")
+    indent = ""
+    terms = ["0"]
+    for d in kept + sorted(reduced):
+        if d == (sorted(reduced) or [None])[0]:
+            lines.append(f"{indent}{acc} = {init.expr}")
+        if x.shape[d] == 1:
+            continue
+        index = src.name("i")
+        lines.append(f"{indent}for {index} in range({x.shape[d]}):")
+        indent += I
+        terms.append(f"{index} * {strides[d]}")
+    if not reduced:
+        lines.append(f"{indent}{acc} = {init.expr}")
+    lines.append(f"{indent}{element} = {x.expr}[{' + '.join(terms)}]")
+    names = [acc if v is block.arguments[0] else element for v in combine.operands]
+    lines.extend(indent + line for line in _element_lines(combine, names, step))
+    lines.append(f"{indent}{acc} = {step}")
+    if out is not None:
+        indent = I * sum(1 for d in kept if x.shape[d] != 1)
+        lines.append(f"{indent}{out}[{counter}] = {acc}")
+        lines.append(f"{indent}{counter} += 1")
+        src.bind(op.results[0], Val("array", out, t.shape, t.dtype))
+    else:
+        src.bind(op.results[0], Val("scalar", acc, (), t.dtype))
+
+
 def _dot(src, op, lines):
     from pjrtkit_cpu.loops import dot
     dot.dot_general(src, op, lines)
@@ -261,12 +381,16 @@ EMITTERS = {
     "stablehlo.dynamic_update_slice": dynamic_update_slice,
     IN_PLACE_UPDATE: dynamic_update_slice,
     "stablehlo.dot_general": _dot,
+    "stablehlo.iota": iota,
+    "stablehlo.slice": slice_,
+    "stablehlo.transpose": transpose,
+    "stablehlo.reduce": reduce,
 }
 
 
 def emit_op(src: LoopSource, op: Op, lines: list[str]) -> None:
     emitter = EMITTERS.get(op.name)
-    if emitter is None:
+    if emitter is None or (op.regions and emitter is not reduce):
         if op.regions or not op.name.startswith(codegen.PREFIX):
             raise Unsupported(op.name)
         emitter = elementwise
