@@ -8,7 +8,7 @@ UNIMPLEMENTED naming the hook.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import pluggy
@@ -36,7 +36,7 @@ class Backend:
         self.platform_name = f"pjrtkit_{name}"  # until the plugin names itself, for messages
         self.platform: PlatformInfo = self._call("pjrtkit_platform")
         self.platform_name = self.platform.name
-        self._execute_impl = _sole_implementation(self._pm.hook.pjrtkit_execute)
+        self._execute_impl = _sole_execute_implementation(self._pm.hook.pjrtkit_execute)
 
     @property
     def plugin_manager(self) -> pluggy.PluginManager:
@@ -99,10 +99,8 @@ class Backend:
         # much as a small program takes. Same arguments, same result, same error translation.
         impl = self._execute_impl
         if impl is not None:
-            function, argnames = impl
-            given = {"executable": executable, "arguments": arguments, "devices": devices}
             try:
-                result = function(**{name: given[name] for name in argnames})
+                result = impl(executable, arguments, devices)
             except PjrtError:
                 raise
             except Exception as exc:
@@ -140,12 +138,22 @@ class Backend:
 _OPTIONAL_ANSWERS = frozenset({"pjrtkit_make_topology"})
 
 
-def _sole_implementation(hook: Any) -> tuple[Any, tuple[str, ...]] | None:
-    """(function, argument names) of a hook's only implementation, or None when pluggy must
+_EXECUTE_ARGNAMES = ("executable", "arguments", "devices")
+
+
+def _sole_execute_implementation(hook: Any) -> Callable[[Any, Any, Any], Any] | None:
+    """``f(executable, arguments, devices)`` calling pjrtkit_execute's only implementation as
+    pluggy would (with the arguments it declares, in its order), or None when pluggy must
     dispatch (several implementations, or a wrapper around the one). The plugin manager is
     filled in ``Backend.__init__``; handing it out (``plugin_manager``) drops the shortcut."""
     impls = hook.get_hookimpls()
     if len(impls) != 1 or impls[0].hookwrapper or impls[0].wrapper:
         return None
-    return impls[0].function, tuple(impls[0].argnames)
+    function, argnames = impls[0].function, tuple(impls[0].argnames)
+    if argnames == _EXECUTE_ARGNAMES:
+        return function
+    if not set(argnames) <= set(_EXECUTE_ARGNAMES):
+        return None
+    order = [_EXECUTE_ARGNAMES.index(name) for name in argnames]
+    return lambda *given: function(*[given[i] for i in order])
 

@@ -200,3 +200,82 @@ def test_inline_results_are_ordinary_buffers(scope):
     # A deleted input is refused (by the general path) with the runtime's error.
     error = scope.raw("PJRT_LoadedExecutable_Execute", scope.execute_args(loaded, [[y]], 1))
     assert error.code == ErrorCode.FAILED_PRECONDITION and "deleted" in str(error)
+
+
+# ---- PJRT_Buffer_Destroy queued in C -----------------------------------------------------------
+
+def _bytes_in_use(driver) -> int:
+    return int(driver.call("PJRT_Device_MemoryStats", device=driver.device()).bytes_in_use)
+
+
+def _new_buffer(driver, array):
+    args = driver.new_args("PJRT_Client_BufferFromHostBuffer", client=driver.client,
+                           data=ffi.cast("void*", array.ctypes.data), type=lib.PJRT_Buffer_Type_F32,
+                           dims=ffi.new("int64_t[]", list(array.shape)), num_dims=array.ndim,
+                           host_buffer_semantics=0, device=driver.device())
+    driver.invoke("PJRT_Client_BufferFromHostBuffer", args)
+    scope_event = args.done_with_host_buffer
+    driver.call("PJRT_Event_Destroy", event=scope_event)
+    return args.buffer
+
+
+def test_a_small_buffer_destroy_is_queued_in_c_and_finished_at_the_next_entry(driver):
+    from pjrtkit.abi.handles import BUFFERS
+    base_bytes, base_handles = _bytes_in_use(driver), len(BUFFERS)
+    buffer = _new_buffer(driver, np.ones(1000, np.float32))
+    assert _bytes_in_use(driver) == base_bytes + 4000
+    destroy = driver.new_args("PJRT_Buffer_Destroy", buffer=buffer)
+    with python_calls() as calls:
+        assert driver.function("PJRT_Buffer_Destroy")(destroy) == ffi.NULL
+    assert not calls
+    assert len(BUFFERS) == base_handles + 1  # queued, not yet released
+    # Any entry into Python finishes it first, so statistics never see it pending.
+    assert _bytes_in_use(driver) == base_bytes
+    assert len(BUFFERS) == base_handles
+
+
+def test_big_buffers_and_a_full_queue_are_destroyed_by_python_at_once(driver):
+    from pjrtkit.abi.handles import BUFFERS
+    base_bytes, base_handles = _bytes_in_use(driver), len(BUFFERS)
+    big = _new_buffer(driver, np.ones(lib.PJRTKIT_DEFERRED_DESTROY_BYTES // 4 + 1, np.float32))
+    with python_calls() as calls:
+        driver.function("PJRT_Buffer_Destroy")(driver.new_args("PJRT_Buffer_Destroy", buffer=big))
+    assert calls and len(BUFFERS) == base_handles
+    count = lib.PJRTKIT_DESTROY_QUEUE_SIZE + 5
+    small = [_new_buffer(driver, np.full(4, i, np.float32)) for i in range(count)]
+    entered = []
+    for buffer in small:
+        with python_calls() as calls:
+            driver.function("PJRT_Buffer_Destroy")(
+                driver.new_args("PJRT_Buffer_Destroy", buffer=buffer))
+        entered.append(bool(calls))
+    # The one that found the queue full went to Python, whose entry drained the queue.
+    assert entered == [False] * lib.PJRTKIT_DESTROY_QUEUE_SIZE + [True] + [False] * 4
+    assert _bytes_in_use(driver) == base_bytes
+    assert len(BUFFERS) == base_handles
+
+
+def test_a_queued_destroy_of_an_input_of_queued_work_keeps_the_contents(driver):
+    """The destroy is finished (in Python) while an execution that reads the buffer waits
+    behind other work on the worker: the execution still reads the contents (its hold)."""
+    import threading
+
+    from pjrtkit.abi.handles import ClientRef, deref
+    with driver.scope():
+        loaded = driver.compile(_double_plus_one, np.ones(3, np.float32))
+        x = _new_buffer(driver, np.arange(3, dtype=np.float32))
+        gate = threading.Event()
+        deref(driver.client, ClientRef, "client").obj.executor.submit(lambda: gate.wait(60))
+        try:
+            (outputs,), (event,) = driver.execute(loaded, [[x]], 1)
+            assert event != COMPLETED_EVENT  # queued behind the gate, not run inline
+            with python_calls() as calls:
+                driver.function("PJRT_Buffer_Destroy")(
+                    driver.new_args("PJRT_Buffer_Destroy", buffer=x))
+            assert not calls
+            _bytes_in_use(driver)  # an entry into Python: the destroy is finished now
+            assert not driver.call("PJRT_Event_IsReady", event=event).is_ready
+        finally:
+            gate.set()
+        assert driver.await_event(event) is None
+        np.testing.assert_array_equal(driver.to_host(outputs[0]), [1, 3, 5])

@@ -19,6 +19,7 @@ import cffi
 HERE = pathlib.Path(__file__).resolve().parent
 DECLARATIONS = (HERE / "pjrt_declarations.h").read_text()
 HANDLE_STRUCTS = (HERE / "pjrtkit_handles.h").read_text()
+FAST_PATHS = (HERE / "pjrtkit_fast_paths.h").read_text()
 
 API_MAJOR = 0
 API_MINOR = 90
@@ -131,8 +132,14 @@ def _c_answer_source() -> str:
     return "\n".join(out) + "\n"
 
 
+# Answered (when possible) by hand-written C in pjrtkit_fast_paths.h.
+_FAST_PATH_ANSWERS = frozenset({"PJRT_Buffer_Destroy"})
+# Entry points written by hand in pjrtkit_fast_paths.h instead of generated.
+_HAND_WRITTEN_ENTRY_POINTS = frozenset({"PJRT_LoadedExecutable_Execute"})
+
+
 def _answered_in_c() -> frozenset[str]:
-    return frozenset(C_ANSWERS) | frozenset(_EVENT_ANSWERS)
+    return frozenset(C_ANSWERS) | frozenset(_EVENT_ANSWERS) | _FAST_PATH_ANSWERS
 
 
 def api_slots(declarations: str = DECLARATIONS) -> list[str]:
@@ -158,6 +165,10 @@ def _callback_prototypes(static: bool) -> str:
     for t in SERIALIZED_TYPES:
         lines.append(f"{storage}void pjrtkit_free_{t}({t}*);")
     lines.append(f"{storage}void pjrtkit_chunk_deleter(void*, void*);")
+    # The fast paths' own callbacks (pjrtkit_fast_paths.h).
+    lines.append(f"{storage}void pjrtkit_drain_destroyed(PJRT_Buffer**, size_t);")
+    lines.append(f"{storage}PJRT_Error* pjrtkit_execute_inline(void*, void**, size_t, "
+                 f"PJRT_Buffer**, PJRT_Event**, int*);")
     return "\n".join(lines)
 
 
@@ -165,8 +176,9 @@ def _callback_prototypes(static: bool) -> str:
 # (a C++ destructor running Buffer_Destroy while an error propagates). A Python callback entered
 # in that state fails with SystemError and the pending exception is lost, so every entry point
 # parks the error indicator around the callback and puts it back afterwards.
+# Every entry also finishes the buffer destroys queued in C meanwhile (pjrtkit_fast_paths.h).
 _GUARD_ENTER = ("PyGILState_STATE gil = PyGILState_Ensure(); PyObject *et, *ev, *etb; "
-                "PyErr_Fetch(&et, &ev, &etb);")
+                "PyErr_Fetch(&et, &ev, &etb); pjrtkit_drain_if_needed();")
 _GUARD_LEAVE = "PyErr_Restore(et, ev, etb); PyGILState_Release(gil);"
 
 
@@ -174,7 +186,7 @@ def _guarded_entry_points() -> str:
     rets = return_types()
     lines = []
     for fn in api_slots():
-        if fn in SLOT_ROUTED:
+        if fn in SLOT_ROUTED or fn in _HAND_WRITTEN_ENTRY_POINTS:
             continue
         ret = rets[fn]
         if fn in _answered_in_c():
@@ -249,13 +261,15 @@ CDEF = (
 )
 
 SOURCE = (
-    "#include <stdbool.h>\n#include <stddef.h>\n#include <stdint.h>\n#include <string.h>\n"
+    "#include <pthread.h>\n#include <stdbool.h>\n#include <stddef.h>\n#include <stdint.h>\n"
+    "#include <string.h>\n"
     + DECLARATIONS
     + HANDLE_STRUCTS
     + f"\n#define PJRTKIT_MAX_BACKENDS {MAX_BACKENDS}\n#define PJRTKIT_API_MINOR {API_MINOR}\n"
     # cffi defines extern "Python" functions after this prefix; C code here needs them declared.
     + _callback_prototypes(static=True)
     + _c_answer_source()
+    + FAST_PATHS
     + _fill_api_source()
 )
 

@@ -53,6 +53,9 @@ def to_dtype(code: int) -> np.dtype:
 
 
 def to_code(dtype: np.dtype | type) -> int:
+    code = _TO_CODE.get(dtype)  # a np.dtype already (every buffer's): no conversion
+    if code is not None:
+        return code
     try:
         return _TO_CODE[np.dtype(dtype)]
     except (KeyError, TypeError):

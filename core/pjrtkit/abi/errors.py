@@ -82,7 +82,9 @@ def read_error(ptr: Any) -> tuple[int, str] | None:
 _logged: set[tuple[str, type]] = set()
 
 
-def _note_failure(function: str, exc: BaseException, *, fatal_if_returned: bool) -> None:
+def note_failure(function: str, exc: BaseException, *, fatal_if_returned: bool) -> None:
+    """Log a callback's failure: at debug level for a PjrtError that goes back to the caller,
+    else once per (function, exception type) with its traceback."""
     if isinstance(exc, PjrtError) and not fatal_if_returned:
         log.debug("%s -> %s: %s", function, exc.code.name, exc)
         return
@@ -138,7 +140,7 @@ def pjrt_function(name: str, *, never_fails: bool = False
                 try:
                     fn(*c_args)
                 except BaseException as exc:  # noqa: BLE001 - nothing may escape into C
-                    _note_failure(name, exc, fatal_if_returned=True)
+                    note_failure(name, exc, fatal_if_returned=True)
                 return None if returns_void else NULL
         else:
             def callback(*c_args):
@@ -146,7 +148,7 @@ def pjrt_function(name: str, *, never_fails: bool = False
                     fn(*c_args)
                     return NULL
                 except BaseException as exc:  # noqa: BLE001 - nothing may escape into C
-                    _note_failure(name, exc, fatal_if_returned=False)
+                    note_failure(name, exc, fatal_if_returned=False)
                     return error_from_exception(exc, name)
 
         if _TRACE:

@@ -9,7 +9,7 @@ import numpy as np
 from pjrtkit.abi._cffi import ffi, lib
 from pjrtkit.abi.args import Args, int_list
 from pjrtkit.abi.dtypes import to_code
-from pjrtkit.abi.errors import pjrt_function
+from pjrtkit.abi.errors import error_from_exception, note_failure, pjrt_function
 from pjrtkit.abi.handles import (
     EXECUTABLES, EXECUTE_CONTEXTS, LOADED_EXECUTABLES, BufferRef, ClientRef, DeviceRef,
     ExecutableRef, ExecuteContextRef, LoadedExecutableRef, deref, new_blob, new_buffer, new_event,
@@ -272,12 +272,48 @@ _BUFFER_KIND = BufferRef.KIND
 _HEAD = ffi.typeof("pjrtkit_head*")
 
 
+def _run_inline(ref: LoadedExecutableRef, buffers: list, outputs_ptr: Any, events_ptr: Any
+                ) -> bool:
+    """Run through the runtime's ``execute_inline``; False (nothing done) when it declines.
+    Non-donatable indices matter only for donation, and execute_inline refuses programs that
+    donate, so they are not read."""
+    done = ref.inline(buffers)
+    if done is None:
+        return False
+    outputs, event = done
+    handles = ref.output_handles
+    for o, buffer in enumerate(outputs):
+        outputs_ptr[o] = handles.new(o, buffer)
+    if events_ptr != NULL:
+        events_ptr[0] = new_event(event)
+    return True
+
+
+@ffi.def_extern(name="pjrtkit_execute_inline")
+def execute_inline_from_c(loaded: Any, refs: Any, num_args: int, outputs_ptr: Any,
+                          events_ptr: Any, declined: Any) -> Any:
+    """PJRT_LoadedExecutable_Execute when C has checked the shape of the call
+    (pjrtkit_fast_paths.h): ``refs`` are the input buffers' Refs. Sets ``*declined`` (and does
+    nothing) when the runtime cannot run it inline; the general callback then serves it."""
+    try:
+        ref = ffi.from_handle(loaded)
+        buffers = [ffi.from_handle(refs[i]).obj for i in range(num_args)]
+    except BaseException as exc:  # noqa: BLE001 - nothing may escape into C
+        note_failure("PJRT_LoadedExecutable_Execute", exc, fatal_if_returned=False)
+        return NULL  # *declined is still 1: the general path reports the problem
+    try:
+        if _run_inline(ref, buffers, outputs_ptr, events_ptr):
+            declined[0] = 0
+        return NULL
+    except BaseException as exc:  # noqa: BLE001 - nothing may escape into C
+        declined[0] = 0
+        note_failure("PJRT_LoadedExecutable_Execute", exc, fatal_if_returned=False)
+        return error_from_exception(exc, "PJRT_LoadedExecutable_Execute")
+
+
 def _execute_inline(args: Any, ref: LoadedExecutableRef) -> bool:
-    """The common case without the general machinery: a caller with today's struct, one
-    device, no execute_device, no send/recv, valid input handles, and a runtime that can run
-    the program inline now (``LoadedExecutable.execute_inline``). Returns False, having done
-    nothing, whenever anything is unusual; the general path then serves the call, and reports
-    whatever was wrong."""
+    """The same as the C check plus ``execute_inline_from_c``, for when C answers are off
+    (tracing, profiling): the profile then shows the path calls really take."""
     if args.struct_size < _EXECUTE_ARGS_SIZE or args.num_devices != 1:
         return False
     options = args.options
@@ -285,31 +321,22 @@ def _execute_inline(args: Any, ref: LoadedExecutableRef) -> bool:
                             or options.num_recv_ops):
         return False
     lists, outputs_ptr = args.argument_lists, args.output_lists
-    if args.execute_device != NULL or outputs_ptr == NULL or lists == NULL:
+    if args.execute_device != NULL or outputs_ptr == NULL or outputs_ptr[0] == NULL:
         return False
-    row = lists[0]
     buffers = []
-    for i in range(args.num_args):
-        ptr = row[i]
-        if ptr == NULL:
+    if args.num_args:
+        if lists == NULL or lists[0] == NULL:
             return False
-        head = ffi.cast(_HEAD, ptr)
-        if head.kind != _BUFFER_KIND:
-            return False
-        buffers.append(ffi.from_handle(head.ref).obj)
-    # Non-donatable indices matter only for donation, and execute_inline refuses programs
-    # that donate.
-    done = ref.inline(buffers)
-    if done is None:
-        return False
-    outputs, event = done
-    out, client = outputs_ptr[0], ref.client
-    for o, buffer in enumerate(outputs):
-        out[o] = new_buffer(buffer, client)
-    events_ptr = args.device_complete_events
-    if events_ptr != NULL:
-        events_ptr[0] = new_event(event)
-    return True
+        row = lists[0]
+        for i in range(args.num_args):
+            ptr = row[i]
+            if ptr == NULL:
+                return False
+            head = ffi.cast(_HEAD, ptr)
+            if head.kind != _BUFFER_KIND:
+                return False
+            buffers.append(ffi.from_handle(head.ref).obj)
+    return _run_inline(ref, buffers, outputs_ptr[0], args.device_complete_events)
 
 
 @pjrt_function("PJRT_LoadedExecutable_Execute")

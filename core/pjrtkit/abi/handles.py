@@ -105,11 +105,8 @@ class Ref:
         return self.cached(("str", key), make)
 
 
-_UINTPTR = ffi.typeof("uintptr_t")
-
-
-def _address(ptr: Any) -> int:
-    return int(ffi.cast(_UINTPTR, ptr))
+# A buffer up to this size may have its PJRT_Buffer_Destroy queued in C (pjrtkit_fast_paths.h).
+_DEFERRED_DESTROY_BYTES: int = lib.PJRTKIT_DEFERRED_DESTROY_BYTES
 
 
 class HandleTable(Generic[T]):
@@ -122,14 +119,24 @@ class HandleTable(Generic[T]):
 
     def new(self, ref: T) -> Any:
         c, handle = ref.make_c()
-        self._live[_address(c)] = handle
-        return ffi.cast(self.ctype, c)
+        ptr = ffi.cast(self.ctype, c)
+        # Keyed by the pointer itself: cdata pointers hash and compare by address, whatever
+        # their C type, so the pointer C passes back finds the entry.
+        self._live[ptr] = handle
+        return ptr
+
+    def adopt(self, c: Any, handle: Any) -> Any:
+        """``new`` for a struct already made and filled (``c``, owned by the Ref in
+        ``handle``)."""
+        ptr = ffi.cast(self.ctype, c)
+        self._live[ptr] = handle
+        return ptr
 
     def release(self, ptr: Any) -> T | None:
         """Drop C's handle; returns the Ref, or None for NULL or an unknown pointer."""
         if ptr == NULL:
             return None
-        handle = self._live.pop(_address(ptr), None)
+        handle = self._live.pop(ptr, None)
         if handle is None:
             return None
         ref = ffi.from_handle(handle)
@@ -312,9 +319,12 @@ class BufferRef(Ref):
         except Exception:  # noqa: BLE001
             c.element_type = -1
         try:
-            c.on_device_size_in_bytes = obj.on_device_size_in_bytes
+            size = obj.on_device_size_in_bytes
+            c.on_device_size_in_bytes = size
         except Exception:  # noqa: BLE001
             c.on_device_size_in_bytes = -1
+        else:
+            c.deferrable_destroy = 0 <= size <= _DEFERRED_DESTROY_BYTES
 
 
 class EventRef(Ref):
@@ -339,8 +349,9 @@ class ExecutableRef(Ref):
 
 
 class LoadedExecutableRef(Ref):
-    __slots__ = ("client", "device_assignment", "inline")
+    __slots__ = ("client", "device_assignment", "inline", "output_handles")
     KIND = lib.PJRTKIT_KIND_LOADED_EXECUTABLE
+    CTYPE = "pjrtkit_loaded_executable"
 
     def __init__(self, loaded: Any, client: ClientRef, device_assignment: bytes):
         super().__init__(loaded)
@@ -350,6 +361,10 @@ class LoadedExecutableRef(Ref):
         self.device_assignment = device_assignment
         # The runtime's cheap path for PJRT_LoadedExecutable_Execute, when it has one.
         self.inline = getattr(loaded, "execute_inline", None)
+        self.output_handles = OutputHandles(client)
+
+    def fill(self, c: Any) -> None:
+        c.has_inline = self.inline is not None
 
 
 class ExecuteContextRef(Ref):
@@ -388,6 +403,39 @@ BLOBS: HandleTable[BlobRef] = HandleTable("serialized blob", "void*")
 
 def new_buffer(buffer: Any, client: ClientRef) -> Any:
     return BUFFERS.new(BufferRef(buffer, client))
+
+
+class OutputHandles:
+    """Makes the handles of one executable's outputs, whose facts (device, memory, element
+    type, size) are the same at every execution: the first buffer of each output slot is
+    filled as usual and its struct kept as a template; later buffers with the same facts
+    (checked, cheaply, by identity) copy it instead of computing them again."""
+
+    __slots__ = ("client", "_templates")
+
+    def __init__(self, client: ClientRef):
+        self.client = client
+        self._templates: dict[int, tuple[Any, Any, Any, int, Any]] = {}
+
+    def new(self, slot: int, buffer: Any) -> Any:
+        known = self._templates.get(slot)
+        if (known is not None and buffer.device is known[0] and buffer.memory is known[1]
+                and buffer.dtype is known[2] and buffer.on_device_size_in_bytes == known[3]):
+            ref = BufferRef(buffer, self.client)
+            c = ffi.new(BufferRef._CTYPE_PTR, known[4][0])
+            handle = ffi.new_handle(ref)
+            c.head.ref = handle
+            ref.c = c
+            return BUFFERS.adopt(c, handle)
+        ptr = new_buffer(buffer, self.client)
+        c = ffi.from_handle(ffi.cast(_HEAD, ptr).ref).c
+        if c.device != NULL and c.memory != NULL and c.element_type >= 0 \
+                and c.on_device_size_in_bytes >= 0:
+            template = ffi.new(BufferRef._CTYPE_PTR, c[0])
+            template.head.ref = NULL
+            self._templates[slot] = (buffer.device, buffer.memory, buffer.dtype,
+                                     c.on_device_size_in_bytes, template)
+        return ptr
 
 
 _completed_lock = threading.Lock()

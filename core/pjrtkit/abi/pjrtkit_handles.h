@@ -83,7 +83,16 @@ typedef struct pjrtkit_buffer {
     PJRT_Memory* memory;
     int64_t element_type;
     int64_t on_device_size_in_bytes;
+    /* 1: PJRT_Buffer_Destroy may be queued in C and finished by Python at its next entry
+     * (small buffers only, so what waits in the queue is bounded). */
+    int64_t deferrable_destroy;
 } pjrtkit_buffer;
+
+typedef struct pjrtkit_loaded_executable {
+    pjrtkit_head head;
+    /* 1: the runtime object has execute_inline; C then tries it first (pjrtkit_fast_paths.h). */
+    int64_t has_inline;
+} pjrtkit_loaded_executable;
 
 /* The one event handle for work that is already done without error (inline executions, host
  * transfers taken synchronously): every PJRT_Event_* function that needs no Python is answered
@@ -93,3 +102,8 @@ extern pjrtkit_event pjrtkit_completed_event;
 /* 1: answer from the structs in C; 0: every call goes to Python (PJRTKIT_TRACE_ABI and
  * PJRTKIT_PROFILE turn it off so that they see every call; tests compare both answers). */
 extern int pjrtkit_c_answers;
+
+/* How many destroys may wait in the queue (each of a buffer of at most
+ * PJRTKIT_DEFERRED_DESTROY_BYTES). */
+#define PJRTKIT_DESTROY_QUEUE_SIZE 64
+#define PJRTKIT_DEFERRED_DESTROY_BYTES 65536

@@ -15,6 +15,13 @@ from pjrtkit.runtime.event import Event
 
 
 class Buffer:
+    # One lock for the state of all buffers (deleted, holds, external references): each
+    # critical section is a few assignments and never takes another lock, and buffers are
+    # made for every execution output, so a lock per buffer would cost more than it saves.
+    _lock = threading.Lock()
+    __slots__ = ("client", "dtype", "shape", "device", "memory", "payload", "ready", "nbytes",
+                 "_deleted", "_holds", "_external_refs", "__weakref__")
+
     def __init__(self, client, dtype: np.dtype, shape: tuple[int, ...], device, memory,
                  payload=None, ready: Event | None = None):
         self.client = client
@@ -28,7 +35,6 @@ class Buffer:
         self._deleted = False
         self._holds = 0  # executions queued that will read the payload
         self._external_refs = 0
-        self._lock = threading.Lock()
         memory.allocated(self.nbytes)
 
     @classmethod
@@ -49,7 +55,6 @@ class Buffer:
         self._deleted = False
         self._holds = 0
         self._external_refs = 0
-        self._lock = threading.Lock()
         memory.allocated(nbytes)
         return self
 
@@ -104,7 +109,20 @@ class Buffer:
         return self
 
     def destroy(self) -> None:
-        self.delete()
+        # delete() in one critical section when the contents are already final (every
+        # execution output that jaxlib drops comes through here).
+        if not self.ready._ready:
+            self.delete()
+            return
+        with self._lock:
+            if self._deleted:
+                released = False
+            else:
+                self._deleted = released = True
+            if self._holds == 0:
+                self.payload = None
+        if released:
+            self.memory.freed(self.nbytes)
 
     def check_usable(self, use: str) -> None:
         if self._deleted:

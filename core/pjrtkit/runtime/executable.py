@@ -154,7 +154,8 @@ class LoadedExecutable:
             memory = (device.memory(kind) if kind in ("device", "pinned_host", "unpinned_host")
                       else device.default_memory)
             outputs.append((dtype, shape, math.prod(shape) * dtype.itemsize, memory))
-        return device, [device.spec], outputs
+        return (device, [device.spec], outputs, self.client.executor, self.client.backend,
+                exe.compiled.executable, exe.num_parameters)
 
     def execute_inline(self, arguments: list) -> tuple[list, Event] | None:
         """The common case of ``execute``, cheaply: one device, no donation, a cheap program,
@@ -167,10 +168,10 @@ class LoadedExecutable:
         reads are referenced here meanwhile, so a concurrent delete cannot take them away.
         """
         plan = self._inline
-        if plan is None or self._deleted or not self.client.executor.idle:
+        if plan is None or self._deleted:
             return None
-        exe = self.executable
-        if len(arguments) != exe.num_parameters:
+        device, specs, outputs, executor, backend, compiled, num_parameters = plan
+        if not executor.idle or len(arguments) != num_parameters:  # busy: queue behind it
             return None
         payloads = []
         for buf in arguments:
@@ -178,24 +179,23 @@ class LoadedExecutable:
             if buf._deleted or not ready._ready or ready._error is not None:
                 return None
             payloads.append(buf.payload)
-        device, specs, outputs = plan
         try:
-            results = self.client.backend.execute(executable=exe.compiled.executable,
-                                                  arguments=[payloads], devices=specs)
+            results = backend.execute(executable=compiled, arguments=[payloads], devices=specs)
             if len(results) != 1 or len(results[0]) != len(outputs):
+                exe = self.executable
                 raise Internal(f"{exe.backend.platform_name}: pjrtkit_execute returned the "
                                f"wrong number of outputs for {exe.name}")
         except PjrtError as exc:
             return self._failed_inline(exc)
         except Exception as exc:
-            return self._failed_inline(
-                Internal(f"executing {exe.name} failed: {type(exc).__name__}: {exc}"))
+            return self._failed_inline(Internal(f"executing {self.executable.name} failed: "
+                                                f"{type(exc).__name__}: {exc}"))
         client = self.client
         return [Buffer.computed(client, dtype, shape, nbytes, device, memory, payload, _DONE)
                 for (dtype, shape, nbytes, memory), payload in zip(outputs, results[0])], _DONE
 
     def _failed_inline(self, error: PjrtError) -> tuple[list, Event]:
-        device, _specs, outputs = self._inline
+        device, _specs, outputs = self._inline[:3]
         failed = Event.completed(error)
         return [Buffer(self.client, dtype, shape, device, memory, ready=failed)
                 for dtype, shape, _nbytes, memory in outputs], failed

@@ -1,0 +1,94 @@
+/* Hand-written C compiled into pjrtkit.abi._pjrt_cffi (after the generated C answers; see
+ * _build.py): the two per-call paths of jaxlib that would otherwise enter Python needlessly.
+ *
+ * 1. PJRT_Buffer_Destroy of a small buffer is queued here, without the GIL; Python finishes it
+ *    (releases the handle, destroys the runtime Buffer) at its next entry, whatever the function
+ *    (the guard of every entry point hands the queue to pjrtkit_drain_destroyed when it is not
+ *    empty).
+ *    At most PJRTKIT_DESTROY_QUEUE_SIZE buffers of at most PJRTKIT_DEFERRED_DESTROY_BYTES wait;
+ *    a full queue, a big buffer or an unusual call is destroyed by Python at once. Memory
+ *    statistics are read through Python, so they always see the queue drained.
+ * 2. PJRT_LoadedExecutable_Execute checks the shape of the call in C (one device, no
+ *    execute_device, no send/recv, valid buffer handles) and hands Python the Refs only
+ *    (pjrtkit_execute_inline); the runtime may decline, and then the ordinary Python callback
+ *    serves the call.
+ */
+
+static pthread_mutex_t pjrtkit_destroy_mutex = PTHREAD_MUTEX_INITIALIZER;
+static pjrtkit_buffer* pjrtkit_destroy_queue[PJRTKIT_DESTROY_QUEUE_SIZE];
+static int pjrtkit_destroy_count = 0;  /* guarded by the mutex; read unlocked only as a hint */
+
+static int pjrtkit_answer_PJRT_Buffer_Destroy(PJRT_Buffer_Destroy_Args* args) {
+    if (!pjrtkit_c_answers || args == NULL
+        || args->struct_size < PJRTKIT_FIELD_END(PJRT_Buffer_Destroy_Args, buffer)) return 0;
+    pjrtkit_buffer* b = (pjrtkit_buffer*)args->buffer;
+    if (b == NULL || b->head.kind != PJRTKIT_KIND_BUFFER || b->deferrable_destroy != 1) return 0;
+    int queued = 0;
+    pthread_mutex_lock(&pjrtkit_destroy_mutex);
+    if (pjrtkit_destroy_count < PJRTKIT_DESTROY_QUEUE_SIZE) {
+        b->head.kind = PJRTKIT_KIND_DEAD;  /* the handle is gone for C from now on */
+        pjrtkit_destroy_queue[pjrtkit_destroy_count++] = b;
+        queued = 1;
+    }
+    pthread_mutex_unlock(&pjrtkit_destroy_mutex);
+    return queued;
+}
+
+/* Called with the GIL held, at the start of every Python entry: hands Python the queued
+ * buffers (taken under the mutex, so two threads never finish the same one). */
+static void pjrtkit_drain_if_needed(void) {
+    if (__atomic_load_n(&pjrtkit_destroy_count, __ATOMIC_RELAXED) == 0) return;
+    PJRT_Buffer* taken[PJRTKIT_DESTROY_QUEUE_SIZE];
+    pthread_mutex_lock(&pjrtkit_destroy_mutex);
+    size_t count = (size_t)pjrtkit_destroy_count;
+    memcpy(taken, pjrtkit_destroy_queue, count * sizeof(taken[0]));
+    pjrtkit_destroy_count = 0;
+    pthread_mutex_unlock(&pjrtkit_destroy_mutex);
+    if (count > 0) pjrtkit_drain_destroyed(taken, count);
+}
+
+#define PJRTKIT_INLINE_MAX_ARGS 64
+
+/* 1 when the call has the shape execute_inline serves, with the inputs' Refs in `refs`. */
+static int pjrtkit_inline_candidate(PJRT_LoadedExecutable_Execute_Args* args, void** refs) {
+    typedef PJRT_LoadedExecutable_Execute_Args A;
+    if (!pjrtkit_c_answers || args == NULL
+        || args->struct_size < PJRTKIT_FIELD_END(A, execute_device)) return 0;
+    const pjrtkit_loaded_executable* e = (const pjrtkit_loaded_executable*)args->executable;
+    if (e == NULL || e->head.kind != PJRTKIT_KIND_LOADED_EXECUTABLE || e->has_inline != 1)
+        return 0;
+    if (args->num_devices != 1 || args->execute_device != NULL || args->output_lists == NULL
+        || args->output_lists[0] == NULL || args->num_args > PJRTKIT_INLINE_MAX_ARGS) return 0;
+    if (args->num_args > 0 && (args->argument_lists == NULL || args->argument_lists[0] == NULL))
+        return 0;
+    const PJRT_ExecuteOptions* o = args->options;
+    if (o != NULL && (o->struct_size < PJRTKIT_FIELD_END(PJRT_ExecuteOptions, num_recv_ops)
+                      || o->num_send_ops != 0 || o->num_recv_ops != 0)) return 0;
+    for (size_t i = 0; i < args->num_args; i++) {
+        const pjrtkit_head* b = (const pjrtkit_head*)args->argument_lists[0][i];
+        if (b == NULL || b->kind != PJRTKIT_KIND_BUFFER) return 0;
+        refs[i] = b->ref;
+    }
+    return 1;
+}
+
+static PJRT_Error* pjrtkit_guarded_PJRT_LoadedExecutable_Execute(
+        PJRT_LoadedExecutable_Execute_Args* args) {
+    void* refs[PJRTKIT_INLINE_MAX_ARGS];
+    int candidate = pjrtkit_inline_candidate(args, refs);
+    PyGILState_STATE gil = PyGILState_Ensure();
+    PyObject *et, *ev, *etb;
+    PyErr_Fetch(&et, &ev, &etb);
+    pjrtkit_drain_if_needed();
+    PJRT_Error* result = NULL;
+    int declined = 1;
+    if (candidate) {
+        const pjrtkit_head* e = (const pjrtkit_head*)args->executable;
+        result = pjrtkit_execute_inline(e->ref, refs, args->num_args, args->output_lists[0],
+                                        args->device_complete_events, &declined);
+    }
+    if (declined) result = pjrtkit_PJRT_LoadedExecutable_Execute(args);
+    PyErr_Restore(et, ev, etb);
+    PyGILState_Release(gil);
+    return result;
+}
