@@ -130,3 +130,26 @@ def test_integer_contraction_too_long_for_float64_limbs(check, rng):
     x = sample(rng, (1, 2 ** 21), np.int32)
     y = sample(rng, (2 ** 21, 1), np.int32)
     check(jnp.matmul, x, y)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["float32", "float64"])
+def test_operands_that_are_views(check, rng, dtype):
+    # Operands arrive as transposed, head-split and broadcast views (transpose, reshape and
+    # broadcast_in_dim return views); the kernel hands BLAS what it can read in place and
+    # copies the rest. Small-integer values keep every sum exact.
+    B, T, H, D = 2, 5, 3, 4
+    x = sample(rng, (B, T, H * D), dtype)
+    w = sample(rng, (H * D, 7), dtype)
+    g = sample(rng, (T, H * D), dtype)
+
+    def fn(x, w, g):
+        heads = x.reshape(B, T, H, D).transpose(0, 2, 1, 3)           # (B, H, T, D) view
+        scores = heads @ heads.transpose(0, 1, 3, 2)                   # batched, both views
+        mixed = scores @ heads                                         # (B, H, T, D)
+        merged = mixed.transpose(0, 2, 1, 3).reshape(B, T, H * D)
+        return (scores, mixed,
+                merged @ w,                                            # copy of a merge
+                g.T @ g,                                               # lhs transposed
+                jnp.einsum("tk,bkn->btn", g, jnp.broadcast_to(w, (B, H * D, 7))),
+                jnp.einsum("bki,bkj->bij", x, x[:, :, ::-1]))          # reversed columns
+    check(fn, x, w, g)

@@ -2,7 +2,11 @@
 
 The rule turns any dimension numbers into a fixed recipe: transpose lhs to (batch, free,
 contracting) and rhs to (batch, contracting, free), flatten each group, matmul (B,M,K)@(B,K,N)
-and reshape to the StableHLO result layout (batch..., lhs free..., rhs free...).
+and reshape to the StableHLO result layout (batch..., lhs free..., rhs free...). Transposes and
+flattening stay views whenever BLAS can read them (a transposed matrix is passed as is and
+BLAS uses its transpose flag; attention's head-split operands keep their batch dimensions
+apart rather than being copied to flatten them); only what BLAS cannot read is copied.
+Contractions of at least ``blas.WIDE_FLOPS`` may use more BLAS threads (``blas.wide``).
 
 Numerics follow XLA's CPU backend: f16/bf16 contract in f32 and round once; integers are exact
 with wraparound in the result type (a ring homomorphism, so any wider exact accumulator works);
@@ -109,7 +113,11 @@ def _lower(op, ctx, dims: DotDimensionNumbers):
     # Float results go straight from compute to result dtype (one rounding); integer results
     # computed in float64 pass through int64 so the final cast wraps instead of saturating.
     via_int64 = out_dtype.kind in "iu" and compute == _F64
-    wide = 2.0 * batch * m * n * k >= blas.WIDE_FLOPS
+    flops = 2.0 * batch * m * n * k
+    # Leading dimensions of the matmul: the batch dims flattened (or none), else kept apart;
+    # np.matmul loops over them in C and calls BLAS once per (M,K)@(K,N) pair.
+    flat_lead = (batch,) if lb else ()
+    batch_shape = tuple(lhs_t.shape[d] for d in lb)
 
     def kernel(lhs, rhs):
         if not lhs_identity:
@@ -121,11 +129,11 @@ def _lower(op, ctx, dims: DotDimensionNumbers):
             lhs = lhs.astype(compute, order="C")
         if rhs_cast:
             rhs = rhs.astype(compute, order="C")
-        if wide:
-            product = blas.all_threads(contract, lhs.reshape(batch, m, k),
-                                       rhs.reshape(batch, k, n))
+        lhs, rhs = _operands(lhs, rhs, flat_lead, batch_shape, m, k, n)
+        if flops >= blas.WIDE_FLOPS:
+            product = blas.all_threads(contract, lhs, rhs)
         else:
-            product = contract(lhs.reshape(batch, m, k), rhs.reshape(batch, k, n))
+            product = contract(lhs, rhs)
         if to_bool:
             return ((product > 0).reshape(out_shape),)
         if via_int64:
@@ -133,6 +141,39 @@ def _lower(op, ctx, dims: DotDimensionNumbers):
         return (product.reshape(out_shape).astype(out_dtype, copy=False),)
 
     return kernel
+
+
+def _operands(lhs, rhs, flat_lead, batch_shape, m, k, n):
+    """(..., M, K) and (..., K, N) views of the permuted operands, copying only when no view
+    exists or BLAS could not read the view (it takes any row or column stride, so transposed
+    operands go in as they are, with BLAS's transpose flags)."""
+    a, b = _view(lhs, (*flat_lead, m, k)), _view(rhs, (*flat_lead, k, n))
+    if (a is None or b is None) and len(batch_shape) > 1:
+        # e.g. attention's heads: (B, T, H, D) transposed to (B, H, T, D) cannot flatten
+        # (B, H) without a copy, but every (T, D) matrix is readable in place.
+        kept = _view(lhs, (*batch_shape, m, k)), _view(rhs, (*batch_shape, k, n))
+        if kept[0] is not None and kept[1] is not None:
+            return kept
+    if a is None:
+        a = np.ascontiguousarray(lhs).reshape(*flat_lead, m, k)
+    if b is None:
+        b = np.ascontiguousarray(rhs).reshape(*flat_lead, k, n)
+    return a, b
+
+
+def _view(x, shape):
+    """x reshaped to ``shape`` without a copy, if its matrices are BLAS-readable; else None."""
+    try:
+        x = np.reshape(x, shape, copy=False)
+    except ValueError:
+        return None
+    rows, cols = shape[-2], shape[-1]
+    row_stride, col_stride = x.strides[-2:]
+    size = x.itemsize
+    if rows <= 1 or cols <= 1 or (col_stride == size and row_stride >= cols * size) \
+            or (row_stride == size and col_stride >= rows * size):
+        return x
+    return None
 
 
 def _limb_matmul(width: int):
