@@ -16,12 +16,15 @@ import os
 import threading
 import time
 
-# A contraction of at least this many flops may use more BLAS threads (about 60 us of work on
-# one core). With the SkylakeX kernels and idle cores two threads measured 1.7-1.9x faster from
+# A matmul call of at least WIDE_FLOPS may use more BLAS threads (about 60 us of work on one
+# core). With the SkylakeX kernels and idle cores two threads measured 1.7-1.9x faster from
 # 2 MFLOP up (128x128x64: 12 -> 8 us; 128x784x512: 501 -> 278 us), and switching costs < 1 us;
-# MLP step 3.8 -> 2.9 ms and transformer block 11 -> 7.3 ms against a 1 GFLOP threshold.
-# (The old 1 GFLOP came from Haswell kernels and from widening onto busy cores.)
+# MLP step 3.8 -> 2.9 ms and transformer block 11 -> 7.3 ms against the old 1 GFLOP threshold
+# (which came from Haswell kernels and from widening onto busy cores). Below ALWAYS_WIDE_FLOPS
+# only onto idle cores; above it a call is long enough to win even on a loaded machine
+# (2.6 GFLOP under a load of ~5 on 2 cores: median 52 ms on two threads, 74 ms on one).
 WIDE_FLOPS = 1e7
+ALWAYS_WIDE_FLOPS = 1e9
 
 _lock = threading.Lock()
 _controllers = None
@@ -68,25 +71,27 @@ def single_threaded():
                 _set([default for _, default in controllers])
 
 
-def all_threads(fn, *args, **kwargs):
-    """Call ``fn`` with every BLAS thread the user allows (for big contractions)."""
-    with wide():
-        return fn(*args, **kwargs)
-
-
 @contextlib.contextmanager
-def wide():
-    """More BLAS threads for one big contraction inside an execution: as many as the user
-    allows and other processes leave idle (see ``spare_cores``); back to one afterwards."""
+def wide(flops: float, call_flops: float | None = None):
+    """More BLAS threads, inside an execution, for a contraction of ``flops`` made of BLAS
+    calls of at most ``call_flops`` each (default: one call); back to one thread afterwards.
+
+    From ``WIDE_FLOPS`` up it gets as many threads as other processes leave idle
+    (``spare_cores``); when each call has at least ``ALWAYS_WIDE_FLOPS``, every thread the
+    user allows (threads stall per call, so only long calls win on busy cores)."""
     controllers = _blas()
-    if not controllers or not _narrowed:  # outside an execution BLAS has the user's setting
+    if not controllers or not _narrowed or flops < WIDE_FLOPS:
+        yield  # outside an execution BLAS already has the user's setting
+        return
+    if (flops if call_flops is None else call_flops) >= ALWAYS_WIDE_FLOPS:
+        counts = [default for _, default in controllers]
+    else:
+        extra = spare_cores()
+        counts = [min(default, 1 + extra) for _, default in controllers]
+    if all(count <= 1 for count in counts):
         yield
         return
-    extra = spare_cores()
-    if extra < 1:
-        yield
-        return
-    _set([min(default, 1 + extra) for _, default in controllers])
+    _set(counts)
     try:
         yield
     finally:

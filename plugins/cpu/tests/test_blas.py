@@ -28,11 +28,11 @@ def test_execution_narrows_and_widen_restores_one_thread(controllers, monkeypatc
     assert _counts() == user
     with blas.single_threaded():
         assert _counts() == [1] * len(controllers)
-        with blas.wide():
+        with blas.wide(blas.WIDE_FLOPS):
             assert _counts() == user
         assert _counts() == [1] * len(controllers)
-        assert blas.all_threads(_counts) == user
-        assert _counts() == [1] * len(controllers)
+        with blas.wide(blas.WIDE_FLOPS / 2):  # too small to pay for waking threads
+            assert _counts() == [1] * len(controllers)
     assert _counts() == user
 
 
@@ -51,7 +51,7 @@ def test_widening_outside_an_execution_keeps_the_user_setting(controllers):
     # Plans run directly (tests, tools) are outside any execution: widening there must not
     # leave BLAS single-threaded for the user's own NumPy code afterwards.
     user = [default for _, default in controllers]
-    with blas.wide():
+    with blas.wide(blas.ALWAYS_WIDE_FLOPS):
         assert _counts() == user
     assert _counts() == user
 
@@ -60,9 +60,14 @@ def test_no_widening_onto_busy_cores(controllers, monkeypatch):
     # OpenBLAS threads spin-wait for each other: on cores other processes keep busy a wide
     # call stalls, so with no spare core a big contraction stays on one thread.
     monkeypatch.setattr(blas, "spare_cores", lambda: 0)
+    user = [default for _, default in controllers]
     with blas.single_threaded():
-        with blas.wide():
+        with blas.wide(10 * blas.ALWAYS_WIDE_FLOPS, blas.ALWAYS_WIDE_FLOPS / 2):
             assert _counts() == [1] * len(controllers)
+        # ... unless each call is long enough to win anyway.
+        with blas.wide(blas.ALWAYS_WIDE_FLOPS):
+            assert _counts() == user
+        assert _counts() == [1] * len(controllers)
 
 
 def test_spare_cores_is_sampled_not_read_every_call(monkeypatch):

@@ -131,7 +131,8 @@ def _lower(op, ctx, dims: DotDimensionNumbers):
             rhs = rhs.astype(compute, order="C")
         lhs, rhs = _operands(lhs, rhs, flat_lead, batch_shape, m, k, n)
         if flops >= blas.WIDE_FLOPS:
-            product = blas.all_threads(contract, lhs, rhs)
+            with blas.wide(flops, flops / max(batch, 1)):
+                product = contract(lhs, rhs)
         else:
             product = contract(lhs, rhs)
         if to_bool:
