@@ -10,7 +10,10 @@ are registered).
   (minus the nested ops of regions, e.g. the body of a ``stablehlo.while``) and mean.
   A second table splits the heaviest ops by signature (operand and result types).
 - **C calls**: every PJRT C function served by pjrtkit (``abi.errors.pjrt_function`` wraps
-  each callback with :func:`wrap_c_function`): calls, total time, mean.
+  each callback with :func:`wrap_c_function`): calls, total time, mean. Profiling turns off
+  the answers pjrtkit normally gives in C (handle facts, the completed event, queued buffer
+  destroys, the C check of Execute's call shape; see ``abi/pjrtkit_handles.h``) so that every
+  call shows here: those calls then cost a Python round trip they do not cost unprofiled.
 
 Inclusive times of nested things add up more than once (a ``while`` contains its body's ops;
 ``PJRT_LoadedExecutable_Execute`` contains the ops of programs run inline), so compare self

@@ -168,7 +168,7 @@ def _callback_prototypes(static: bool) -> str:
     # The fast paths' own callbacks (pjrtkit_fast_paths.h).
     lines.append(f"{storage}void pjrtkit_drain_destroyed(PJRT_Buffer**, size_t);")
     lines.append(f"{storage}PJRT_Error* pjrtkit_execute_inline(void*, void**, size_t, "
-                 f"PJRT_Buffer**, PJRT_Event**, int*);")
+                 f"PJRT_Buffer**, PJRT_Event**, PJRT_Buffer**, size_t, int*);")
     return "\n".join(lines)
 
 

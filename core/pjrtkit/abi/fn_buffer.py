@@ -6,7 +6,7 @@ from typing import Any
 from pjrtkit.abi._cffi import ffi, lib
 from pjrtkit.abi.args import Args, int_list, string
 from pjrtkit.abi.dtypes import to_code, to_dtype
-from pjrtkit.abi.errors import note_failure, pjrt_function
+from pjrtkit.abi.errors import pjrt_function
 from pjrtkit.abi.fn_client import client_of
 from pjrtkit.abi.handles import (
     BUFFERS, BufferRef, DeviceRef, MemoryRef, deref, new_buffer, new_event,
@@ -103,19 +103,6 @@ def buffer_destroy(args: Any) -> None:
     ref = BUFFERS.release(Args(args).req("buffer"))
     if ref is not None:
         ref.obj.destroy()
-
-
-@ffi.def_extern(name="pjrtkit_drain_destroyed")
-def drain_destroyed(buffers: Any, count: int) -> None:
-    """Finish the PJRT_Buffer_Destroy calls C queued (small buffers, pjrtkit_fast_paths.h).
-    Runs at the start of any Python entry while the queue is not empty; never raises."""
-    for i in range(count):
-        try:
-            ref = BUFFERS.release(buffers[i])
-            if ref is not None:
-                ref.obj.destroy()
-        except BaseException as exc:  # noqa: BLE001 - nothing may escape into C
-            note_failure("PJRT_Buffer_Destroy", exc, fatal_if_returned=True)
 
 
 @pjrt_function("PJRT_Buffer_ElementType")

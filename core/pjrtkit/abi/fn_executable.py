@@ -11,7 +11,7 @@ from pjrtkit.abi.args import Args, int_list
 from pjrtkit.abi.dtypes import to_code
 from pjrtkit.abi.errors import error_from_exception, note_failure, pjrt_function
 from pjrtkit.abi.handles import (
-    EXECUTABLES, EXECUTE_CONTEXTS, LOADED_EXECUTABLES, BufferRef, ClientRef, DeviceRef,
+    BUFFERS, EXECUTABLES, EXECUTE_CONTEXTS, LOADED_EXECUTABLES, BufferRef, ClientRef, DeviceRef,
     ExecutableRef, ExecuteContextRef, LoadedExecutableRef, deref, new_blob, new_buffer, new_event,
 )
 from pjrtkit.abi.named_values import NamedValues
@@ -266,6 +266,21 @@ def _execute_options(ptr: Any, what: str) -> frozenset[int]:
     return frozenset(int(i) for i in indices)
 
 
+# PJRT_Buffer_Destroy calls queued in C (pjrtkit_fast_paths.h) are finished here: they travel
+# with the next Execute, or arrive at the start of any other Python entry.
+@ffi.def_extern(name="pjrtkit_drain_destroyed")
+def drain_destroyed(buffers: Any, count: int) -> None:
+    """Finish the PJRT_Buffer_Destroy calls C queued (small buffers, pjrtkit_fast_paths.h).
+    Runs at the start of any Python entry while the queue is not empty; never raises."""
+    for i in range(count):
+        try:
+            ref = BUFFERS.release(buffers[i])
+            if ref is not None:
+                ref.obj.destroy()
+        except BaseException as exc:  # noqa: BLE001 - nothing may escape into C
+            note_failure("PJRT_Buffer_Destroy", exc, fatal_if_returned=True)
+
+
 _EXECUTE_ARGS_SIZE = ffi.sizeof("PJRT_LoadedExecutable_Execute_Args")
 _OPTIONS_SIZE = ffi.sizeof("PJRT_ExecuteOptions")
 _BUFFER_KIND = BufferRef.KIND
@@ -291,10 +306,14 @@ def _run_inline(ref: LoadedExecutableRef, buffers: list, outputs_ptr: Any, event
 
 @ffi.def_extern(name="pjrtkit_execute_inline")
 def execute_inline_from_c(loaded: Any, refs: Any, num_args: int, outputs_ptr: Any,
-                          events_ptr: Any, declined: Any) -> Any:
+                          events_ptr: Any, destroyed: Any, num_destroyed: int,
+                          declined: Any) -> Any:
     """PJRT_LoadedExecutable_Execute when C has checked the shape of the call
-    (pjrtkit_fast_paths.h): ``refs`` are the input buffers' Refs. Sets ``*declined`` (and does
-    nothing) when the runtime cannot run it inline; the general callback then serves it."""
+    (pjrtkit_fast_paths.h): ``refs`` are the input buffers' Refs; ``destroyed`` the buffer
+    destroys queued in C meanwhile, finished first. Sets ``*declined`` (and does nothing else)
+    when the runtime cannot run it inline; the general callback then serves it."""
+    if num_destroyed:
+        drain_destroyed(destroyed, num_destroyed)
     try:
         ref = ffi.from_handle(loaded)
         buffers = [ffi.from_handle(refs[i]).obj for i in range(num_args)]

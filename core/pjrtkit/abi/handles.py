@@ -38,6 +38,7 @@ T = TypeVar("T", bound="Ref")
 NULL = ffi.NULL
 _HEAD = ffi.typeof("pjrtkit_head*")
 _KIND_NAMES: dict[int, str] = {}  # kind tag -> Ref class name, for error messages
+_cache_lock = threading.Lock()
 
 
 class Ref:
@@ -59,7 +60,7 @@ class Ref:
 
     def __init__(self, obj: Any):
         self.obj = obj
-        self._c: dict[Any, Any] = {}
+        self._c: dict[Any, Any] | None = None  # made on first use: most buffers never need it
         self.c = None
 
     def fill(self, c: Any) -> None:
@@ -83,11 +84,17 @@ class Ref:
 
     def cached(self, key: Any, make: Callable[[], Any]) -> Any:
         """The value C sees for ``key``, built once; it lives as long as this Ref."""
+        cache = self._c
+        if cache is None:
+            with _cache_lock:  # two threads must not make two caches (one would be lost)
+                if self._c is None:
+                    self._c = {}
+                cache = self._c
         try:
-            return self._c[key]
+            return cache[key]
         except KeyError:
             # setdefault keeps the first value if two threads race; the loser was never shown to C.
-            return self._c.setdefault(key, make())
+            return cache.setdefault(key, make())
 
     def stable_handle(self, key: Any, ctype: str, make_ref: Callable[[], "Ref"]) -> Any:
         """A handle owned by this Ref: the same pointer for ``key`` every time, never destroyed
@@ -405,6 +412,19 @@ def new_buffer(buffer: Any, client: ClientRef) -> Any:
     return BUFFERS.new(BufferRef(buffer, client))
 
 
+def _new_buffer_ref(buffer: Any, client: ClientRef) -> BufferRef:
+    """``BufferRef(buffer, client)`` without the constructor chain (one per execution output)."""
+    ref = _BUFFER_REF_NEW(BufferRef)
+    ref.obj = buffer
+    ref._c = None
+    ref.c = None
+    ref.client = client
+    return ref
+
+
+_BUFFER_REF_NEW = object.__new__
+
+
 class OutputHandles:
     """Makes the handles of one executable's outputs, whose facts (device, memory, element
     type, size) are the same at every execution: the first buffer of each output slot is
@@ -421,7 +441,7 @@ class OutputHandles:
         known = self._templates.get(slot)
         if (known is not None and buffer.device is known[0] and buffer.memory is known[1]
                 and buffer.dtype is known[2] and buffer.on_device_size_in_bytes == known[3]):
-            ref = BufferRef(buffer, self.client)
+            ref = _new_buffer_ref(buffer, self.client)
             c = ffi.new(BufferRef._CTYPE_PTR, known[4][0])
             handle = ffi.new_handle(ref)
             c.head.ref = handle

@@ -34,16 +34,22 @@ static int pjrtkit_answer_PJRT_Buffer_Destroy(PJRT_Buffer_Destroy_Args* args) {
     return queued;
 }
 
-/* Called with the GIL held, at the start of every Python entry: hands Python the queued
- * buffers (taken under the mutex, so two threads never finish the same one). */
-static void pjrtkit_drain_if_needed(void) {
-    if (__atomic_load_n(&pjrtkit_destroy_count, __ATOMIC_RELAXED) == 0) return;
-    PJRT_Buffer* taken[PJRTKIT_DESTROY_QUEUE_SIZE];
+/* Empties the queue into `taken` (under the mutex, so two threads never finish the same
+ * buffer); returns how many. */
+static size_t pjrtkit_take_destroyed(PJRT_Buffer** taken) {
+    if (__atomic_load_n(&pjrtkit_destroy_count, __ATOMIC_RELAXED) == 0) return 0;
     pthread_mutex_lock(&pjrtkit_destroy_mutex);
     size_t count = (size_t)pjrtkit_destroy_count;
     memcpy(taken, pjrtkit_destroy_queue, count * sizeof(taken[0]));
     pjrtkit_destroy_count = 0;
     pthread_mutex_unlock(&pjrtkit_destroy_mutex);
+    return count;
+}
+
+/* Called with the GIL held, at the start of every Python entry. */
+static void pjrtkit_drain_if_needed(void) {
+    PJRT_Buffer* taken[PJRTKIT_DESTROY_QUEUE_SIZE];
+    size_t count = pjrtkit_take_destroyed(taken);
     if (count > 0) pjrtkit_drain_destroyed(taken, count);
 }
 
@@ -79,13 +85,18 @@ static PJRT_Error* pjrtkit_guarded_PJRT_LoadedExecutable_Execute(
     PyGILState_STATE gil = PyGILState_Ensure();
     PyObject *et, *ev, *etb;
     PyErr_Fetch(&et, &ev, &etb);
-    pjrtkit_drain_if_needed();
+    PJRT_Buffer* taken[PJRTKIT_DESTROY_QUEUE_SIZE];
+    size_t num_taken = pjrtkit_take_destroyed(taken);
     PJRT_Error* result = NULL;
     int declined = 1;
     if (candidate) {
+        /* The queued destroys go along (one crossing into Python instead of two). */
         const pjrtkit_head* e = (const pjrtkit_head*)args->executable;
         result = pjrtkit_execute_inline(e->ref, refs, args->num_args, args->output_lists[0],
-                                        args->device_complete_events, &declined);
+                                        args->device_complete_events, taken, num_taken,
+                                        &declined);
+    } else if (num_taken > 0) {
+        pjrtkit_drain_destroyed(taken, num_taken);
     }
     if (declined) result = pjrtkit_PJRT_LoadedExecutable_Execute(args);
     PyErr_Restore(et, ev, etb);

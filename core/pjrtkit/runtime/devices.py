@@ -47,11 +47,14 @@ class Memory:
         self.largest_alloc_size = 0
 
     def allocated(self, nbytes: int) -> None:
+        # Runs for every buffer, execution outputs included: comparisons, not max() calls.
         with self._lock:
-            self.bytes_in_use += nbytes
-            self.peak_bytes_in_use = max(self.peak_bytes_in_use, self.bytes_in_use)
+            in_use = self.bytes_in_use = self.bytes_in_use + nbytes
+            if in_use > self.peak_bytes_in_use:
+                self.peak_bytes_in_use = in_use
             self.num_allocs += 1
-            self.largest_alloc_size = max(self.largest_alloc_size, nbytes)
+            if nbytes > self.largest_alloc_size:
+                self.largest_alloc_size = nbytes
 
     def freed(self, nbytes: int) -> None:
         with self._lock:

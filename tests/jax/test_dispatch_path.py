@@ -1,0 +1,66 @@
+"""What a jitted call costs in Python, through real jaxlib: the per-call queries are answered in
+C, the execution takes the inline path, and the switches that must see every call (the
+profiler) still see them. Fresh interpreters, as JAX fixes its platforms at first use."""
+import json
+
+from test_jax_end_to_end import run_python
+
+# Runs 50 calls of a cheap jitted function and reports which pjrtkit.abi functions were
+# entered (a profile function on the calling thread), plus the results.
+_PROBE = """
+    import collections, json, pathlib, sys
+    import numpy as np, jax
+    import pjrtkit.abi.handles
+    abi = str(pathlib.Path(pjrtkit.abi.handles.__file__).parent)
+    jax.config.update("jax_platforms", "pjrtkit_cpu,cpu")
+    dev = jax.devices("pjrtkit_cpu")[0]
+    x = jax.device_put(np.arange(3, dtype=np.float32), dev)
+    f = jax.jit(lambda a: a * 2 + 1)
+    for _ in range(5):
+        y = f(x)
+    y.block_until_ready()
+    seen = collections.Counter()
+    def profile(frame, event, arg):
+        if event == "call" and frame.f_code.co_filename.startswith(abi):
+            seen[frame.f_code.co_name] += 1
+    sys.setprofile(profile)
+    for _ in range(50):
+        y = f(x)
+    y.block_until_ready()
+    sys.setprofile(None)
+    print(json.dumps({"seen": seen, "y": np.asarray(y).tolist()}))
+"""
+
+
+def _probe(**env):
+    out = run_python(_PROBE, **env)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_a_jitted_call_enters_python_only_to_execute():
+    result = _probe()
+    assert result["y"] == [1.0, 3.0, 5.0]
+    seen = result["seen"]
+    # One crossing per call: the inline execute (which also finishes the previous result's
+    # queued destroy). Replicas, partitions, outputs, device, memory, memory kind, OnReady and
+    # the event and buffer destroys never reach Python.
+    assert seen.get("execute_inline_from_c") == 50, seen
+    for name in ("executable_num_replicas", "executable_num_partitions", "buffer_device",
+                 "buffer_memory", "memory_kind", "event_on_ready", "event_destroy",
+                 "buffer_destroy", "loaded_executable_execute"):
+        assert name not in seen, (name, seen)
+    assert 45 <= seen.get("drain_destroyed", 0) <= 50, seen
+
+
+def test_with_the_profiler_on_every_call_reaches_python_and_the_result_is_the_same():
+    result = _probe(PJRTKIT_PROFILE="/dev/null")
+    assert result["y"] == [1.0, 3.0, 5.0]
+    seen = result["seen"]
+    # C answers are off: the profile sees the general callbacks, and the inline path is
+    # still taken from Python.
+    for name in ("executable_num_replicas", "buffer_device", "memory_kind", "event_on_ready",
+                 "buffer_destroy", "loaded_executable_execute"):
+        assert seen.get(name, 0) >= 50, (name, seen)
+    assert "execute_inline_from_c" not in seen
+    assert seen.get("_run_inline") == 50, seen
