@@ -290,3 +290,17 @@ def test_slices_transposes_iota_and_reductions(check_native, rng, dtype):
         return lax.fori_loop(0, 3, body, init)
 
     check_native(fn, x)
+
+
+@pytest.mark.parametrize("unroll", [1, 2, 4])
+def test_unrolled_scan_with_concatenate(check_native, rng, unroll):
+    xs = rng.standard_normal((8, 2, 3)).astype(np.float32)
+    w = rng.standard_normal((3, 3)).astype(np.float32) / 2
+
+    def fn(xs, w):
+        def step(h, x):
+            h = jnp.tanh(h @ w + x)
+            return h, jnp.concatenate([h, -h], axis=1)
+        return lax.scan(step, jnp.zeros((2, 3), jnp.float32), xs, unroll=unroll)
+
+    check_native(fn, xs, w, loosen=4)  # 8 dependent tanh/dot steps (see test_scan_rnn)

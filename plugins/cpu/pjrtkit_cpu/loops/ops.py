@@ -368,6 +368,22 @@ def reduce(src: LoopSource, op: Op, lines: list[str]) -> None:
         src.bind(op.results[0], Val("scalar", acc, (), t.dtype))
 
 
+def concatenate(src: LoopSource, op: Op, lines: list[str]) -> None:
+    t = tensor_type(op.results[0])
+    axis = op.attributes["dimension"]
+    out = src.buffer(t.shape, t.dtype)
+    offset = 0
+    for v in op.operands:
+        x = src.get(v)
+        starts = ["0"] * len(t.shape)
+        starts[axis] = str(offset)
+        indent, index, counter = _box(src, t.shape, tensor_type(v).shape, starts, lines)
+        lines.append(f"{indent}{out}[{index}] = {x.element(counter)}")
+        lines.append(f"{indent}{counter} += 1")
+        offset += tensor_type(v).shape[axis]
+    src.bind(op.results[0], Val("array", out, t.shape, t.dtype))
+
+
 def _dot(src, op, lines):
     from pjrtkit_cpu.loops import dot
     dot.dot_general(src, op, lines)
@@ -385,6 +401,7 @@ EMITTERS = {
     "stablehlo.slice": slice_,
     "stablehlo.transpose": transpose,
     "stablehlo.reduce": reduce,
+    "stablehlo.concatenate": concatenate,
 }
 
 

@@ -42,26 +42,40 @@ def uses(op: Op) -> set[int]:
 
 
 def in_place_positions(body: Block) -> dict[int, int]:
-    """{index of an update op in ``body.ops``: the carried position it may write in place}."""
+    """{index of an update op in ``body.ops``: the carried position it may write in place}.
+
+    Updates may chain (an unrolled scan updates its output once per unrolled step): each
+    link's operand is the previous link's result, owned just as the carry was."""
     terminator = body.ops[-1]
     if terminator.name not in TERMINATORS:
         return {}
-    position_of = {arg.id: p for p, arg in enumerate(body.arguments)}
     op_uses = [uses(op) for op in body.ops]
+    last = len(body.ops) - 1
     found: dict[int, int] = {}
-    for index, op in enumerate(body.ops[:-1]):
-        if op.name != DYNAMIC_UPDATE_SLICE or op.operands[0].id not in position_of:
+    for p, arg in enumerate(body.arguments):
+        chain = _update_chain(body, op_uses, arg)
+        if not chain:
             continue
-        p = position_of[op.operands[0].id]
-        result = op.results[0].id
+        result = body.ops[chain[-1]].results[0].id
         readers = [i for i, u in enumerate(op_uses) if result in u]
-        if readers != [len(body.ops) - 1] or [v.id for v in terminator.operands].count(
-                result) != 1 or terminator.operands[p].id != result:
+        if readers != [last] or [v.id for v in terminator.operands].count(result) != 1 \
+                or terminator.operands[p].id != result:
             continue
-        if _read_after(body, op_uses, index, op.operands[0].id):
-            continue
-        found[index] = p
+        found.update((i, p) for i in chain)
     return found
+
+
+def _update_chain(body: Block, op_uses: list[set[int]], value) -> list[int]:
+    """Indices of the updates ``value`` -> update -> update ... in which each operand is read
+    by nothing after its update (the last link's result is checked by the caller)."""
+    chain = []
+    while True:
+        updates = [i for i, op in enumerate(body.ops)
+                   if op.name == DYNAMIC_UPDATE_SLICE and op.operands[0].id == value.id]
+        if len(updates) != 1 or _read_after(body, op_uses, updates[0], value.id):
+            return chain
+        chain.append(updates[0])
+        value = body.ops[updates[0]].results[0]
 
 
 def _read_after(body: Block, op_uses: list[set[int]], index: int, root: int) -> bool:
