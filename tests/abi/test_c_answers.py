@@ -279,3 +279,20 @@ def test_a_queued_destroy_of_an_input_of_queued_work_keeps_the_contents(driver):
             gate.set()
         assert driver.await_event(event) is None
         np.testing.assert_array_equal(driver.to_host(outputs[0]), [1, 3, 5])
+
+
+def test_destroyed_output_handles_are_reused_for_later_outputs_with_fresh_contents(driver):
+    with driver.scope():
+        loaded = driver.compile(_double_plus_one, np.ones(3, np.float32))
+        pointers = []
+        for i in range(10):
+            x, _ = driver.buffer_from_host(np.full(3, i, np.float32))
+            args = driver.execute_args(loaded, [[x]], 1)
+            driver.invoke("PJRT_LoadedExecutable_Execute", args)
+            out = args.output_lists[0][0]
+            pointers.append(int(ffi.cast("uintptr_t", out)))
+            np.testing.assert_array_equal(driver.to_host(out), np.full(3, 2 * i + 1))
+            assert driver.call("PJRT_Buffer_Device", buffer=out).device == driver.device()
+            driver.call("PJRT_Buffer_Destroy", buffer=out)
+        # The handle destroyed in C came back for the next output (same struct, new contents).
+        assert len(set(pointers)) < len(pointers)

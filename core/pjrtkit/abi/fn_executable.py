@@ -204,6 +204,7 @@ def executable_get_compile_options(args: Any) -> None:
 def loaded_executable_destroy(args: Any) -> None:
     ref = LOADED_EXECUTABLES.release(Args(args).req("executable"))
     if ref is not None:
+        ref.output_handles.clear()
         ref.obj.destroy()
 
 
@@ -274,9 +275,14 @@ def drain_destroyed(buffers: Any, count: int) -> None:
     Runs at the start of any Python entry while the queue is not empty; never raises."""
     for i in range(count):
         try:
-            ref = BUFFERS.release(buffers[i])
-            if ref is not None:
-                ref.obj.destroy()
+            ptr = buffers[i]
+            handle = BUFFERS.release_handle(ptr)
+            if handle is None:
+                continue
+            ref = ffi.from_handle(handle)
+            ref.obj.destroy()
+            if ref.recycle is not None:
+                ref.recycle[0].give_back(ref, handle, ptr)
         except BaseException as exc:  # noqa: BLE001 - nothing may escape into C
             note_failure("PJRT_Buffer_Destroy", exc, fatal_if_returned=True)
 

@@ -122,7 +122,7 @@ class HandleTable(Generic[T]):
     def __init__(self, kind: str, ctype: str):
         self.kind = kind
         self.ctype = ffi.typeof(ctype)
-        self._live: dict[int, Any] = {}
+        self._live: dict[Any, Any] = {}  # pointer (cdata) -> the ffi handle owning the Ref
 
     def new(self, ref: T) -> Any:
         c, handle = ref.make_c()
@@ -139,16 +139,24 @@ class HandleTable(Generic[T]):
         self._live[ptr] = handle
         return ptr
 
-    def release(self, ptr: Any) -> T | None:
-        """Drop C's handle; returns the Ref, or None for NULL or an unknown pointer."""
+    def readopt(self, ptr: Any, handle: Any) -> Any:
+        """Make ``ptr`` (a handle released earlier, its Ref in ``handle``) live again."""
+        self._live[ptr] = handle
+        return ptr
+
+    def release_handle(self, ptr: Any) -> Any:
+        """``release``, returning the ffi handle itself (None for unknown pointers)."""
         if ptr == NULL:
             return None
         handle = self._live.pop(ptr, None)
-        if handle is None:
-            return None
-        ref = ffi.from_handle(handle)
-        ref.c.head.kind = lib.PJRTKIT_KIND_DEAD
-        return ref
+        if handle is not None:
+            ffi.from_handle(handle).c.head.kind = lib.PJRTKIT_KIND_DEAD
+        return handle
+
+    def release(self, ptr: Any) -> T | None:
+        """Drop C's handle; returns the Ref, or None for NULL or an unknown pointer."""
+        handle = self.release_handle(ptr)
+        return None if handle is None else ffi.from_handle(handle)
 
     def __len__(self) -> int:
         return len(self._live)
@@ -302,13 +310,15 @@ class TopologyRef(Ref):
 # ---- Refs that C destroys ---------------------------------------------------------------------
 
 class BufferRef(Ref):
-    __slots__ = ("client",)
+    __slots__ = ("client", "recycle")
     KIND = lib.PJRTKIT_KIND_BUFFER
     CTYPE = "pjrtkit_buffer"
 
     def __init__(self, buffer: Any, client: ClientRef):
         super().__init__(buffer)
         self.client = client
+        # (OutputHandles, slot, facts) when the handle may be reused once C destroyed it.
+        self.recycle: tuple[Any, int, Any] | None = None
 
     def fill(self, c: Any) -> None:
         # Written out (no _fact) because every execution output comes through here.
@@ -429,23 +439,41 @@ class OutputHandles:
     """Makes the handles of one executable's outputs, whose facts (device, memory, element
     type, size) are the same at every execution: the first buffer of each output slot is
     filled as usual and its struct kept as a template; later buffers with the same facts
-    (checked, cheaply, by identity) copy it instead of computing them again."""
+    (checked, cheaply, by identity) copy it instead of computing them again.
 
-    __slots__ = ("client", "_templates")
+    A handle whose PJRT_Buffer_Destroy C queued comes back here (``give_back``) and serves a
+    later output of the same slot and facts: Ref, struct and ffi handle are reused, only the
+    runtime Buffer behind them changes. C gave the pointer up when it destroyed it."""
+
+    __slots__ = ("client", "_templates", "_spare")
+    SPARE_PER_SLOT = 8
 
     def __init__(self, client: ClientRef):
         self.client = client
         self._templates: dict[int, tuple[Any, Any, Any, int, Any]] = {}
+        self._spare: dict[int, list[tuple[BufferRef, Any, Any]]] = {}
 
     def new(self, slot: int, buffer: Any) -> Any:
         known = self._templates.get(slot)
         if (known is not None and buffer.device is known[0] and buffer.memory is known[1]
                 and buffer.dtype is known[2] and buffer.on_device_size_in_bytes == known[3]):
+            spare = self._spare.get(slot)
+            if spare:
+                try:
+                    ref, handle, ptr = spare.pop()
+                except IndexError:  # another thread took the last one
+                    pass
+                else:
+                    if ref.recycle[2] is known:  # made from the current template
+                        ref.obj = buffer
+                        ref.c.head.kind = BufferRef.KIND
+                        return BUFFERS.readopt(ptr, handle)
             ref = _new_buffer_ref(buffer, self.client)
             c = ffi.new(BufferRef._CTYPE_PTR, known[4][0])
             handle = ffi.new_handle(ref)
             c.head.ref = handle
             ref.c = c
+            ref.recycle = (self, slot, known)
             return BUFFERS.adopt(c, handle)
         ptr = new_buffer(buffer, self.client)
         c = ffi.from_handle(ffi.cast(_HEAD, ptr).ref).c
@@ -456,6 +484,18 @@ class OutputHandles:
             self._templates[slot] = (buffer.device, buffer.memory, buffer.dtype,
                                      c.on_device_size_in_bytes, template)
         return ptr
+
+    def clear(self) -> None:
+        """Drop the spare handles (they refer back to this object: a cycle otherwise)."""
+        self._spare.clear()
+
+    def give_back(self, ref: BufferRef, handle: Any, ptr: Any) -> None:
+        """A handle C destroyed (and Python finished): keep it for reuse, up to a few."""
+        ref.obj = None  # the runtime Buffer is gone
+        ref._c = None
+        spare = self._spare.setdefault(ref.recycle[1], [])
+        if len(spare) < self.SPARE_PER_SLOT:
+            spare.append((ref, handle, ptr))
 
 
 _completed_lock = threading.Lock()
