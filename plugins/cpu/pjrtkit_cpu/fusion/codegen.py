@@ -13,6 +13,9 @@ fused at all (XLA rounds through f32 once per op; the unfused kernels already do
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import importlib.util
+from pathlib import Path
 
 import numpy as np
 
@@ -44,8 +47,15 @@ def _signed(dtype: np.dtype) -> np.dtype:
 # -- per-op emitters: (result name, operand names, operand dtype, op) -> lines -------------------
 # Float ops whose NumPy scalar function matches the array kernel in elementwise_tables. Only
 # ops that are one or a few instructions: Numba calls libm per element for transcendentals
-# (exp, log, tanh, sin, ...), measured 5-60x slower than NumPy's SIMD loops, so those ops stay
-# unfused and split groups.
+# (exp, log, tanh, sin, ...), measured 5-60x slower than NumPy's SIMD loops. float32
+# transcendentals with a vectorizable version in ``pjrtkit_cpu.vecmath`` call that (the
+# generated module imports it as ``vm_<name>``); the others stay unfused and split groups.
+# (Names, not the functions: importing vecmath imports Numba, which only the background compile
+# thread's preparation may do. A test checks this table against vecmath.FLOAT32_FUNCTIONS.)
+FLOAT32_TRANSCENDENTALS = {
+    "exponential": "exp_f32", "log": "log_f32", "log_plus_one": "log1p_f32",
+    "exponential_minus_one": "expm1_f32", "tanh": "tanh_f32", "logistic": "logistic_f32",
+}
 _FLOAT_UNARY_CALLS = {
     "floor": "np.floor", "ceil": "np.ceil", "round_nearest_even": "np.rint",
     "sqrt": "np.sqrt",
@@ -59,6 +69,8 @@ _COMPARISONS = {"EQ": "==", "NE": "!=", "LT": "<", "LE": "<=", "GT": ">", "GE": 
 
 
 def _float_op(name: str, r: str, a: list[str], t: str) -> list[str] | None:
+    if name in FLOAT32_TRANSCENDENTALS:
+        return [f"{r} = vm_{name}({a[0]})"] if t == "np.float32" else None
     if name in _FLOAT_UNARY_CALLS:
         return [f"{r} = {t}({_FLOAT_UNARY_CALLS[name]}({a[0]}))"]
     if name in _FLOAT_BINARY_OPERATORS:
@@ -79,14 +91,13 @@ def _float_op(name: str, r: str, a: list[str], t: str) -> list[str] | None:
     if name in ("maximum", "minimum"):
         y = a[1]
         bigger, smaller = (x, y) if name == "maximum" else (y, x)
-        # Equal values: only zeros can differ (in sign); maximum prefers +0, minimum -0.
-        tie = (f"{y} if math.copysign(1.0, {x}) < 0 else {x}" if name == "maximum"
-               else f"{x} if math.copysign(1.0, {x}) < 0 else {y}")
-        return [f"if {x} != {x}:", f"    {r} = {x}",
-                f"elif {y} != {y}:", f"    {r} = {y}",
-                f"elif {x} > {y}:", f"    {r} = {bigger}",
-                f"elif {y} > {x}:", f"    {r} = {smaller}",
-                "else:", f"    {r} = {tie}"]
+        # Equal values: only zeros can differ (in sign); maximum prefers +0, minimum -0, and
+        # for zeros x + y is +0 unless both are -0 (so -(-x - y) is -0 unless both are +0).
+        tie = f"{x} + {y}" if name == "maximum" else f"-(-{x} - {y})"
+        # Selects, not branches: see vecmath.select.
+        return [f"{r}_t = select({x} == 0, {tie}, {x})",
+                f"{r} = select({x} != {x}, {x}, select({y} != {y}, {y}, select({x} > {y}, "
+                f"{bigger}, select({y} > {x}, {smaller}, {r}_t))))"]
     return None
 
 
@@ -139,13 +150,16 @@ def _int_op(name: str, r: str, a: list[str], dtype: np.dtype) -> list[str] | Non
                 f"    if {r}_m != 0 and (({r}_m < 0) != ({x} < 0)):",
                 f"        {r}_m -= {y}",
                 f"    {r} = {t}({r}_m)"]
+    # Shifts: selects rather than branches (see vecmath.select), and the amount masked to
+    # the width so the unselected shift is defined too.
     if name in ("shift_left", "shift_right_logical"):
         op = "<<" if name == "shift_left" else ">>"
         return [f"{r}_n = {u}({y})",
-                f"{r} = {t}(0) if {r}_n >= {width} else {t}({u}({u}({x}) {op} {r}_n))"]
+                f"{r} = select({r}_n >= {width}, {t}(0), "
+                f"{t}({u}({u}({x}) {op} ({r}_n & {u}({width - 1})))))"]
     if name == "shift_right_arithmetic":  # amounts >= width fill with the sign bit
         return [f"{r}_n = {u}({y})",
-                f"if {r}_n > {width - 1}:", f"    {r}_n = {u}({width - 1})",
+                f"{r}_n = select({r}_n > {width - 1}, {u}({width - 1}), {r}_n)",
                 f"{r} = {t}({s}({s}({x}) >> np.int64({r}_n)))"]
     return None
 
@@ -168,6 +182,21 @@ def _convert(r: str, x: str, source: np.dtype, target: np.dtype) -> list[str] | 
     return [f"{r} = {t}({x})"]  # int->int wraps, int->float and float->float round once
 
 
+def literal(value, dtype: np.dtype) -> str:
+    """A Numba expression of exactly ``value`` in ``dtype``."""
+    dtype = np.dtype(dtype)
+    if dtype == BOOL:
+        return "True" if bool(value) else "False"
+    if dtype in INT_DTYPES:
+        return f"{_nb(dtype)}({int(value)})"
+    v = float(value)
+    if v != v:
+        return f"{_nb(dtype)}(np.nan)"
+    if v in (float("inf"), float("-inf")):
+        return f"{_nb(dtype)}({'-' if v < 0 else ''}np.inf)"
+    return f"{_nb(dtype)}({v!r})"  # repr round-trips the float64 holding the value exactly
+
+
 def emit(op: Op, names: list[str], result: str) -> list[str] | None:
     """Statements computing ``op``'s result into ``result`` from operand locals ``names``;
     None when the op (or its dtypes/attributes) cannot be fused."""
@@ -183,10 +212,16 @@ def emit(op: Op, names: list[str], result: str) -> list[str] | None:
         return None
     name = op.name[len(PREFIX):]
     dtype = op.operands[0].type.dtype if op.operands else out_type.dtype
+    if name == "constant":  # rank 0 only (splat constants enter groups as these, broadcast)
+        value = op.attributes.get("value")
+        if out_type.shape != () or value is None or np.shape(value) != ():
+            return None
+        return [f"{result} = {literal(value, out_type.dtype)}"]
     if name == "convert":
         return _convert(result, names[0], dtype, out_type.dtype)
     if name == "select":
-        return [f"{result} = {names[1]} if {names[0]} else {names[2]}"]
+        t = _nb(out_type.dtype)
+        return [f"{result} = select({names[0]}, {t}({names[1]}), {t}({names[2]}))"]
     if name == "compare":
         direction = op.attributes.get("comparison_direction")
         compare_type = op.attributes.get("compare_type", "NOTYPE")
@@ -243,6 +278,90 @@ class InputKind:
     aligned: tuple[int, ...] = ()
 
 
+def _module_digest(module: str) -> str:
+    source = Path(importlib.util.find_spec(module).origin)
+    return hashlib.sha256(source.read_bytes()).hexdigest()[:16]
+
+
+def _module_imports() -> list[str]:
+    """Import lines for the generated modules, with digests of the helper modules' sources:
+    Numba's disk cache of a kernel is keyed by the kernel file alone, so a change to vecmath or
+    rowreduce must change the kernel source (and so its file name, see ``cache``)."""
+    names = ", ".join(f"{fn} as vm_{op}" for op, fn in sorted(FLOAT32_TRANSCENDENTALS.items()))
+    return [f"# pjrtkit_cpu.vecmath {_module_digest('pjrtkit_cpu.vecmath')}",
+            f"# pjrtkit_cpu.fusion.rowreduce {_module_digest('pjrtkit_cpu.fusion.rowreduce')}",
+            f"from pjrtkit_cpu.vecmath import select, {names}",
+            "from pjrtkit_cpu.fusion import rowreduce"]
+
+
+# Lines every generated module starts with after the numpy/numba imports (helpers that
+# ``emit`` may call: vecmath's select and transcendentals, rowreduce's reductions).
+MODULE_IMPORTS = _module_imports()
+_VECMATH_IMPORTS = MODULE_IMPORTS  # the name the native-loop emitter reads
+
+
+# -- reductions ----------------------------------------------------------------------------------
+
+_REDUCE_BODIES = {"stablehlo.add": "add", "stablehlo.maximum": "maximum",
+                  "stablehlo.minimum": "minimum"}
+
+
+def reduction_kind(op: Op) -> str | None:
+    """"add", "maximum" or "minimum" when ``op`` is a ``stablehlo.reduce`` a fused loop can end
+    in: one float32/float64 operand reduced over its innermost dimension only, with a rank-0
+    init value and a body that is that one binary op of its two arguments."""
+    if op.name != "stablehlo.reduce" or len(op.operands) != 2 or len(op.results) != 1:
+        return None
+    operand, init = op.operands
+    if not isinstance(operand.type, TensorType) or operand.type.dtype not in FLOAT_DTYPES:
+        return None
+    if (not isinstance(init.type, TensorType) or init.type.shape != ()
+            or init.type.dtype != operand.type.dtype or operand.type.rank == 0):
+        return None
+    if tuple(op.attributes.get("dimensions", ())) != (operand.type.rank - 1,):
+        return None
+    if len(op.regions) != 1 or len(op.regions[0].blocks) != 1:
+        return None
+    block = op.regions[0].entry
+    if len(block.arguments) != 2 or len(block.ops) != 2:
+        return None
+    inner, ret = block.ops
+    if inner.name not in _REDUCE_BODIES or len(ret.operands) != 1 or (
+            ret.operands[0].id != inner.results[0].id):
+        return None
+    a, b = (v.id for v in block.arguments)
+    if tuple(v.id for v in inner.operands) not in ((a, b), (b, a)):
+        return None
+    return _REDUCE_BODIES[inner.name]
+
+
+@dataclasses.dataclass(frozen=True)
+class Reduction:
+    """One reduced output of a fused loop: ``kind`` ("add", "maximum", "minimum") of the local
+    ``operand`` over the innermost dimension, combined with the local ``init`` (read once)."""
+
+    kind: str
+    dtype: np.dtype
+    operand: str
+    init: str
+
+
+def _combine(reduction: Reduction, row_value: str, result: str) -> list[str]:
+    t = _nb(reduction.dtype)
+    if reduction.kind == "add":
+        return [f"{result} = {t}({reduction.init} + {row_value})"]
+    return _float_op(reduction.kind, result, [reduction.init, row_value], t)
+
+
+def _row_reduce_call(reduction: Reduction, buffer: str) -> str:
+    if reduction.kind == "add":
+        return f"rowreduce.sum_row({buffer}, {_nb(reduction.dtype)}(0))"
+    width = 8 * reduction.dtype.itemsize
+    return f"rowreduce.{'max' if reduction.kind == 'maximum' else 'min'}_row_f{width}({buffer})"
+
+
+# -- the loop ------------------------------------------------------------------------------------
+
 def _strides(shape: tuple[int, ...]) -> list[int]:
     out, step = [], 1
     for size in reversed(shape):
@@ -252,17 +371,27 @@ def _strides(shape: tuple[int, ...]) -> list[int]:
 
 
 def generate(shape: tuple[int, ...], inputs: list[InputKind], body: list[str],
-             results: list[str], input_locals: list[str]) -> str:
+             results: list[str], input_locals: list[str],
+             reductions: dict[str, Reduction] | None = None) -> str:
     """The module source defining ``kernel(in0, ..., out0, ...)``; every argument is a flat
     C-contiguous array (a broadcast input holds its ``aligned`` shape flattened).
 
     ``body`` are the statements of all ops (in order), reading ``input_locals[i]`` for input i
-    and leaving each output's value in ``results[j]``. Without broadcast inputs the kernel is
-    one flat loop; with them, a loop nest whose innermost loop reads every operand at a unit or
-    zero stride (row-invariant broadcast values are loaded once per row), so LLVM can vectorize.
+    and leaving each output's value in ``results[j]``. An output whose name is a key of
+    ``reductions`` is that reduction of each row (its shape is the group's without the last
+    dimension); the others have the group's ``shape``.
+
+    Without broadcast inputs or reductions the kernel is one flat loop. Otherwise it is two
+    loops: rows (all leading dimensions flattened; deeper nests measured up to 10x slower with
+    long bodies, LLVM vectorizes them badly) and the last dimension, whose loop reads every
+    operand at a unit or zero stride (row-invariant broadcast values are loaded once per row),
+    so LLVM can vectorize. A reduced value is stored into a row buffer, reduced by
+    ``rowreduce`` after the row.
     """
+    reductions = reductions or {}
     args = [f"in{i}" for i in range(len(inputs))] + [f"out{j}" for j in range(len(results))]
-    lines = ["import math", "import numpy as np", "from numba import njit", "", "",
+    lines = ["import math", "import numpy as np", "from numba import njit", *MODULE_IMPORTS,
+             "", "",
              '@njit(cache=True, error_model="numpy", nogil=True, boundscheck=False)',
              f"def kernel({', '.join(args)}):"]
     ind = "    "
@@ -270,45 +399,60 @@ def generate(shape: tuple[int, ...], inputs: list[InputKind], body: list[str],
         if kind.kind == "scalar":
             lines.append(f"{ind}{input_locals[i]} = in{i}[0]")
     broadcasts = [i for i, k in enumerate(inputs) if k.kind == "broadcast"]
-    if not broadcasts or len(shape) == 1:
-        # (rank 1 with a broadcast input: the input is one element; read it as a scalar)
+    if len(shape) == 1:
+        # (a rank-1 broadcast input is one element: read it as a scalar)
         for i in broadcasts:
             lines.append(f"{ind}{input_locals[i]} = in{i}[0]")
+        broadcasts = []
+    if not broadcasts and not reductions:
         lines.append(f"{ind}for k in range({int(np.prod(shape))}):")
         pad = ind * 2
-        loads = [f"{pad}{input_locals[i]} = in{i}[k]" for i, k in enumerate(inputs)
-                 if k.kind == "full"]
-        lines.extend(loads)
+        lines.extend(f"{pad}{input_locals[i]} = in{i}[k]" for i, k in enumerate(inputs)
+                     if k.kind == "full")
         lines.extend(pad + line for line in body)
         lines.extend(f"{pad}out{j}[k] = {name}" for j, name in enumerate(results))
         return "\n".join(lines) + "\n"
-    full = _strides(shape)
-    strides = {i: [0 if a == 1 and n != 1 else st
-                   for a, n, st in zip(inputs[i].aligned, shape, _strides(inputs[i].aligned))]
-               for i in broadcasts}
-    last = len(shape) - 1
-    lines.append(f"{ind}o_0 = 0")
-    lines.extend(f"{ind}p{i}_0 = 0" for i in broadcasts)
-    for d in range(last):
-        pad = ind * (d + 1)
-        lines.append(f"{pad}for i{d} in range({shape[d]}):")
-        inner = pad + ind
-        lines.append(f"{inner}o_{d + 1} = o_{d} + i{d} * {full[d]}")
-        for i in broadcasts:
-            step = strides[i][d]
-            lines.append(f"{inner}p{i}_{d + 1} = p{i}_{d}" + (f" + i{d} * {step}" if step else ""))
-    pad = ind * (last + 1)
-    for i in broadcasts:  # constant along the innermost dimension: once per row
-        if strides[i][last] == 0:
-            lines.append(f"{pad}{input_locals[i]} = in{i}[p{i}_{last}]")
-    lines.append(f"{pad}for i{last} in range({shape[last]}):")
-    pad += ind
-    lines.append(f"{pad}k = o_{last} + i{last}")
+    rows = int(np.prod(shape[:-1]))
+    n = shape[-1]
+    below = _strides(shape[:-1])  # rows per step of each leading dimension
+    buffers = {}
+    for j, name in enumerate(results):
+        if name in reductions and name not in buffers:
+            buffers[name] = f"row{j}"
+            lines.append(f"{ind}row{j} = np.empty({n}, {_nb(reductions[name].dtype)})")
+    lines.append(f"{ind}for r in range({rows}):")
+    pad = ind * 2
+    lines.append(f"{pad}o = r * {n}")
+    inner_stride = {}
+    for i in broadcasts:
+        aligned = inputs[i].aligned
+        strides = [0 if a == 1 and size != 1 else st
+                   for a, size, st in zip(aligned, shape, _strides(aligned))]
+        terms = [f"((r // {below[d]}) % {shape[d]}) * {strides[d]}"
+                 for d in range(len(shape) - 1) if strides[d]]
+        lines.append(f"{pad}p{i} = {' + '.join(terms) if terms else '0'}")
+        inner_stride[i] = strides[-1]
+        if not strides[-1]:  # constant along the row: loaded once per row
+            lines.append(f"{pad}{input_locals[i]} = in{i}[p{i}]")
+    lines.append(f"{pad}for c in range({n}):")
+    inner = pad + ind
+    lines.append(f"{inner}k = o + c")
     for i, kind in enumerate(inputs):
         if kind.kind == "full":
-            lines.append(f"{pad}{input_locals[i]} = in{i}[k]")
-        elif kind.kind == "broadcast" and strides[i][last]:
-            lines.append(f"{pad}{input_locals[i]} = in{i}[p{i}_{last} + i{last}]")
-    lines.extend(pad + line for line in body)
-    lines.extend(f"{pad}out{j}[k] = {name}" for j, name in enumerate(results))
+            lines.append(f"{inner}{input_locals[i]} = in{i}[k]")
+        elif kind.kind == "broadcast" and inner_stride[i]:
+            lines.append(f"{inner}{input_locals[i]} = in{i}[p{i} + c]")
+    lines.extend(inner + line for line in body)
+    for name, buffer in buffers.items():
+        lines.append(f"{inner}{buffer}[c] = {reductions[name].operand}")
+    for j, name in enumerate(results):
+        if name not in reductions:
+            lines.append(f"{inner}out{j}[k] = {name}")
+    for name in buffers:
+        reduction = reductions[name]
+        lines.append(f"{pad}{name}_row = {_row_reduce_call(reduction, buffers[name])}")
+        lines.extend(pad + line for line in _combine(reduction, f"{name}_row", name))
+    for j, name in enumerate(results):
+        if name in reductions:
+            lines.append(f"{pad}out{j}[r] = {name}")
     return "\n".join(lines) + "\n"

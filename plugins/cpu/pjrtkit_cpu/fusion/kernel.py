@@ -25,6 +25,7 @@ def kernel_source(op: Op) -> str:
         input_locals.append(f"x{i}")
     body: list[str] = []
     results: list[str] = []
+    reductions: dict[str, codegen.Reduction] = {}
     for n, inner in enumerate(block.ops):
         if inner.name in TERMINATORS:
             results = [local[v.id] for v in inner.operands]
@@ -33,12 +34,20 @@ def kernel_source(op: Op) -> str:
             local[inner.results[0].id] = local[inner.operands[0].id]
             continue
         name = f"v{n}"
+        kind = codegen.reduction_kind(inner)
+        if kind is not None:  # an output, reduced row by row (see codegen.generate)
+            operand, init = (local[v.id] for v in inner.operands)
+            reductions[name] = codegen.Reduction(kind, inner.results[0].type.dtype,
+                                                 operand, init)
+            local[inner.results[0].id] = name
+            continue
         lines = codegen.emit(inner, [local[v.id] for v in inner.operands], name)
         if lines is None:
             raise ValueError(f"cannot fuse {inner.describe()}")
         body.extend(lines)
         local[inner.results[0].id] = name
-    return codegen.generate(tuple(op.attributes["shape"]), kinds, body, results, input_locals)
+    return codegen.generate(tuple(op.attributes["shape"]), kinds, body, results, input_locals,
+                            reductions)
 
 
 class FusedKernel:
@@ -46,20 +55,22 @@ class FusedKernel:
     compile failed, or an input cannot be passed as a contiguous array)."""
 
     __slots__ = ("_fallback", "_fast", "_prepare", "_outputs", "_shape", "future")
+    # _outputs: (dtype, shape, size) per result: the group's shape, or a reduced one
 
     def __init__(self, op: Op, fallback):
         self._fallback = fallback
         self._fast = None
         shape = tuple(op.attributes["shape"])
         self._shape = shape
-        self._outputs = tuple(v.type.dtype for v in op.results)
+        self._outputs = tuple((v.type.dtype, v.type.shape, int(np.prod(v.type.shape)))
+                              for v in op.results)
         size = int(np.prod(shape))
         self._prepare = tuple(_preparer(kind, aligned, size)
                               for kind, aligned in op.attributes["input_kinds"])
         signature = []
         for (kind, _), v in zip(op.attributes["input_kinds"], op.operands):
             signature.append((v.type.dtype, 1, True))
-        signature += [(dtype, 1, False) for dtype in self._outputs]
+        signature += [(dtype, 1, False) for dtype, _, _ in self._outputs]
         self.future = cache.compile_async(kernel_source(op), signature)
         self.future.add_done_callback(self._ready)
 
@@ -72,14 +83,10 @@ class FusedKernel:
         if fast is None:
             STATS["unfused"] += 1
             return self._fallback(*args)
-        size = 1
-        for d in self._shape:
-            size *= d
-        outs = [np.empty(size, dtype) for dtype in self._outputs]
+        outs = [np.empty(size, dtype) for dtype, _, size in self._outputs]
         fast(*[prepare(a) for prepare, a in zip(self._prepare, args)], *outs)
         STATS["fused"] += 1
-        shape = self._shape
-        return tuple(o.reshape(shape) for o in outs)
+        return tuple(o.reshape(shape) for o, (_, shape, _) in zip(outs, self._outputs))
 
 
 def _preparer(kind: str, aligned: tuple[int, ...], size: int):

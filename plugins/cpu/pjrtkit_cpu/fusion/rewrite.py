@@ -5,7 +5,10 @@ Value objects the rest of the program uses), and its one region holds copies of 
 over fresh values: block arguments for the inputs, a ``stablehlo.return`` of the outputs. The IR
 stays plain records, and the region alone is a complete unfused program of the group (the
 lowering rule plans it as the fallback). Attribute ``input_kinds`` says how the fused loop reads
-each input (see ``codegen.InputKind``).
+each input (see ``codegen.InputKind``). A constant of one repeated element a member reads
+becomes a rank-0 constant (and a broadcast, unless it is rank 0) inside the region, so the loop
+has a literal LLVM can fold (shift amounts, polynomial coefficients), not an input; the original
+constant is dropped when nothing else uses it.
 
 Ops are re-emitted in a topological order that keeps the original order wherever it can (and
 always among effectful ops); nested regions (while/if/case bodies, called functions) are
@@ -18,7 +21,7 @@ import heapq
 import itertools
 
 from pjrtkit.lowering.plan import TERMINATORS
-from pjrtkit.stablehlo.ir import Block, Op, Program, Region, Value, walk_ops
+from pjrtkit.stablehlo.ir import Block, Op, Program, Region, TensorType, Value, walk_ops
 
 from pjrtkit_cpu.fusion import codegen
 from pjrtkit_cpu.fusion.groups import EFFECTFUL, Group, free_uses, find_groups
@@ -97,6 +100,7 @@ class _Rewriter:
                 users.setdefault(vid, set()).add(None if owner is None else id(owner))
         replacement: dict[int, Op] = {}  # id(first member) -> fused op
         kept_broadcasts: set[int] = set()
+        fused_groups: set[int] = set()
         for g in groups:
             outside_uses = {r.id for op in g.members for r in op.results
                             if users.get(r.id, set()) - {id(g)}}
@@ -106,6 +110,7 @@ class _Rewriter:
                     group_of_op.pop(id(op))
                 continue
             replacement[id(g.members[0])] = fused
+            fused_groups.add(id(g))
             for op in g.members:
                 if op.name == codegen.BROADCAST and op.results[0].id in outside_uses:
                     kept_broadcasts.add(id(op))
@@ -115,6 +120,11 @@ class _Rewriter:
         for op in block.ops:
             if id(op) in replacement:
                 nodes.append(replacement[id(op)])
+            if (op.name == "stablehlo.constant" and len(op.results) == 1
+                    and users.get(op.results[0].id, {None}) <= fused_groups
+                    and any(op.results[0].id in g.splats for g in groups
+                            if id(g) in fused_groups)):
+                continue  # a splat constant every user now reads as a literal
             if id(op) not in group_of_op or id(op) in kept_broadcasts:
                 nodes.append(op)
         ordered = _topological(nodes)
@@ -139,11 +149,28 @@ class _Rewriter:
             return arg_of[key]
 
         body: list[Op] = []
+        splat_of: dict[int, Value] = {}
+
+        def splat(v: Value) -> Value:
+            """The region's copy of the constant ``v``: rank 0, broadcast if ``v`` is not."""
+            if v.id not in splat_of:
+                value = group.splats[v.id]
+                scalar = Value(next(self.ids), TensorType((), v.type.dtype))
+                body.append(Op("stablehlo.constant", (), (scalar,), {"value": value}))
+                splat_of[v.id] = scalar
+                if v.type.shape:
+                    splat_of[v.id] = new_value(v)
+                    body.append(Op(codegen.BROADCAST, (scalar,), (splat_of[v.id],),
+                                   {"broadcast_dimensions": ()}))
+            return splat_of[v.id]
+
         for op in group.members:
             operands = []
             for v in op.operands:
                 if v.id in defined:
                     operands.append(inner[v.id])
+                elif v.id in group.splats:
+                    operands.append(splat(v))
                 elif v.type.shape == group.shape:
                     operands.append(input_arg(v, ("full", ())))
                 elif v.type.rank == 0:
