@@ -172,7 +172,14 @@ class NativeLoopKernel:
                 carries.append(np.array(args[p], dtype=t.dtype, order="C").reshape(-1))
         captures = [np.ascontiguousarray(a, dtype=t.dtype).reshape(-1)
                     for a, t in zip(args[n:], spec.capture_types)]
-        fast(*carries, *captures, *spec.constants)
+        try:
+            fast(*carries, *captures, *spec.constants)
+        except Exception:  # e.g. an argument Numba cannot pass: never fail the execution
+            log.warning("pjrtkit_cpu: a native loop failed; running it interpreted from now on",
+                        exc_info=True)
+            self._fast = None
+            STATS["interpreted"] += 1
+            return self._interpreted(*args)
         STATS["native"] += 1
         return tuple(args[p] if p in spec.passthrough else c.reshape(t.shape)
                      for p, (c, t) in enumerate(zip(carries, spec.types)))
