@@ -25,6 +25,27 @@ from pjrtkit_cpu.fusion import codegen
 # Values computed per iteration are kept small: a native loop touches them element by element
 # in scalar-typed code, where NumPy's vectorized kernels would win on big arrays.
 MAX_ELEMENTS = 1 << 16
+I = "    "  # one level of indentation in generated code
+
+
+def strides(shape) -> list[int]:
+    """Row-major element strides of ``shape``."""
+    out, step = [], 1
+    for size in reversed(shape):
+        out.append(step)
+        step *= size
+    return out[::-1]
+
+
+def contiguous(shape, sizes) -> bool:
+    """Whether a box of ``sizes`` is one contiguous run of a row-major array of ``shape``."""
+    started = False
+    for dim, size in zip(shape, sizes):
+        if started and size != dim:
+            return False
+        if size != 1:
+            started = True
+    return True
 
 
 def module_header() -> list[str]:

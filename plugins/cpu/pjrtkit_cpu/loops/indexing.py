@@ -1,0 +1,111 @@
+"""dynamic_slice and dynamic_update_slice in native loops, with XLA's start clamping (each
+start moved into [0, dim - size], unsigned starts compared before any cast). A slice that is
+one contiguous run of its operand is a view; an update marked in place by ``ownership`` writes
+into its carry, any other update into a copy."""
+from __future__ import annotations
+
+from pjrtkit.stablehlo.ir import Op
+
+from pjrtkit_cpu.loops.emitter import (I, LoopSource, Unsupported, Val, contiguous, strides,
+                                        tensor_type)
+from pjrtkit_cpu.loops.ownership import IN_PLACE_UPDATE
+
+
+def _clamped_starts(src: LoopSource, op: Op, first: int, operand_shape, sizes,
+                    lines: list[str]) -> list[str]:
+    """Locals holding each start index clamped into [0, dim - size], as XLA does."""
+    names = []
+    for v, dim, size in zip(op.operands[first:], operand_shape, sizes):
+        s = src.get(v)
+        if s.kind != "scalar" or s.dtype.kind not in "iu":
+            raise Unsupported("dynamic start index")
+        limit = dim - size
+        name = src.name("st")
+        if s.dtype.kind == "u":
+            u = f"np.{s.dtype.name}"
+            lines.append(f"{name} = np.int64({s.expr}) if {s.expr} <= {u}({limit}) "
+                         f"else np.int64({limit})")
+        else:
+            lines.append(f"{name} = np.int64({s.expr})")
+            lines.append(f"if {name} < 0:")
+            lines.append(f"{I}{name} = np.int64(0)")
+            lines.append(f"if {name} > {limit}:")
+            lines.append(f"{I}{name} = np.int64({limit})")
+        names.append(name)
+    return names
+
+
+def box(src: LoopSource, shape, sizes, starts: list[str], lines: list[str]):
+    """Loops over a box of ``sizes`` at ``starts`` of an array of ``shape``: returns (indent,
+    flat index expression into the array, counter of the box's flat index)."""
+    layout = strides(shape)
+    base = src.name("base")
+    lines.append(f"{base} = " + (" + ".join(f"{s} * {st}" for s, st in zip(starts, layout))
+                                 or "0"))
+    counter = src.name("o")
+    lines.append(f"{counter} = 0")
+    indent = ""
+    terms = [base]
+    for d, size in enumerate(sizes):
+        if size == 1:
+            continue
+        index = src.name("i")
+        lines.append(f"{indent}for {index} in range({size}):")
+        indent += I
+        terms.append(f"{index} * {layout[d]}")
+    return indent, " + ".join(terms), counter
+
+
+def dynamic_slice(src: LoopSource, op: Op, lines: list[str]) -> None:
+    t = tensor_type(op.results[0])
+    x = src.get(op.operands[0])
+    sizes = tuple(op.attributes["slice_sizes"])
+    if x.kind != "array":
+        src.bind(op.results[0], Val("scalar" if not t.shape else "splat", x.expr, t.shape,
+                                    t.dtype))
+        return
+    starts = _clamped_starts(src, op, 1, x.shape, sizes, lines)
+    if not t.shape:
+        src.bind(op.results[0], Val("scalar", f"{x.expr}[0]", (), t.dtype))
+        return
+    if contiguous(x.shape, sizes):
+        # A view: the ownership rules treat every value computed from a carry as sharing it.
+        base = src.name("base")
+        layout = strides(x.shape)
+        lines.append(f"{base} = " + " + ".join(f"{s} * {st}" for s, st in zip(starts, layout)))
+        view = src.name("v")
+        lines.append(f"{view} = {x.expr}[{base}:{base} + {t.size}]")
+        src.bind(op.results[0], src.alias(x, t.shape, view))
+        return
+    out = src.buffer(t.shape, t.dtype)
+    indent, index, counter = box(src, x.shape, sizes, starts, lines)
+    lines.append(f"{indent}{out}[{counter}] = {x.expr}[{index}]")
+    lines.append(f"{indent}{counter} += 1")
+    src.bind(op.results[0], Val("array", out, t.shape, t.dtype))
+
+
+def dynamic_update_slice(src: LoopSource, op: Op, lines: list[str]) -> None:
+    t = tensor_type(op.results[0])
+    x = src.get(op.operands[0])
+    update = src.get(op.operands[1])
+    sizes = op.operands[1].type.shape
+    if not t.shape:
+        src.bind(op.results[0], Val("scalar", update.expr if update.kind != "array"
+                                    else f"{update.expr}[0]", (), t.dtype))
+        return
+    starts = _clamped_starts(src, op, 2, t.shape, sizes, lines)
+    if op.name == IN_PLACE_UPDATE and x.kind == "array" and x.expr == x.storage:
+        out = x.expr  # a carry nobody reads again (see ownership): write into it
+    else:
+        out = src.buffer(t.shape, t.dtype)
+        lines.append(f"for q in range({t.size}):")
+        lines.append(f"{I}{out}[q] = {x.element('q')}")
+    if out == x.expr and update.kind == "array" and update.storage == x.storage:
+        raise Unsupported("in-place update read from the array it updates")
+    indent, index, counter = box(src, t.shape, sizes, starts, lines)
+    lines.append(f"{indent}{out}[{index}] = {update.element(counter)}")
+    lines.append(f"{indent}{counter} += 1")
+    if out == x.expr:
+        src.bind(op.results[0], x)
+    else:
+        src.bind(op.results[0], Val("array", out, t.shape, t.dtype))
