@@ -2,7 +2,8 @@
 
 - ``inline``: the body's ``func.call`` ops are inlined into the loop's blocks;
 - ``ownership``: ``dynamic_update_slice`` on a carry that dies there writes in place;
-- ``native``: a loop whose every op the loop compiler supports (``emitter``, ``ops``, ``dot``,
+- ``native``: a loop whose every op the loop compiler supports (``emitter`` holds the state,
+  ``ops`` dispatches to the emitters in ``ops``, ``shapes``, ``indexing``, ``dot`` and
   ``mathfns``) becomes one Numba function, compiled in the background; the interpreted loop
   runs until it is ready.
 

@@ -2,10 +2,9 @@
 
 Interpreted, each iteration of a small loop pays a plan call for the cond and for the body and
 ~0.5-1 us per NumPy call on tiny arrays: ~4.5 us per ``fori_loop`` step whose arithmetic takes
-nanoseconds. When every op of the loop is supported by the emitters (``ops``, ``dot``,
-``mathfns``), the loop becomes one function ``kernel(carries..., captures..., constants...)``
-over flat arrays: rank-0 carries live in locals, per-iteration values in buffers allocated
-once, carried arrays are updated in place at the end of each iteration (or by in-place updates
+nanoseconds. When every op of the loop is supported by the emitters (see ``ops``), the loop
+becomes one function ``kernel(carries..., captures..., constants...)`` over flat arrays:
+rank-0 carries live in locals, per-iteration values in buffers allocated once, carried arrays are updated in place at the end of each iteration (or by in-place updates
 from ``ownership``).
 
 Compilation goes through the fused-loop cache (``fusion.cache``: background thread, disk cache
@@ -25,7 +24,6 @@ from pjrtkit.lowering.plan import TERMINATORS
 from pjrtkit.stablehlo.ir import Block, Op
 
 from pjrtkit_cpu.fusion import cache
-from pjrtkit_cpu.loops import mathfns
 from pjrtkit_cpu.loops.emitter import (LoopSource, Unsupported, Val, module_header,
                                         tensor_type)
 from pjrtkit_cpu.loops.ops import emit_op
@@ -108,7 +106,7 @@ class LoopSpec:
         lines += [2 * I + line for line in body_lines]
         lines += [f"{I}c{p}[0] = s_c{p}" for p, t in enumerate(self.types)
                   if not t.shape and p not in self.passthrough]
-        helpers = "".join(src.helpers.values()) + mathfns.helpers(lines)
+        helpers = "".join(src.helpers.values())
         self.source = "\n".join(
             [*module_header(), "", helpers, "",
              '@njit(cache=True, error_model="numpy", nogil=True, boundscheck=False)',

@@ -1,14 +1,13 @@
 """Per-op code for native loops: the dispatch table, constants, elementwise ops and reductions
 (structural ops in ``shapes``, dynamic slices in ``indexing``, dots in ``dot``). Each emitter
-binds the op's results in a ``LoopSource`` and appends the
-statements computing them to ``lines``; an op or shape it cannot express raises
-``Unsupported``.
+binds the op's results in a ``LoopSource`` and appends the statements computing them to
+``lines``; an op or shape it cannot express raises ``Unsupported``.
 
 Elementwise ops reuse the fused-loop code generator (``fusion.codegen.emit``), so they have
 exactly the same XLA semantics (integer wrap-around, shift and division edge cases, saturating
-float->int converts, NaN-propagating max/min) as fused groups; transcendentals come from
-``mathfns``. An elementwise op whose operands are all scalars or splats runs once, not once
-per element.
+float->int converts, NaN-propagating max/min) as fused groups, float32 transcendentals from
+``vecmath`` included; ``mathfns`` covers the transcendentals it leaves out. An elementwise op
+whose operands are all scalars or splats runs once, not once per element.
 """
 from __future__ import annotations
 
