@@ -151,3 +151,19 @@ def test_max_min_reductions_follow_the_spec_on_nan_and_signed_zeros(registry, rn
     assert np.isnan(got_max[:4]).all() and np.isnan(got_min[:4]).all()
     assert got_max[4] == 0 and not np.signbit(got_max[4]) and np.signbit(got_min[4])
     assert got_max[5] == 0 and not np.signbit(got_max[5]) and np.signbit(got_min[5])
+
+
+def test_transposed_operands_are_read_in_place(check_fused, rng):
+    """A transpose feeding the group is absorbed (its operand read with permuted strides, no
+    copy), also when the group itself produced that operand (square: it cannot join)."""
+    a = _normal(rng, 512, 96)
+    b = _normal(rng, 96, 512)
+    s = _normal(rng, 192, 192)
+    c = _normal(rng, 8, 16, 32, 8)
+
+    def fn(a, b, s, c):
+        y = s * 2 + 1
+        return (b - np.float32(0.01) * a.T, y.T + y, jnp.transpose(c, (0, 2, 3, 1)) * 3 - 1,
+                jnp.exp(jnp.transpose(c, (3, 1, 0, 2))) + 1)
+
+    check_fused(fn, a, b, s, c, inside={"transpose"})

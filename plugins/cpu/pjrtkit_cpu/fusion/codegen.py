@@ -23,6 +23,9 @@ from pjrtkit.stablehlo.ir import Op, TensorType
 
 PREFIX = "stablehlo."
 BROADCAST = "stablehlo.broadcast_in_dim"
+TRANSPOSE = "stablehlo.transpose"
+# Ops a group absorbs: no code, their operand is read with other strides (see InputKind).
+ABSORBED = frozenset({BROADCAST, TRANSPOSE})
 
 FLOAT_DTYPES = frozenset(np.dtype(d) for d in (np.float32, np.float64))
 INT_DTYPES = frozenset(np.dtype(d) for d in (np.int8, np.int16, np.int32, np.int64,
@@ -272,7 +275,9 @@ def supports(op: Op) -> bool:
 @dataclasses.dataclass(frozen=True)
 class InputKind:
     """How the kernel reads one input: ``full`` (flat, the group's shape), ``scalar`` (one
-    element, read once) or ``broadcast`` (rank of the group, size-1 dims where it repeats)."""
+    element, read once), ``broadcast`` (rank of the group, size-1 dims where it repeats; this
+    aligned shape in ``aligned``) or ``strided`` (any C-contiguous array, e.g. the operand of a
+    transpose; ``aligned`` holds its element stride along each dimension of the group)."""
 
     kind: str
     aligned: tuple[int, ...] = ()
@@ -384,9 +389,9 @@ def generate(shape: tuple[int, ...], inputs: list[InputKind], body: list[str],
     Without broadcast inputs or reductions the kernel is one flat loop. Otherwise it is two
     loops: rows (all leading dimensions flattened; deeper nests measured up to 10x slower with
     long bodies, LLVM vectorizes them badly) and the last dimension, whose loop reads every
-    operand at a unit or zero stride (row-invariant broadcast values are loaded once per row),
-    so LLVM can vectorize. A reduced value is stored into a row buffer, reduced by
-    ``rowreduce`` after the row.
+    operand at a unit or zero stride (row-invariant broadcast values are loaded once per row;
+    only transposed inputs have other strides), so LLVM can vectorize. A reduced value is
+    stored into a row buffer, reduced by ``rowreduce`` after the row.
     """
     reductions = reductions or {}
     args = [f"in{i}" for i in range(len(inputs))] + [f"out{j}" for j in range(len(results))]
@@ -398,7 +403,7 @@ def generate(shape: tuple[int, ...], inputs: list[InputKind], body: list[str],
     for i, kind in enumerate(inputs):
         if kind.kind == "scalar":
             lines.append(f"{ind}{input_locals[i]} = in{i}[0]")
-    broadcasts = [i for i, k in enumerate(inputs) if k.kind == "broadcast"]
+    broadcasts = [i for i, k in enumerate(inputs) if k.kind in ("broadcast", "strided")]
     if len(shape) == 1:
         # (a rank-1 broadcast input is one element: read it as a scalar)
         for i in broadcasts:
@@ -426,8 +431,9 @@ def generate(shape: tuple[int, ...], inputs: list[InputKind], body: list[str],
     inner_stride = {}
     for i in broadcasts:
         aligned = inputs[i].aligned
-        strides = [0 if a == 1 and size != 1 else st
-                   for a, size, st in zip(aligned, shape, _strides(aligned))]
+        strides = (list(aligned) if inputs[i].kind == "strided" else
+                   [0 if a == 1 and size != 1 else st
+                    for a, size, st in zip(aligned, shape, _strides(aligned))])
         terms = [f"((r // {below[d]}) % {shape[d]}) * {strides[d]}"
                  for d in range(len(shape) - 1) if strides[d]]
         lines.append(f"{pad}p{i} = {' + '.join(terms) if terms else '0'}")
@@ -440,8 +446,9 @@ def generate(shape: tuple[int, ...], inputs: list[InputKind], body: list[str],
     for i, kind in enumerate(inputs):
         if kind.kind == "full":
             lines.append(f"{inner}{input_locals[i]} = in{i}[k]")
-        elif kind.kind == "broadcast" and inner_stride[i]:
-            lines.append(f"{inner}{input_locals[i]} = in{i}[p{i} + c]")
+        elif kind.kind in ("broadcast", "strided") and inner_stride[i]:
+            step = "c" if inner_stride[i] == 1 else f"c * {inner_stride[i]}"
+            lines.append(f"{inner}{input_locals[i]} = in{i}[p{i} + {step}]")
     lines.extend(inner + line for line in body)
     for name, buffer in buffers.items():
         lines.append(f"{inner}{buffer}[c] = {reductions[name].operand}")

@@ -32,8 +32,11 @@ from pjrtkit_cpu.fusion import codegen
 MIN_ELEMENTS = 1 << 14
 MIN_OPS = 2
 # One op is worth a loop when it would otherwise read broadcast or splat operands that NumPy
-# materialises or walks with strides (a select of a broadcast mask: 1.7 ms unfused, 0.3 fused).
+# materialises or walks with strides (a select of a broadcast mask: 1.7 ms unfused, 0.3 fused),
+# or when it is a reduction over the innermost axis (f32[4096,1024] row sums: NumPy's pairwise
+# sum 0.62 ms, the vectorized row loop 0.17 ms).
 MIN_OPS_WITH_BROADCASTS = 1
+MIN_OPS_WITH_REDUCTIONS = 1
 
 # Ops whose order is observable; they are kept in order relative to each other.
 EFFECTFUL = frozenset({
@@ -54,15 +57,19 @@ class Group:
 
     @property
     def compute_ops(self) -> int:
-        return sum(op.name != codegen.BROADCAST for op in self.members)
+        return sum(op.name not in codegen.ABSORBED for op in self.members)
 
     @property
     def absorbs_broadcasts(self) -> bool:
-        return any(op.name == codegen.BROADCAST for op in self.members) or any(
+        return any(op.name in codegen.ABSORBED for op in self.members) or any(
             v.id in self.splats and v.type.shape for op in self.members for v in op.operands)
 
     def worth_fusing(self) -> bool:
-        least = MIN_OPS_WITH_BROADCASTS if self.absorbs_broadcasts else MIN_OPS
+        least = MIN_OPS
+        if self.absorbs_broadcasts:
+            least = min(least, MIN_OPS_WITH_BROADCASTS)
+        if any(codegen.reduction_kind(op) is not None for op in self.members):
+            least = min(least, MIN_OPS_WITH_REDUCTIONS)
         return self.compute_ops >= least and _size(self.shape) >= MIN_ELEMENTS
 
 
@@ -102,6 +109,12 @@ def _member_shape(op: Op) -> tuple[int, ...] | None:
     shape = _shape_of(op.results[0])
     if not shape or op.results[0].type.dtype not in codegen.DTYPES:
         return None
+    if op.name == codegen.TRANSPOSE:  # absorbed: its operand is read with permuted strides
+        perm = tuple(op.attributes.get("permutation", ()))
+        if len(shape) < 2 or sorted(perm) != list(range(len(shape))) or perm == tuple(
+                range(len(shape))):
+            return None
+        return shape
     if op.name == codegen.BROADCAST:
         operand = op.operands[0].type
         dims = tuple(op.attributes.get("broadcast_dimensions", ()))
@@ -163,7 +176,8 @@ def find_groups(block: Block) -> list[Group]:
             reach |= indirect.get(v.id, frozenset())
             if v.id in group_of_value:
                 g = find(group_of_value[v.id])
-                if shapes[g] == shape:
+                # (a transpose reads its operand whole: never from its own group)
+                if shapes[g] == shape and op.name != codegen.TRANSPOSE:
                     operand_groups.add(g)
                 else:  # a member of another group feeding this op is an outside path
                     reach.add(g)

@@ -30,7 +30,7 @@ def kernel_source(op: Op) -> str:
         if inner.name in TERMINATORS:
             results = [local[v.id] for v in inner.operands]
             break
-        if inner.name == codegen.BROADCAST:  # reads its input's element for this index
+        if inner.name in codegen.ABSORBED:  # reads its input's element for this index
             local[inner.results[0].id] = local[inner.operands[0].id]
             continue
         name = f"v{n}"

@@ -112,7 +112,7 @@ class _Rewriter:
             replacement[id(g.members[0])] = fused
             fused_groups.add(id(g))
             for op in g.members:
-                if op.name == codegen.BROADCAST and op.results[0].id in outside_uses:
+                if op.name in codegen.ABSORBED and op.results[0].id in outside_uses:
                     kept_broadcasts.add(id(op))
         if not replacement:
             return None
@@ -171,6 +171,10 @@ class _Rewriter:
                     operands.append(inner[v.id])
                 elif v.id in group.splats:
                     operands.append(splat(v))
+                elif op.name == codegen.TRANSPOSE:
+                    perm = op.attributes["permutation"]
+                    source = _element_strides(v.type.shape)
+                    operands.append(input_arg(v, ("strided", tuple(source[p] for p in perm))))
                 elif v.type.shape == group.shape:
                     operands.append(input_arg(v, ("full", ())))
                 elif v.type.rank == 0:
@@ -184,7 +188,7 @@ class _Rewriter:
             inner.update((old.id, new) for old, new in zip(op.results, results))
             body.append(dataclasses.replace(op, operands=tuple(operands), results=results,
                                             location=op.location))
-        outputs = [r for op in group.members if op.name != codegen.BROADCAST
+        outputs = [r for op in group.members if op.name not in codegen.ABSORBED
                    for r in op.results if r.id in outside_uses]
         if not outputs:
             return None
@@ -194,6 +198,14 @@ class _Rewriter:
         return Op(FUSED_OP, tuple(inputs), tuple(outputs),
                   {"shape": group.shape, "input_kinds": tuple(kinds)}, (region,),
                   location=group.members[-1].location)
+
+
+def _element_strides(shape: tuple[int, ...]) -> list[int]:
+    out, step = [], 1
+    for size in reversed(shape):
+        out.append(step)
+        step *= size
+    return out[::-1]
 
 
 def _topological(nodes: list[Op]) -> list[Op] | None:
