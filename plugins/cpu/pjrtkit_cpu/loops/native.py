@@ -4,8 +4,8 @@ Interpreted, each iteration of a small loop pays a plan call for the cond and fo
 ~0.5-1 us per NumPy call on tiny arrays: ~4.5 us per ``fori_loop`` step whose arithmetic takes
 nanoseconds. When every op of the loop is supported by the emitters (see ``ops``), the loop
 becomes one function ``kernel(carries..., captures..., constants...)`` over flat arrays:
-rank-0 carries live in locals, per-iteration values in buffers allocated once, carried arrays are updated in place at the end of each iteration (or by in-place updates
-from ``ownership``).
+rank-0 carries live in locals, per-iteration values in buffers allocated once, carried arrays
+are updated in place at the end of each iteration (or by in-place updates from ``ownership``).
 
 Compilation goes through the fused-loop cache (``fusion.cache``: background thread, disk cache
 under ``$PJRTKIT_CACHE_DIR/fused``), so compiling a program never waits for Numba: the
