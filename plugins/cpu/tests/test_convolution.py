@@ -118,7 +118,9 @@ def test_patches_in_chunks(check, rng, monkeypatch, chunk_bytes, dtype):
     check(fn, *args, loosen=2.0)
 
 
-def test_reused_buffers_never_leak_between_calls_or_threads(registry, rng, monkeypatch):
+@pytest.mark.parametrize("keep_bytes", [64 << 20, 0], ids=["kept", "per_call"])
+def test_reused_buffers_never_leak_between_calls_or_threads(registry, rng, monkeypatch,
+                                                            keep_bytes):
     # One plan called again and again, also from several threads at once: every result must
     # match XLA for its own input, and results already returned must not change afterwards
     # (the kernel's padded-input and patch buffers are reused, its outputs never are).
@@ -127,9 +129,10 @@ def test_reused_buffers_never_leak_between_calls_or_threads(registry, rng, monke
     from pjrtkit.lowering.plan import build_plan
     from pjrtkit.testing.programs import lower_program, run_on_xla_cpu
     from pjrtkit.testing.tolerances import assert_close
-    from pjrtkit_cpu.lowering import convolution
+    from pjrtkit_cpu.lowering import conv_scratch, convolution
 
     monkeypatch.setattr(convolution, "CHUNK_BYTES", 3000)
+    monkeypatch.setattr(conv_scratch, "KEEP_BYTES", keep_bytes)
 
     def fn(x, k):
         return lax.conv_general_dilated(x, k, (1, 1), "SAME", dimension_numbers=(

@@ -14,9 +14,16 @@ waiting.
 from __future__ import annotations
 
 import contextlib
+import math
 import threading
 
 import numpy as np
+
+
+# An executable holds its kernels' buffers as long as it lives; beyond this size per kernel
+# (a padded input of a big layer) they are allocated per call instead, where the page cost is
+# small next to the convolution itself.
+KEEP_BYTES = 64 << 20
 
 
 class Scratch:
@@ -26,12 +33,15 @@ class Scratch:
     rewrites on every call (the interior of a padded input), so everything else stays zero.
     """
 
-    __slots__ = ("_lock", "_buffers", "_specs")
+    __slots__ = ("_lock", "_buffers", "_specs", "_keep")
 
     def __init__(self, specs: dict[str, tuple[tuple[int, ...], np.dtype, bool]]):
         self._specs = specs  # name -> (shape, dtype, zeroed)
         self._buffers = None
         self._lock = threading.Lock()
+        size = sum(math.prod(shape) * np.dtype(dtype).itemsize
+                   for shape, dtype, _ in specs.values())
+        self._keep = size <= KEEP_BYTES
 
     def _fresh(self) -> dict[str, np.ndarray]:
         return {name: (np.zeros if zeroed else np.empty)(shape, dtype)
@@ -40,7 +50,7 @@ class Scratch:
     @contextlib.contextmanager
     def take(self):
         """The kept buffers, or fresh ones while another thread holds them."""
-        if not self._lock.acquire(blocking=False):
+        if not self._keep or not self._lock.acquire(blocking=False):
             yield self._fresh()
             return
         try:
