@@ -304,3 +304,29 @@ def test_unrolled_scan_with_concatenate(check_native, rng, unroll):
         return lax.scan(step, jnp.zeros((2, 3), jnp.float32), xs, unroll=unroll)
 
     check_native(fn, xs, w, loosen=4)  # 8 dependent tanh/dot steps (see test_scan_rnn)
+
+
+NATIVE_DTYPES = [np.bool_, np.int8, np.int32, np.uint16, np.uint64, np.float32, np.float64]
+
+
+@pytest.mark.parametrize("dtype", NATIVE_DTYPES + [np.float16],
+                         ids=[np.dtype(d).name for d in NATIVE_DTYPES + [np.float16]])
+def test_carries_of_every_dtype(check_native, rng, dtype):
+    dtype = np.dtype(dtype)
+    if dtype.kind == "b":
+        x = rng.integers(0, 2, (3, 2)).astype(dtype)
+    elif dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        x = rng.integers(info.min, info.max, (3, 2), dtype=dtype, endpoint=True)
+    else:
+        x = rng.standard_normal((3, 2)).astype(dtype)
+
+    def f(x, n):
+        # rolls the carry (slice + concatenate) and keeps a running count (bool: a toggle),
+        # exact in every dtype
+        step = (lambda c: ~c) if dtype.kind == "b" else (lambda c: c + dtype.type(1))
+        return lax.fori_loop(0, n, lambda i, c: (jnp.roll(c[0], 1, axis=0), step(c[1])),
+                             (x, jnp.zeros((), dtype)))
+
+    # float16 arithmetic rounds through float32 per op in XLA: not native (interpreted, exact)
+    check_native(f, x, np.int32(5), native=dtype != np.float16)
