@@ -7,7 +7,7 @@ STAMP := $(VENV)/.pjrtkit-installed
 
 .PHONY: demo test install bench conformance clean
 
-$(STAMP): pyproject.toml setup.py constraints.txt plugins/cpu/pyproject.toml core/pjrtkit/abi/_build.py core/pjrtkit/abi/pjrt_declarations.h
+$(STAMP): pyproject.toml setup.py constraints.txt plugins/cpu/pyproject.toml core/pjrtkit/abi/_build.py $(wildcard core/pjrtkit/abi/*.h)
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON) (Python 3.11) on PATH, or run: make PYTHON=/path/to/python3.11"; exit 1; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade "pip>=24" -c constraints.txt
