@@ -34,7 +34,8 @@ def set_rows(x):
 
 
 def test_scan_output_is_updated_in_place(rng):
-    h0, xs = rng.standard_normal(3).astype(np.float32), rng.standard_normal((5, 3)).astype(np.float32)
+    h0 = rng.standard_normal(3).astype(np.float32)
+    xs = rng.standard_normal((5, 3)).astype(np.float32)
     (body,) = while_bodies(lower_program(scan_stack, h0, xs))
     found = in_place_positions(body)
     assert len(found) == 1, "the stacked output's update should write in place"
@@ -43,7 +44,8 @@ def test_scan_output_is_updated_in_place(rng):
 @pytest.mark.parametrize("unroll", [2, 3])
 def test_unrolled_scan_updates_in_place(check, rng, unroll):
     # JAX writes an unrolled step's outputs as one block: one update per iteration
-    h0, xs = rng.standard_normal(3).astype(np.float32), rng.standard_normal((7, 3)).astype(np.float32)
+    h0 = rng.standard_normal(3).astype(np.float32)
+    xs = rng.standard_normal((7, 3)).astype(np.float32)
     fn = lambda h0, xs: lax.scan(lambda h, x: (h * 0.5 + x, h * 2), h0, xs, unroll=unroll)
     (body,) = while_bodies(lower_program(fn, h0, xs))
     assert len(in_place_positions(body)) == 1
@@ -105,7 +107,8 @@ def test_read_then_write_of_one_carry_is_in_place(rng):
 
 
 def test_scan_matches_xla_and_keeps_inputs(check, rng):
-    h0, xs = rng.standard_normal(3).astype(np.float32), rng.standard_normal((5, 3)).astype(np.float32)
+    h0 = rng.standard_normal(3).astype(np.float32)
+    xs = rng.standard_normal((5, 3)).astype(np.float32)
     h0_before, xs_before = h0.copy(), xs.copy()
     check(scan_stack, h0, xs)
     np.testing.assert_array_equal(h0, h0_before)

@@ -138,8 +138,9 @@ def test_nan_max_min_and_saturating_converts(check_native):
     def fn(x):
         def body(i, c):
             x, ints, m = c
-            m = jnp.maximum(m, x) + jnp.minimum(x, 0.0)
-            return x * 1.5, ints + x.astype(jnp.int32), m
+            m = jnp.maximum(m, x) + jnp.minimum(x, 0.0) + lax.clamp(np.float32(-1), x, m)
+            clamped = lax.clamp(np.int32(-5), x.astype(jnp.int32), i.astype(jnp.int32))
+            return x * 1.5, ints + clamped, m
         return lax.fori_loop(0, 4, body, (x, jnp.zeros(x.shape, jnp.int32), jnp.zeros_like(x)))
 
     check_native(fn, x)
@@ -330,3 +331,19 @@ def test_carries_of_every_dtype(check_native, rng, dtype):
 
     # float16 arithmetic rounds through float32 per op in XLA: not native (interpreted, exact)
     check_native(f, x, np.int32(5), native=dtype != np.float16)
+
+
+def test_cond_and_switch_inside_the_loop(check_native, rng):
+    x = rng.standard_normal((2, 3)).astype(np.float32)
+
+    def fn(x):
+        def body(i, c):
+            x, k = c
+            # an array branch result that is the carry itself, a splat, or computed
+            y = lax.cond(i % 3 == 0, lambda: x, lambda: x * 0.5 + 1.0)
+            z = lax.switch(i - 2, [lambda: jnp.zeros_like(x), lambda: y.T.reshape(2, 3),
+                                   lambda: -y], )
+            return y + z, lax.cond(k > 3, lambda: k - 1, lambda: k + 2)
+        return lax.fori_loop(0, 7, body, (x, np.int32(0)))
+
+    check_native(fn, x)

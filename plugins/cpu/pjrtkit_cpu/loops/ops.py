@@ -1,7 +1,8 @@
 """Per-op code for native loops: the dispatch table, constants, elementwise ops and reductions
-(structural ops in ``shapes``, dynamic slices in ``indexing``, dots in ``dot``). Each emitter
-binds the op's results in a ``LoopSource`` and appends the statements computing them to
-``lines``; an op or shape it cannot express raises ``Unsupported``.
+(structural ops in ``shapes``, dynamic slices in ``indexing``, dots in ``dot``, if/case in
+``branches``). Each emitter binds the op's results in a ``LoopSource`` and appends the
+statements computing them to ``lines``; an op or shape it cannot express raises
+``Unsupported``.
 
 Elementwise ops reuse the fused-loop code generator (``fusion.codegen.emit``), so they have
 exactly the same XLA semantics (integer wrap-around, shift and division edge cases, saturating
@@ -11,6 +12,7 @@ whose operands are all scalars or splats runs once, not once per element.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -18,7 +20,7 @@ import numpy as np
 from pjrtkit.stablehlo.ir import Op
 
 from pjrtkit_cpu.fusion import codegen
-from pjrtkit_cpu.loops import indexing, mathfns, shapes
+from pjrtkit_cpu.loops import branches, indexing, mathfns, shapes
 from pjrtkit_cpu.loops.dot import dot_general
 from pjrtkit_cpu.loops.emitter import (I, LoopSource, Unsupported, Val, literal, strides,
                                         tensor_type)
@@ -72,11 +74,24 @@ def elementwise(src: LoopSource, op: Op, lines: list[str]) -> None:
 
 def _element_lines(op: Op, names: list[str], result: str) -> list[str]:
     body = codegen.emit(op, names, result)
+    if body is None and op.name == "stablehlo.clamp":
+        body = _clamp(op, names, result)
     if body is None:
         body = mathfns.emit(op, names, result)
     if body is None:
         raise Unsupported(op.describe())
     return body
+
+
+def _clamp(op: Op, names: list[str], result: str) -> list[str] | None:
+    """clamp(lo, x, hi) = minimum(maximum(x, lo), hi), with both steps' XLA semantics (the
+    fused-loop generator's own clamp expects two operands per step and declines)."""
+    low, x, high = op.operands
+    upper = dataclasses.replace(op, name="stablehlo.maximum", operands=(x, low))
+    lower = dataclasses.replace(op, name="stablehlo.minimum", operands=(x, high))
+    first = codegen.emit(upper, [names[1], names[0]], f"{result}_c")
+    second = codegen.emit(lower, [f"{result}_c", names[2]], result)
+    return None if first is None or second is None else first + second
 
 
 def reduce(src: LoopSource, op: Op, lines: list[str]) -> None:
@@ -143,12 +158,15 @@ EMITTERS = {
     "stablehlo.dynamic_update_slice": indexing.dynamic_update_slice,
     IN_PLACE_UPDATE: indexing.dynamic_update_slice,
     "stablehlo.dot_general": dot_general,
+    "stablehlo.if": branches.if_,
+    "stablehlo.case": branches.case,
 }
+_WITH_REGIONS = frozenset({"stablehlo.reduce", "stablehlo.if", "stablehlo.case"})
 
 
 def emit_op(src: LoopSource, op: Op, lines: list[str]) -> None:
     emitter = EMITTERS.get(op.name)
-    if emitter is None or (op.regions and emitter is not reduce):
+    if emitter is None or (op.regions and op.name not in _WITH_REGIONS):
         if op.regions or not op.name.startswith(codegen.PREFIX):
             raise Unsupported(op.name)
         emitter = elementwise

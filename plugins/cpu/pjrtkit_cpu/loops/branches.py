@@ -1,0 +1,62 @@
+"""``stablehlo.if`` and ``stablehlo.case`` inside native loops: a Python if/elif chain.
+
+Each branch's ops are emitted into its own arm; values defined in an arm are used only there
+(SSA dominance), values from before the op are read directly. Every result gets one home that
+all arms write: a scalar local for rank-0 results, else a buffer allocated before the loop (an
+arm's result may be a splat, a view or another arm-local value, so it is copied). ``case``
+sends an out-of-range index to the last branch, as the spec and XLA do.
+"""
+from __future__ import annotations
+
+from pjrtkit.lowering.plan import TERMINATORS
+from pjrtkit.stablehlo.ir import Op
+
+from pjrtkit_cpu.loops.emitter import I, LoopSource, Unsupported, Val, tensor_type
+
+
+def if_(src: LoopSource, op: Op, lines: list[str]) -> None:
+    pred = src.get(op.operands[0])
+    if pred.kind != "scalar":
+        raise Unsupported("if predicate")
+    _arms(src, op, [f"if {pred.expr}:", "else:"], lines)
+
+
+def case(src: LoopSource, op: Op, lines: list[str]) -> None:
+    index = src.get(op.operands[0])
+    if index.kind != "scalar" or index.dtype.kind not in "iu":
+        raise Unsupported("case index")
+    heads = [f"{'if' if i == 0 else 'elif'} {index.expr} == {i}:"
+             for i in range(len(op.regions) - 1)] + ["else:"]
+    _arms(src, op, heads if len(heads) > 1 else ["if True:"], lines)
+
+
+def _arms(src: LoopSource, op: Op, heads: list[str], lines: list[str]) -> None:
+    from pjrtkit_cpu.loops.ops import emit_op  # (ops dispatches here: import when used)
+
+    homes = []
+    for v in op.results:
+        t = tensor_type(v)
+        if t.shape:
+            homes.append(Val("array", src.buffer(t.shape, t.dtype), t.shape, t.dtype))
+        else:
+            homes.append(Val("scalar", src.name("s"), (), t.dtype))
+    for head, region in zip(heads, op.regions):
+        if len(region.blocks) != 1 or region.entry.arguments:
+            raise Unsupported("branch with arguments")
+        arm: list[str] = []
+        block = region.entry
+        for inner in block.ops[:-1]:
+            emit_op(src, inner, arm)
+        terminator = block.ops[-1]
+        if terminator.name not in TERMINATORS:
+            raise Unsupported("branch without a terminator")
+        for home, v in zip(homes, terminator.operands):
+            val = src.get(v)
+            if home.kind == "scalar":
+                arm.append(f"{home.expr} = {val.expr}")
+            else:
+                arm += [f"for q in range({home.size}):", f"{I}{home.expr}[q] = {val.element('q')}"]
+        lines.append(head)
+        lines.extend(I + line for line in arm or ["pass"])
+    for v, home in zip(op.results, homes):
+        src.bind(v, home)
