@@ -6,7 +6,9 @@ results are cast back to their declared dtype after every op (Numba promotes sma
 64 bits, so the cast is what makes arithmetic wrap in the declared width), shift amounts are read
 as unsigned and amounts >= the width give 0 (or the sign fill), float->int conversion saturates
 with NaN -> 0, maximum/minimum propagate NaN and order -0.0 below +0.0. float16/bfloat16 are not
-fused at all (XLA rounds through f32 once per op; the unfused kernels already do that).
+fused at all (XLA rounds through f32 once per op; the unfused kernels already do that). float32
+transcendentals call ``pjrtkit_cpu.vecmath`` (float64 ones stay unfused). Choices between
+computed values are ``vecmath.select`` (an LLVM select), not branches, so loops vectorize.
 
 ``supports(op)`` says whether an op can be emitted; ``generate(...)`` returns the module source.
 """

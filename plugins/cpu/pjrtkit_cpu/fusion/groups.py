@@ -2,8 +2,9 @@
 
 A group is a connected set of ops that ``codegen`` can emit, all with one result shape (the
 group's shape), whose operands are values of that shape, rank-0 values, or results of
-``broadcast_in_dim`` ops absorbed into the group (their operands are read with stride 0 where
-they repeat). Ops join greedily in block order; an op does not join (or merge) groups when that
+``broadcast_in_dim`` or ``transpose`` ops absorbed into the group (their operands are read with
+stride 0 where they repeat, or with permuted strides; a transpose never reads a value of its own
+group). Ops join greedily in block order; an op does not join (or merge) groups when that
 would make the group depend on itself through an op outside it, so every group can run as one
 step. Effectful ops are chained so that fusion never reorders them.
 
