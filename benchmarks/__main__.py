@@ -99,8 +99,10 @@ def main(argv=None) -> int:
         results.append(r)
         status = "ok" if r.ok else ("ERROR" if r.error else "MISMATCH")
         ratio = "-" if r.ratio is None else f"{r.ratio:.2f}x"
-        print(f"  {w.name:<18} {status:<8} ratio {ratio:>8}  ({time.perf_counter() - t0:.1f} s)",
-              flush=True)
+        waited = (f", {r.background_compile_s:.1f} s of it waiting for background compiles"
+                  if r.background_compile_s >= 0.05 else "")
+        print(f"  {w.name:<18} {status:<8} ratio {ratio:>8}  ({time.perf_counter() - t0:.1f} s"
+              f"{waited})", flush=True)
         if r.error_traceback:
             print(r.error_traceback, file=sys.stderr)
     elapsed = time.perf_counter() - start

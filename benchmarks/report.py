@@ -106,6 +106,7 @@ def document(results: list[Result], *, mode: str, settings: Any, elapsed_s: floa
             "description": r.workload.description,
             "kind": r.workload.kind,
             "correct": r.mismatch is None and r.error is None,
+            "background_compile_s": r.background_compile_s,
             "mismatch": r.mismatch,
             "error": r.error,
             "pjrtkit": p.as_dict() if p else None,
