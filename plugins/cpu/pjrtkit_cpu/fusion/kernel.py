@@ -24,6 +24,10 @@ def kernel_source(op: Op) -> str:
         local[arg.id] = f"x{i}"
         input_locals.append(f"x{i}")
     body: list[str] = []
+    # Inputs that are constants (see rewrite): the loop uses the value itself.
+    for i, value in op.attributes.get("literals", ()):
+        arg = block.arguments[i]
+        body.append(f"{local[arg.id]} = {codegen.literal(value, arg.type.dtype)}")
     results: list[str] = []
     reductions: dict[str, codegen.Reduction] = {}
     for n, inner in enumerate(block.ops):

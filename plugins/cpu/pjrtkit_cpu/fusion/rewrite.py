@@ -6,9 +6,11 @@ over fresh values: block arguments for the inputs, a ``stablehlo.return`` of the
 stays plain records, and the region alone is a complete unfused program of the group (the
 lowering rule plans it as the fallback). Attribute ``input_kinds`` says how the fused loop reads
 each input (see ``codegen.InputKind``). A constant of one repeated element a member reads
-becomes a rank-0 constant (and a broadcast, unless it is rank 0) inside the region, so the loop
-has a literal LLVM can fold (shift amounts, polynomial coefficients), not an input; the original
-constant is dropped when nothing else uses it.
+becomes a rank-0 input (a new rank-0 constant for a bigger one, which is dropped when nothing
+else uses it), broadcast inside the region, and attribute ``literals`` gives its value: the
+loop uses a literal LLVM can fold (shift amounts, polynomial coefficients), while the region
+keeps computing on an argument (a constant there would be folded into a full-size array at
+every compile).
 
 Ops are re-emitted in a topological order that keeps the original order wherever it can (and
 always among effectful ops); nested regions (while/if/case bodies, called functions) are
@@ -104,12 +106,12 @@ class _Rewriter:
         for g in groups:
             outside_uses = {r.id for op in g.members for r in op.results
                             if users.get(r.id, set()) - {id(g)}}
-            fused = self._fused_op(g, outside_uses)
+            fused, constants = self._fused_op(g, outside_uses)
             if fused is None:
                 for op in g.members:
                     group_of_op.pop(id(op))
                 continue
-            replacement[id(g.members[0])] = fused
+            replacement[id(g.members[0])] = (*constants, fused)
             fused_groups.add(id(g))
             for op in g.members:
                 if op.name in codegen.ABSORBED and op.results[0].id in outside_uses:
@@ -119,8 +121,9 @@ class _Rewriter:
         nodes: list[Op] = []
         for op in block.ops:
             if id(op) in replacement:
-                nodes.append(replacement[id(op)])
+                nodes.extend(replacement[id(op)])
             if (op.name == "stablehlo.constant" and len(op.results) == 1
+                    and op.results[0].type.shape  # (rank 0 ones are read as inputs)
                     and users.get(op.results[0].id, {None}) <= fused_groups
                     and any(op.results[0].id in g.splats for g in groups
                             if id(g) in fused_groups)):
@@ -130,7 +133,10 @@ class _Rewriter:
         ordered = _topological(nodes)
         return None if ordered is None else Block(block.arguments, ordered)
 
-    def _fused_op(self, group: Group, outside_uses: set[int]) -> Op | None:
+    def _fused_op(self, group: Group, outside_uses: set[int]
+                  ) -> tuple[Op | None, list[Op]]:
+        """The fused op of ``group`` (None if it has no outputs) and the rank-0 constants
+        to insert before it."""
         defined = {r.id for op in group.members for r in op.results}
         inputs: list[Value] = []
         kinds: list[tuple] = []
@@ -150,17 +156,24 @@ class _Rewriter:
 
         body: list[Op] = []
         splat_of: dict[int, Value] = {}
+        constants: list[Op] = []
+        literals: dict[int, object] = {}  # input index -> its value
 
         def splat(v: Value) -> Value:
-            """The region's copy of the constant ``v``: rank 0, broadcast if ``v`` is not."""
+            """The region's value for the constant ``v``: a rank-0 input (``v`` itself, or a new
+            rank-0 constant), broadcast when ``v`` is not rank 0."""
             if v.id not in splat_of:
                 value = group.splats[v.id]
-                scalar = Value(next(self.ids), TensorType((), v.type.dtype))
-                body.append(Op("stablehlo.constant", (), (scalar,), {"value": value}))
-                splat_of[v.id] = scalar
+                source = v
+                if v.type.shape:
+                    source = Value(next(self.ids), TensorType((), v.type.dtype))
+                    constants.append(Op("stablehlo.constant", (), (source,), {"value": value}))
+                arg = input_arg(source, ("scalar", ()))
+                literals[inputs.index(source)] = value
+                splat_of[v.id] = arg
                 if v.type.shape:
                     splat_of[v.id] = new_value(v)
-                    body.append(Op(codegen.BROADCAST, (scalar,), (splat_of[v.id],),
+                    body.append(Op(codegen.BROADCAST, (arg,), (splat_of[v.id],),
                                    {"broadcast_dimensions": ()}))
             return splat_of[v.id]
 
@@ -191,13 +204,14 @@ class _Rewriter:
         outputs = [r for op in group.members if op.name not in codegen.ABSORBED
                    for r in op.results if r.id in outside_uses]
         if not outputs:
-            return None
+            return None, []
         body.append(Op("stablehlo.return", tuple(inner[r.id] for r in outputs), (), {}))
         args = tuple(arg_of[(v.id, kind)] for v, kind in zip(inputs, kinds))
         region = Region([Block(args, body)])
         return Op(FUSED_OP, tuple(inputs), tuple(outputs),
-                  {"shape": group.shape, "input_kinds": tuple(kinds)}, (region,),
-                  location=group.members[-1].location)
+                  {"shape": group.shape, "input_kinds": tuple(kinds),
+                   "literals": tuple(sorted(literals.items()))}, (region,),
+                  location=group.members[-1].location), constants
 
 
 def _element_strides(shape: tuple[int, ...]) -> list[int]:
