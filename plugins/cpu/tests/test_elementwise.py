@@ -190,6 +190,26 @@ def test_float_max_min(check, rng, op):
     check_cases(check, cases, lambda x, y: canonical_nan_bits(hlo(op, x, y)))
 
 
+@pytest.mark.parametrize("op", ["maximum", "minimum"])
+@pytest.mark.parametrize("splat", [0.0, -0.0, 1.5, np.nan])
+@pytest.mark.parametrize("splat_first", [False, True])
+def test_float_max_min_against_a_broadcast_value(check, op, splat, splat_first):
+    """ReLU's shape: one operand a broadcast of one value (the kernel's one-pass path for
+    splats, taken for broadcasts of more than 4096 elements, which stay stride-0 views).
+    Signed zeros and NaN on the other side, bit for bit against XLA."""
+    cases = []
+    for d in FLOATS:
+        with np.errstate(invalid="ignore"):
+            x = np.tile(np.array([0.0, -0.0, np.nan, 1.5, -1.5, np.inf, -np.inf, 3.0], d),
+                        (8, 1024))
+        cases.append((d.name, [x, np.array(splat, d)]))
+
+    def fn(x, s):
+        b = lax.broadcast_in_dim(s, x.shape, ())
+        return canonical_nan_bits(hlo(op, b, x) if splat_first else hlo(op, x, b))
+    check_cases(check, cases, fn)
+
+
 def _wrapped(values, dtype):
     """Python ints as ``dtype`` with two's complement wrap-around (e.g. -1 -> 0xff..)."""
     width = 8 * np.dtype(dtype).itemsize

@@ -57,9 +57,33 @@ def logistic(x):
     return np.reciprocal(np.exp(np.negative(x)) + x.dtype.type(1))
 
 
+def _splat_value(a, b):
+    """The value s when exactly one of ``a``, ``b`` has a single value throughout (a stride-0
+    broadcast such as ReLU's ``broadcast(0)``) and the dtype is one of NumPy's own floats;
+    else None."""
+    if a.dtype.kind != "f":  # ml_dtypes' bfloat16 and friends take the general path
+        return None
+    a_splat = isinstance(a, np.ndarray) and a.size and not any(a.strides)
+    b_splat = isinstance(b, np.ndarray) and b.size and not any(b.strides)
+    if a_splat == b_splat:
+        return None
+    x = a if a_splat else b
+    return x[(0,) * x.ndim]
+
+
 def float_maximum(a, b):
-    # XLA propagates NaN (the first NaN operand) and orders -0.0 below +0.0; np.maximum
-    # returns the first operand for equal zeros.
+    # XLA propagates NaN (the first NaN operand) and orders -0.0 below +0.0; np.maximum may
+    # return either zero for equal zeros (its SIMD loops do not keep the first operand).
+    s = _splat_value(a, b)
+    if s is not None and (s != 0 or not np.signbit(s)):
+        # Against a splat, only a zero s can tie. Nonzero s: no tie, np.maximum is exact. +0.0
+        # (ReLU): every tie must give +0.0, and adding +0.0 turns -0.0 into +0.0 while leaving
+        # every other value, NaN included, as it is. Two passes instead of the general fix-up
+        # (the convnet's ReLU: about 0.5 ms instead of 4 ms).
+        r = np.maximum(a, b)
+        if s == 0:
+            np.add(r, r.dtype.type(0), out=r)
+        return r
     r = np.maximum(a, b)
     zero = r == 0
     if zero.any():
@@ -71,6 +95,9 @@ def float_maximum(a, b):
 
 
 def float_minimum(a, b):
+    s = _splat_value(a, b)
+    if s is not None and s != 0:  # no tie possible (see float_maximum)
+        return np.minimum(a, b)
     r = np.minimum(a, b)
     zero = r == 0
     if zero.any():
