@@ -117,6 +117,19 @@ def test_donation_is_allowed_and_donated_inputs_read_as_deleted():
     assert out.stdout.strip() == "[1.0, 2.0, 3.0, 4.0] True"
 
 
+def test_compiled_as_text_reads_the_optimized_program():
+    """jaxlib turns PJRT_Executable_OptimizedProgram (the bytes Compile was given) into HLO."""
+    out = run_python("""
+        import jax, jax.numpy as jnp
+        c = jax.jit(lambda a, b: jnp.tanh(a @ b)).lower(jnp.ones((2, 3)), jnp.ones((3, 4))).compile()
+        text = c.as_text()
+        print(text.splitlines()[0].split(",")[0])
+        print("tanh" in text and "dot" in text and "f32[2,4]" in text)
+    """, JAX_PLATFORMS="pjrtkit_cpu")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["HloModule", "jit__lambda", "True"], out.stdout
+
+
 def test_an_error_raised_while_jaxlib_destroys_buffers_reaches_the_user_intact():
     # jaxlib destroys buffers while the exception is propagating; a callback entered with a
     # pending Python exception used to replace it with SystemError.

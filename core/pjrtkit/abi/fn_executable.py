@@ -156,7 +156,7 @@ def executable_optimized_program(args: Any) -> None:
     a = Args(args)
     ref = executable_of(a)
     program = Args(a.req("program"), f"{a.name}.program")
-    text = ref.cached("optimized_program", lambda: ref.obj.optimized_program().encode())
+    text = ref.cached("optimized_program", lambda: _as_bytes(ref.obj.optimized_program()))
     fmt, fmt_size = ref.cstr("optimized_program_format", "mlir")
     program.set("format", fmt)
     program.set("format_size", fmt_size)
@@ -169,6 +169,10 @@ def executable_optimized_program(args: Any) -> None:
                               f"the optimized program needs {len(text)}")
     ffi.memmove(code, text, len(text))
     program.set("code_size", len(text))
+
+
+def _as_bytes(program: bytes | str) -> bytes:
+    return program.encode() if isinstance(program, str) else bytes(program)
 
 
 @pjrt_function("PJRT_Executable_GetCompiledMemoryStats")

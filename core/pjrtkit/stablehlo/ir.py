@@ -118,7 +118,6 @@ class Program:
     functions: dict[str, Function]
     entry: str
     attributes: dict[str, Any]
-    text: str = ""  # the module printed as MLIR text, for debugging and OptimizedProgram
 
     @property
     def main(self) -> Function:

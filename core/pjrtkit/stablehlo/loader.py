@@ -145,7 +145,7 @@ class _Walker:
                 meshes[self.attribute(o.attributes["sym_name"])] = str(o.attributes["mesh"])
         if meshes:
             attrs["sdy.meshes"] = meshes
-        return Program(functions, entry, attrs, text=str(module))
+        return Program(functions, entry, attrs)
 
     def function(self, op) -> Function:
         o = op.operation
