@@ -77,6 +77,7 @@ def test_json_has_the_agreed_fields(smoke):
         assert w["pjrtkit_s"] > 0 and w["xla_s"] > 0
         assert math.isclose(w["ratio"], w["pjrtkit_s"] / w["xla_s"], rel_tol=1e-9)
         assert w["correct"] is True
+        assert isinstance(w["background_compile_s"], float) and w["background_compile_s"] >= 0
     ratios = [w["ratio"] for w in doc["workloads"]]
     geomean = math.exp(sum(map(math.log, ratios)) / len(ratios))
     assert math.isclose(doc["geomean_ratio"], geomean, rel_tol=1e-9)
