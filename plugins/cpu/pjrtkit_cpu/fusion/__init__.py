@@ -9,7 +9,11 @@ A group may contain float32 transcendentals (``pjrtkit_cpu.vecmath``: vectorizab
 exp/log/log1p/expm1/tanh/logistic), absorb broadcasts, transposes and constants of one repeated
 value, and end in add/max/min reductions over the innermost dimension (``rowreduce``).
 
-``PJRTKIT_CPU_FUSION=0`` turns fusion off.
+Fused loops over the same rows that are chained only through per-row values (layernorm's
+mean, variance and normalization; softmax's max, exponentials and division) then become one
+row program (``rows``): one loop over rows running every stage on the row while it is in L1.
+
+``PJRTKIT_CPU_FUSION=0`` turns fusion off; ``PJRTKIT_CPU_FUSION_ROWS=0`` only row programs.
 """
 from __future__ import annotations
 

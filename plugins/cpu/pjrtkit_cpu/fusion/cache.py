@@ -68,7 +68,7 @@ def _prepare_background_compiles() -> None:
 
     # The helpers generated kernels import (they pull in numba.extending, llvmlite.ir).
     from pjrtkit_cpu import vecmath  # noqa: F401
-    from pjrtkit_cpu.fusion import rowreduce  # noqa: F401
+    from pjrtkit_cpu.fusion import rowmem, rowreduce  # noqa: F401
 
     from pjrtkit_cpu import blas
     blas._blas()  # noqa: SLF001  (the one-time library scan, done now rather than concurrently)

@@ -419,49 +419,103 @@ def generate(shape: tuple[int, ...], inputs: list[InputKind], body: list[str],
         lines.extend(pad + line for line in body)
         lines.extend(f"{pad}out{j}[k] = {name}" for j, name in enumerate(results))
         return "\n".join(lines) + "\n"
-    rows = int(np.prod(shape[:-1]))
+    lines.append(f"{ind}for r in range({int(np.prod(shape[:-1]))}):")
+    sources = [("array", f"in{i}") for i in range(len(inputs))]
+    targets = [[("array", f"out{j}")] for j in range(len(results))]
+    setup, row = stage_row(shape, inputs, body, results, input_locals, reductions, sources,
+                           targets, ind * 2)
+    lines[-1:-1] = [ind + line for line in setup]
+    lines.extend(row)
+    return "\n".join(lines) + "\n"
+
+
+def stage_row(shape: tuple[int, ...], inputs: list[InputKind], body: list[str],
+              results: list[str], input_locals: list[str], reductions: dict[str, Reduction],
+              sources: list[tuple[str, str]], targets: list[list[tuple[str, str]]], pad: str,
+              tag: str = "") -> tuple[list[str], list[str]]:
+    """One row of a fused group (rank >= 2): (lines before the row loop, unindented; lines of
+    the row, indented by ``pad``). The row loop defines ``r``; scalar inputs are read by the
+    caller before the loop.
+
+    ``sources[i]`` says where input i comes from: ``("array", name)`` (a flat array read per its
+    kind), ``("local", expr)`` (a value constant along the row: ``input_locals[i] = expr`` once
+    per row) or ``("rowbuf", name)`` (a full input held in a row buffer, read at ``[c]``).
+    ``targets[j]`` lists where output j goes: ``("array", name)`` (``[k]``, or ``[r]`` for a
+    reduction) or ``("rowbuf", name)``; a reduction's value is also left in its local after
+    the row. ``tag`` prefixes the names this row introduces (several stages in one kernel).
+    """
     n = shape[-1]
     below = _strides(shape[:-1])  # rows per step of each leading dimension
+    setup: list[str] = []
+    # A reduction of an input as it is reads that input's row in place; others store the
+    # reduced value into a row buffer.
+    row_of_input = {}
+    for i, (where, name) in enumerate(sources):
+        if where == "array" and inputs[i].kind == "full":
+            row_of_input[input_locals[i]] = f"{name}[o:o + {n}]"
+        elif where == "rowbuf":
+            row_of_input[input_locals[i]] = name
+    for j, name in enumerate(results):  # (an output held in a row buffer: reduced there)
+        if name not in reductions:
+            row_of_input.update((name, target) for where, target in targets[j]
+                                if where == "rowbuf")
+    direct = {}
     buffers = {}
     for j, name in enumerate(results):
-        if name in reductions and name not in buffers:
-            buffers[name] = f"row{j}"
-            lines.append(f"{ind}row{j} = np.empty({n}, {_nb(reductions[name].dtype)})")
-    lines.append(f"{ind}for r in range({rows}):")
-    pad = ind * 2
-    lines.append(f"{pad}o = r * {n}")
+        if name not in reductions or name in buffers or name in direct:
+            continue
+        if reductions[name].operand in row_of_input:
+            direct[name] = row_of_input[reductions[name].operand]
+        else:
+            buffers[name] = f"{tag}row{j}"
+            setup.append(f"{tag}row{j} = np.empty({n}, {_nb(reductions[name].dtype)})")
+    lines = [f"{pad}o = r * {n}"]
     inner_stride = {}
-    for i in broadcasts:
+    for i, (where, name) in enumerate(sources):
+        if inputs[i].kind == "scalar":
+            continue
+        if where == "local":
+            lines.append(f"{pad}{input_locals[i]} = {name}")
+            continue
+        if where != "array" or inputs[i].kind not in ("broadcast", "strided"):
+            continue
         aligned = inputs[i].aligned
         strides = (list(aligned) if inputs[i].kind == "strided" else
                    [0 if a == 1 and size != 1 else st
                     for a, size, st in zip(aligned, shape, _strides(aligned))])
         terms = [f"((r // {below[d]}) % {shape[d]}) * {strides[d]}"
                  for d in range(len(shape) - 1) if strides[d]]
-        lines.append(f"{pad}p{i} = {' + '.join(terms) if terms else '0'}")
+        lines.append(f"{pad}{tag}p{i} = {' + '.join(terms) if terms else '0'}")
         inner_stride[i] = strides[-1]
         if not strides[-1]:  # constant along the row: loaded once per row
-            lines.append(f"{pad}{input_locals[i]} = in{i}[p{i}]")
+            lines.append(f"{pad}{input_locals[i]} = {name}[{tag}p{i}]")
     lines.append(f"{pad}for c in range({n}):")
-    inner = pad + ind
+    inner = pad + "    "
     lines.append(f"{inner}k = o + c")
-    for i, kind in enumerate(inputs):
-        if kind.kind == "full":
-            lines.append(f"{inner}{input_locals[i]} = in{i}[k]")
-        elif kind.kind in ("broadcast", "strided") and inner_stride[i]:
+    for i, (where, name) in enumerate(sources):
+        kind = inputs[i].kind
+        if where == "rowbuf":
+            lines.append(f"{inner}{input_locals[i]} = {name}[c]")
+        elif where != "array":
+            continue
+        elif kind == "full":
+            lines.append(f"{inner}{input_locals[i]} = {name}[k]")
+        elif kind in ("broadcast", "strided") and inner_stride[i]:
             step = "c" if inner_stride[i] == 1 else f"c * {inner_stride[i]}"
-            lines.append(f"{inner}{input_locals[i]} = in{i}[p{i} + {step}]")
+            lines.append(f"{inner}{input_locals[i]} = {name}[{tag}p{i} + {step}]")
     lines.extend(inner + line for line in body)
     for name, buffer in buffers.items():
         lines.append(f"{inner}{buffer}[c] = {reductions[name].operand}")
     for j, name in enumerate(results):
         if name not in reductions:
-            lines.append(f"{inner}out{j}[k] = {name}")
-    for name in buffers:
+            for where, target in targets[j]:
+                lines.append(f"{inner}{target}[{'c' if where == 'rowbuf' else 'k'}] = {name}")
+    for name, row in {**buffers, **direct}.items():
         reduction = reductions[name]
-        lines.append(f"{pad}{name}_row = {_row_reduce_call(reduction, buffers[name])}")
+        lines.append(f"{pad}{name}_row = {_row_reduce_call(reduction, row)}")
         lines.extend(pad + line for line in _combine(reduction, f"{name}_row", name))
     for j, name in enumerate(results):
         if name in reductions:
-            lines.append(f"{pad}out{j}[r] = {name}")
-    return "\n".join(lines) + "\n"
+            lines.extend(f"{pad}{target}[r] = {name}" for where, target in targets[j]
+                         if where == "array")
+    return setup, lines

@@ -16,13 +16,21 @@ STATS = {"fused": 0, "unfused": 0}
 
 def kernel_source(op: Op) -> str:
     """Numba source for the fused op's region (see ``rewrite``)."""
+    parts = stage_parts(op)
+    return codegen.generate(tuple(op.attributes["shape"]), *parts)
+
+
+def stage_parts(op: Op, tag: str = ""):
+    """The pieces ``codegen.generate`` takes after the shape, for the fused op ``op``: input
+    kinds, body statements, result locals, input locals and reductions; every local name
+    starts with ``tag``."""
     block = op.regions[0].entry
     kinds = [codegen.InputKind(kind, aligned) for kind, aligned in op.attributes["input_kinds"]]
     local: dict[int, str] = {}
     input_locals = []
     for i, arg in enumerate(block.arguments):
-        local[arg.id] = f"x{i}"
-        input_locals.append(f"x{i}")
+        local[arg.id] = f"{tag}x{i}"
+        input_locals.append(f"{tag}x{i}")
     body: list[str] = []
     # Inputs that are constants (see rewrite): the loop uses the value itself.
     for i, value in op.attributes.get("literals", ()):
@@ -37,7 +45,7 @@ def kernel_source(op: Op) -> str:
         if inner.name in codegen.ABSORBED:  # reads its input's element for this index
             local[inner.results[0].id] = local[inner.operands[0].id]
             continue
-        name = f"v{n}"
+        name = f"{tag}v{n}"
         kind = codegen.reduction_kind(inner)
         if kind is not None:  # an output, reduced row by row (see codegen.generate)
             operand, init = (local[v.id] for v in inner.operands)
@@ -50,8 +58,7 @@ def kernel_source(op: Op) -> str:
             raise ValueError(f"cannot fuse {inner.describe()}")
         body.extend(lines)
         local[inner.results[0].id] = name
-    return codegen.generate(tuple(op.attributes["shape"]), kinds, body, results, input_locals,
-                            reductions)
+    return kinds, body, results, input_locals, reductions
 
 
 class FusedKernel:

@@ -25,7 +25,7 @@ import itertools
 from pjrtkit.lowering.plan import TERMINATORS
 from pjrtkit.stablehlo.ir import Block, Op, Program, Region, TensorType, Value, walk_ops
 
-from pjrtkit_cpu.fusion import codegen
+from pjrtkit_cpu.fusion import codegen, rows
 from pjrtkit_cpu.fusion.groups import EFFECTFUL, Group, free_uses, find_groups
 
 FUSED_OP = "pjrtkit_cpu.fused_elementwise"
@@ -87,6 +87,8 @@ class _Rewriter:
         if fused is None:
             return block
         self.changed = True
+        if rows.ENABLED:
+            fused = rows.group_rows(fused, FUSED_OP, self.ids)
         return fused
 
     # -- one block ---------------------------------------------------------------------------
