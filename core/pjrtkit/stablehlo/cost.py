@@ -5,7 +5,7 @@ have unknown trip counts, so a program with a while loop is priced as expensive.
 """
 from __future__ import annotations
 
-import numpy as np
+import math
 
 from pjrtkit.stablehlo.ir import Function, Op, Program, TensorType
 from pjrtkit.types import CostEstimate
@@ -36,7 +36,7 @@ def _op_cost(op: Op, program: Program, seen: set[str]) -> tuple[float, float, fl
     if op.name == "stablehlo.dot_general":
         dims = op.attributes["dot_dimension_numbers"]
         lhs = op.operands[0].type.shape
-        contract = int(np.prod([lhs[d] for d in dims.lhs_contracting_dimensions], dtype=np.int64))
+        contract = math.prod(lhs[d] for d in dims.lhs_contracting_dimensions)
         flops = 2.0 * out_elems * contract
     elif op.name == "stablehlo.convolution":
         kernel = op.operands[1].type

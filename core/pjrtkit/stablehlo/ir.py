@@ -8,6 +8,8 @@ MLIR handle outlives compilation.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import math
 from typing import Any
 
 import numpy as np
@@ -24,9 +26,9 @@ class TensorType:
     def rank(self) -> int:
         return len(self.shape)
 
-    @property
+    @functools.cached_property  # types are shared by the values of one program; asked often
     def size(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64))
+        return int(math.prod(self.shape))
 
     def __str__(self) -> str:
         return f"tensor<{'x'.join(map(str, self.shape))}{'x' if self.shape else ''}{self.dtype.name}>"

@@ -21,6 +21,15 @@ from pjrtkit.stablehlo.ir import (Block, Function, Op, Program, Region, TensorTy
 # MLIR contexts are not thread-safe and jaxlib compiles on worker threads; one load at a time.
 _LOCK = threading.Lock()
 
+# Successive loads share one MLIR context: making one with JAX's dialects costs about 2.5 ms, a
+# tenth of compiling a small program. A load's operations belong to its module, freed when the
+# load returns; what MLIR keeps for the context's lifetime is what it uniques (types,
+# attributes including dense constants, locations). So the context is dropped, and the next
+# load makes a fresh one, once the programs loaded into it add up to this many bytes.
+CONTEXT_REUSE_BYTES = 16 << 20
+_shared_context = None
+_shared_context_bytes = 0
+
 _ELEMENT_TYPES = {
     "i1": np.dtype(np.bool_), "i2": np.dtype(ml_dtypes.int2), "i4": np.dtype(ml_dtypes.int4),
     "i8": np.dtype(np.int8), "i16": np.dtype(np.int16), "i32": np.dtype(np.int32),
@@ -57,8 +66,13 @@ def load_program(code: bytes | str) -> Program:
     from jaxlib.mlir import ir
     from jaxlib.mlir.dialects import stablehlo
 
+    global _shared_context, _shared_context_bytes
     with _LOCK:
-        context = jax_mlir.make_ir_context()
+        if _shared_context is None:
+            _shared_context = jax_mlir.make_ir_context()
+            _shared_context_bytes = 0
+        context = _shared_context
+        _shared_context_bytes += len(code)
         # MLIR reports why a parse failed through diagnostics (printed to stderr by default);
         # collect them into the error the user sees instead.
         diagnostics: list[str] = []
@@ -90,17 +104,33 @@ def load_program(code: bytes | str) -> Program:
                 return _Walker().program(module)
         finally:
             handler.detach()
+            if _shared_context_bytes >= CONTEXT_REUSE_BYTES:
+                _shared_context = None  # freed with the last module that references it
 
 
 class _Walker:
+    """One walk over one module. MLIR uniques types and locations within a context, so each
+    distinct one is decoded once per walk (looked up by identity, as MLIR compares them)."""
+
     def __init__(self):
         from jaxlib.mlir import ir
         self.ir = ir
         self.values: dict[Any, Value] = {}
         self.next_id = 0
+        self.types: dict[Any, TensorType | TokenType | TupleType] = {}
+        self.locations: dict[Any, str] = {}
+        self.decoders = _attribute_decoders()
 
     # -- values and types ---------------------------------------------------------------------
     def decode_type(self, t):
+        try:
+            return self.types[t]
+        except KeyError:
+            pass
+        decoded = self.types[t] = self._decode_type(t)  # errors are not cached: raised each time
+        return decoded
+
+    def _decode_type(self, t):
         ir = self.ir
         if _is(t, ir.RankedTensorType):
             rt = ir.RankedTensorType(t)
@@ -123,6 +153,14 @@ class _Walker:
             self.next_id += 1
             self.values[mlir_value] = v
             return v
+
+    def location(self, location) -> str:
+        key = location.attr
+        try:
+            return self.locations[key]
+        except KeyError:
+            text = self.locations[key] = _short_location(location)
+            return text
 
     # -- structure ------------------------------------------------------------------------------
     def program(self, module) -> Program:
@@ -180,7 +218,7 @@ class _Walker:
             results=tuple(self.value(v) for v in o.results),
             attributes=self.attributes(o.attributes),
             regions=tuple(self.region(r) for r in o.regions),
-            location=_short_location(o.location),
+            location=self.location(o.location),
         )
 
     # -- attributes -----------------------------------------------------------------------------
@@ -192,75 +230,201 @@ class _Walker:
         return out
 
     def attribute(self, attr) -> Any:
-        ir = self.ir
+        return self.decoders.decoder_for(attr)(self, attr)
+
+
+def _attribute_decoders() -> "_AttributeDecoders":
+    global _DECODERS
+    if _DECODERS is None:
+        _DECODERS = _AttributeDecoders()
+    return _DECODERS
+
+
+_DECODERS = None
+
+
+class _AttributeDecoders:
+    """Which decoder reads an attribute: the first entry of ``chain`` whose class the attribute
+    is. Asking every class in turn costs tens of microseconds per attribute, so two shortcuts
+    give the same answer:
+
+    - builtin attributes come back from jaxlib downcast to their Python class, and that class
+      alone decides (``by_class``; an IntegerAttr still asks whether it is a BoolAttr first);
+    - dialect attributes come back as plain ``ir.Attribute``; the stablehlo classes recognise
+      them by TypeID alone, so the decoder found for one is remembered for its TypeID.
+    """
+
+    def __init__(self):
+        from jaxlib.mlir import ir
         from jaxlib.mlir.dialects import stablehlo as S
 
-        if _is(attr, ir.DenseElementsAttr):
-            return _dense_to_numpy(attr, self)
-        for cls in (ir.DenseI64ArrayAttr, ir.DenseI32ArrayAttr, ir.DenseI16ArrayAttr,
-                    ir.DenseI8ArrayAttr):
+        self.attribute_class = ir.Attribute
+        enums = (S.ComparisonDirectionAttr, S.ComparisonTypeAttr, S.PrecisionAttr,
+                 S.RngAlgorithmAttr, S.FftTypeAttr, S.TransposeAttr, S.RngDistributionAttr)
+        dialect = [*((cls, _enum_decoder(cls)) for cls in enums),
+                   (S.DotDimensionNumbers, _decode_dot_dimension_numbers),
+                   (S.ConvDimensionNumbers, _decode_conv_dimension_numbers),
+                   (S.GatherDimensionNumbers, _decode_gather_dimension_numbers),
+                   (S.ScatterDimensionNumbers, _decode_scatter_dimension_numbers),
+                   (S.OutputOperandAlias, _decode_output_operand_alias)]
+        builtin = [
+            (ir.DenseElementsAttr, _decode_dense_elements),
+            (ir.DenseI64ArrayAttr, _sequence_decoder(ir.DenseI64ArrayAttr, int)),
+            (ir.DenseI32ArrayAttr, _sequence_decoder(ir.DenseI32ArrayAttr, int)),
+            (ir.DenseI16ArrayAttr, _sequence_decoder(ir.DenseI16ArrayAttr, int)),
+            (ir.DenseI8ArrayAttr, _sequence_decoder(ir.DenseI8ArrayAttr, int)),
+            (ir.DenseBoolArrayAttr, _sequence_decoder(ir.DenseBoolArrayAttr, bool)),
+            (ir.DenseF32ArrayAttr, _sequence_decoder(ir.DenseF32ArrayAttr, float)),
+            (ir.DenseF64ArrayAttr, _sequence_decoder(ir.DenseF64ArrayAttr, float)),
+            (ir.BoolAttr, _decode_bool),
+            (ir.IntegerAttr, _decode_integer),
+            (ir.FloatAttr, _decode_float),
+            (ir.StringAttr, _decode_string),
+            (ir.FlatSymbolRefAttr, _decode_symbol),
+            (ir.ArrayAttr, _decode_array),
+            (ir.DictAttr, _decode_dict),
+            (ir.TypeAttr, _decode_type_attribute),
+            (ir.UnitAttr, _decode_unit),
+        ]
+        self.chain = [*builtin, *dialect]
+        self.by_class = dict(builtin)
+        # Subclasses jaxlib downcasts to; an i1 IntegerAttr is a BoolAttr, asked first.
+        self.by_class.update({ir.DenseIntElementsAttr: _decode_dense_elements,
+                              ir.DenseFPElementsAttr: _decode_dense_elements,
+                              ir.IntegerAttr: _decode_bool_or_integer})
+        self.dialect_decoders = frozenset(decode for _, decode in dialect)
+        self.by_typeid: dict[Any, Any] = {}
+
+    def decoder_for(self, attr):
+        cls = type(attr)
+        decode = self.by_class.get(cls)
+        if decode is not None:
+            return decode
+        if cls is not self.attribute_class:
+            return self.search(attr)
+        typeid = attr.typeid
+        decode = self.by_typeid.get(typeid)
+        if decode is None:
+            decode = self.search(attr)
+            if decode in self.dialect_decoders:
+                self.by_typeid[typeid] = decode
+        return decode
+
+    def search(self, attr):
+        """The first decoder of ``chain`` whose class ``attr`` is (the definition)."""
+        for cls, decode in self.chain:
             if _is(attr, cls):
-                return tuple(int(x) for x in cls(attr))
-        if _is(attr, ir.DenseBoolArrayAttr):
-            return tuple(bool(x) for x in ir.DenseBoolArrayAttr(attr))
-        if _is(attr, ir.DenseF32ArrayAttr) or _is(attr, ir.DenseF64ArrayAttr):
-            cls = ir.DenseF32ArrayAttr if _is(attr, ir.DenseF32ArrayAttr) else ir.DenseF64ArrayAttr
-            return tuple(float(x) for x in cls(attr))
-        if _is(attr, ir.BoolAttr):
-            return bool(ir.BoolAttr(attr).value)
-        if _is(attr, ir.IntegerAttr):
-            return int(ir.IntegerAttr(attr).value)
-        if _is(attr, ir.FloatAttr):
-            return float(ir.FloatAttr(attr).value)
-        if _is(attr, ir.StringAttr):
-            return ir.StringAttr(attr).value
-        if _is(attr, ir.FlatSymbolRefAttr):
-            return ir.FlatSymbolRefAttr(attr).value
-        if _is(attr, ir.ArrayAttr):
-            return tuple(self.attribute(a) for a in ir.ArrayAttr(attr))
-        if _is(attr, ir.DictAttr):
-            return self.attributes(ir.DictAttr(attr))
-        if _is(attr, ir.TypeAttr):
-            try:
-                return self.decode_type(ir.TypeAttr(attr).value)
-            except Unimplemented:
-                return A.OpaqueAttribute(str(attr))
-        if _is(attr, ir.UnitAttr):
-            return True
-        for cls in (S.ComparisonDirectionAttr, S.ComparisonTypeAttr, S.PrecisionAttr,
-                    S.RngAlgorithmAttr, S.FftTypeAttr, S.TransposeAttr, S.RngDistributionAttr):
-            if _is(attr, cls):
-                return str(cls(attr).value)
-        if _is(attr, S.DotDimensionNumbers):
-            a = S.DotDimensionNumbers(attr)
-            return A.DotDimensionNumbers(
-                tuple(a.lhs_batching_dimensions), tuple(a.rhs_batching_dimensions),
-                tuple(a.lhs_contracting_dimensions), tuple(a.rhs_contracting_dimensions))
-        if _is(attr, S.ConvDimensionNumbers):
-            a = S.ConvDimensionNumbers(attr)
-            return A.ConvDimensionNumbers(
-                a.input_batch_dimension, a.input_feature_dimension,
-                tuple(a.input_spatial_dimensions), a.kernel_input_feature_dimension,
-                a.kernel_output_feature_dimension, tuple(a.kernel_spatial_dimensions),
-                a.output_batch_dimension, a.output_feature_dimension,
-                tuple(a.output_spatial_dimensions))
-        if _is(attr, S.GatherDimensionNumbers):
-            a = S.GatherDimensionNumbers(attr)
-            return A.GatherDimensionNumbers(
-                tuple(a.offset_dims), tuple(a.collapsed_slice_dims),
-                tuple(a.operand_batching_dims), tuple(a.start_indices_batching_dims),
-                tuple(a.start_index_map), a.index_vector_dim)
-        if _is(attr, S.ScatterDimensionNumbers):
-            a = S.ScatterDimensionNumbers(attr)
-            return A.ScatterDimensionNumbers(
-                tuple(a.update_window_dims), tuple(a.inserted_window_dims),
-                tuple(a.input_batching_dims), tuple(a.scatter_indices_batching_dims),
-                tuple(a.scattered_dims_to_operand_dims), a.index_vector_dim)
-        if _is(attr, S.OutputOperandAlias):
-            a = S.OutputOperandAlias(attr)
-            return A.OutputOperandAlias(tuple(a.output_tuple_indices), a.operand_index,
-                                        tuple(a.operand_tuple_indices))
+                return decode
+        return _decode_opaque
+
+
+def _sequence_decoder(cls, element):
+    def decode(walker, attr):
+        return tuple(element(x) for x in cls(attr))
+    return decode
+
+
+def _enum_decoder(cls):
+    def decode(walker, attr):
+        return str(cls(attr).value)
+    return decode
+
+
+def _decode_dense_elements(walker, attr):
+    return _dense_to_numpy(attr, walker)
+
+
+def _decode_bool(walker, attr):
+    return bool(walker.ir.BoolAttr(attr).value)
+
+
+def _decode_integer(walker, attr):
+    return int(walker.ir.IntegerAttr(attr).value)
+
+
+def _decode_bool_or_integer(walker, attr):
+    if _is(attr, walker.ir.BoolAttr):
+        return _decode_bool(walker, attr)
+    return _decode_integer(walker, attr)
+
+
+def _decode_float(walker, attr):
+    return float(walker.ir.FloatAttr(attr).value)
+
+
+def _decode_string(walker, attr):
+    return walker.ir.StringAttr(attr).value
+
+
+def _decode_symbol(walker, attr):
+    return walker.ir.FlatSymbolRefAttr(attr).value
+
+
+def _decode_array(walker, attr):
+    return tuple(walker.attribute(a) for a in walker.ir.ArrayAttr(attr))
+
+
+def _decode_dict(walker, attr):
+    return walker.attributes(walker.ir.DictAttr(attr))
+
+
+def _decode_type_attribute(walker, attr):
+    try:
+        return walker.decode_type(walker.ir.TypeAttr(attr).value)
+    except Unimplemented:
         return A.OpaqueAttribute(str(attr))
+
+
+def _decode_unit(walker, attr):
+    return True
+
+
+def _decode_opaque(walker, attr):
+    return A.OpaqueAttribute(str(attr))
+
+
+def _decode_dot_dimension_numbers(walker, attr):
+    from jaxlib.mlir.dialects import stablehlo as S
+    a = S.DotDimensionNumbers(attr)
+    return A.DotDimensionNumbers(
+        tuple(a.lhs_batching_dimensions), tuple(a.rhs_batching_dimensions),
+        tuple(a.lhs_contracting_dimensions), tuple(a.rhs_contracting_dimensions))
+
+
+def _decode_conv_dimension_numbers(walker, attr):
+    from jaxlib.mlir.dialects import stablehlo as S
+    a = S.ConvDimensionNumbers(attr)
+    return A.ConvDimensionNumbers(
+        a.input_batch_dimension, a.input_feature_dimension,
+        tuple(a.input_spatial_dimensions), a.kernel_input_feature_dimension,
+        a.kernel_output_feature_dimension, tuple(a.kernel_spatial_dimensions),
+        a.output_batch_dimension, a.output_feature_dimension,
+        tuple(a.output_spatial_dimensions))
+
+
+def _decode_gather_dimension_numbers(walker, attr):
+    from jaxlib.mlir.dialects import stablehlo as S
+    a = S.GatherDimensionNumbers(attr)
+    return A.GatherDimensionNumbers(
+        tuple(a.offset_dims), tuple(a.collapsed_slice_dims),
+        tuple(a.operand_batching_dims), tuple(a.start_indices_batching_dims),
+        tuple(a.start_index_map), a.index_vector_dim)
+
+
+def _decode_scatter_dimension_numbers(walker, attr):
+    from jaxlib.mlir.dialects import stablehlo as S
+    a = S.ScatterDimensionNumbers(attr)
+    return A.ScatterDimensionNumbers(
+        tuple(a.update_window_dims), tuple(a.inserted_window_dims),
+        tuple(a.input_batching_dims), tuple(a.scatter_indices_batching_dims),
+        tuple(a.scattered_dims_to_operand_dims), a.index_vector_dim)
+
+
+def _decode_output_operand_alias(walker, attr):
+    from jaxlib.mlir.dialects import stablehlo as S
+    a = S.OutputOperandAlias(attr)
+    return A.OutputOperandAlias(tuple(a.output_tuple_indices), a.operand_index,
+                                tuple(a.operand_tuple_indices))
 
 
 def _is(obj, cls) -> bool:
