@@ -71,6 +71,18 @@ def test_softmax_reads_the_exponentials_from_the_row_buffer(check_rows, rng):
     check_rows(lambda x: jax.nn.softmax(x, axis=-1), x, stages=3)
 
 
+def test_masked_attention_softmax_after_a_call(check_rows, rng):
+    # The scaled scores go through jnp.where (a private function, outside every program):
+    # the max that reads its result starts a new program rather than joining the scaling.
+    scores = _normal(rng, 2, 4, 64, 64) * 3
+    mask = np.tril(np.ones((64, 64), bool))
+
+    def fn(s, mask):
+        return jax.nn.softmax(jnp.where(mask, s * 0.125, -1e9), axis=-1)
+
+    check_rows(fn, scores, mask, stages=3)
+
+
 def test_rank3_layernorm_with_per_row_outputs(check_rows, rng):
     # Transformer shapes [batch, tokens, features]; the statistics are outputs too (one per
     # row), and a per-row op after the last stage stays outside.

@@ -151,12 +151,12 @@ def find_row_programs(block: Block, fused_op: str) -> list[list[Op]]:
             if current is not None and current.shape == shape and current.stage_can_join(op):
                 current.add_stage(op)
                 continue
-            reads_ours = current is not None and bool(uses & (current.defined | current.tainted))
-            if not reads_ours:
-                close()
-                current = _Program(shape)
-                current.add_stage(op)
-                continue
+            # Starts the next program (it may read this one's values: the programs run in
+            # order, and no member of this one reads anything made after it).
+            close()
+            current = _Program(shape)
+            current.add_stage(op)
+            continue
         elif (current is not None and not uses & current.tainted
               and _per_row_op(op, current.shape)
               and not any(v.id in current.full for v in op.operands)):
