@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
+from types import CodeType
 
 import numpy as np
 
@@ -37,7 +38,8 @@ class Plan:
 
     def __init__(self, name: str, num_slots: int, arg_slots: tuple[int, ...],
                  steps: list[tuple[Kernel, tuple[int, ...], tuple[int, ...], Op]],
-                 result_slots: tuple[int, ...], constants: dict[int, np.ndarray]):
+                 result_slots: tuple[int, ...], constants: dict[int, np.ndarray],
+                 codes: dict[tuple[str, str], CodeType] | None = None):
         self.name = name
         self.num_slots = num_slots
         self.arg_slots = arg_slots
@@ -47,7 +49,7 @@ class Plan:
         self._template = [None] * num_slots
         for slot, value in constants.items():
             self._template[slot] = value
-        self._run, self.source = _generate(name, arg_slots, steps, result_slots, constants)
+        self._run, self.source = _generate(name, arg_slots, steps, result_slots, constants, codes)
 
     def __call__(self, *args):
         return self._run(*args)
@@ -79,6 +81,9 @@ class PlanBuilder:
         self._functions: dict[str, Kernel] = {}
         self._in_progress: set[str] = set()
         self._lowering: list[tuple[Value, ...]] = []  # captures of the ops being lowered
+        # Compiled plan code by (name, source): regions of one shape (the reduce bodies of a
+        # program, ...) generate the same source, compiled once per build.
+        self._codes: dict[tuple[str, str], CodeType] = {}
 
     # -- LoweringContext -------------------------------------------------------------------
     def compile_region(self, region: Region) -> Kernel:
@@ -173,7 +178,7 @@ class PlanBuilder:
             steps.append((kernel, ins, outs, op))
         used = {i for _, ins, _, _ in steps for i in ins} | set(result_slots)
         constants = {slot: v for slot, v in constants.items() if slot in used}
-        return _PLAN(name, len(slots), arg_slots, steps, result_slots, constants)
+        return _PLAN(name, len(slots), arg_slots, steps, result_slots, constants, self._codes)
 
     @staticmethod
     def _outer_slot(slot_of: Callable[[Value], int], value: Value) -> int:
@@ -209,8 +214,9 @@ def _fold(kernel: Kernel, inputs: list) -> tuple | None:
     return results
 
 
-def _generate(name, arg_slots, steps, result_slots, constants):
-    """Straight-line Python for a plan: ``(function, source)``."""
+def _generate(name, arg_slots, steps, result_slots, constants, codes=None):
+    """Straight-line Python for a plan: ``(function, source)``. ``codes`` keeps compiled code
+    by (name, source) for reuse; the kernels and constants are bound per plan (``namespace``)."""
     names: dict[int, str] = {slot: f"c{slot}" for slot in constants}
     namespace: dict[str, object] = {f"c{slot}": value for slot, value in constants.items()}
     for slot in arg_slots:
@@ -242,7 +248,11 @@ def _generate(name, arg_slots, steps, result_slots, constants):
     results = ", ".join(names[s] for s in result_slots)
     lines.append(f"    return ({results}{',' if len(result_slots) == 1 else ''})")
     source = "\n".join(lines) + "\n"
-    code = compile(source, f"<pjrtkit plan {name}>", "exec")
+    code = codes.get((name, source)) if codes is not None else None
+    if code is None:
+        code = compile(source, f"<pjrtkit plan {name}>", "exec")
+        if codes is not None:
+            codes[(name, source)] = code
     exec(code, namespace)  # noqa: S102 - our own generated code, no user input in it
     return namespace["run"], source
 
