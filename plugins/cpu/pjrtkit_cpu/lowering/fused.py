@@ -2,10 +2,14 @@
 ``pjrtkit_cpu.fusion``)."""
 from __future__ import annotations
 
+import logging
+
 from pjrtkit_cpu.fusion import rows
 from pjrtkit_cpu.fusion.kernel import FusedKernel, stage_parts
 from pjrtkit_cpu.fusion.rewrite import FUSED_OP
 from pjrtkit_cpu.lowering.registry import RULES
+
+log = logging.getLogger(__name__)
 
 
 @RULES.register(FUSED_OP)
@@ -18,5 +22,10 @@ def lower_fused_elementwise(op, ctx):
 def lower_fused_rows(op, ctx):
     # The row kernel is queued first; the region (its stages as separate fused loops, which
     # queue their own compiles) runs until it is ready.
-    source = rows.kernel_source(op, FUSED_OP, stage_parts)
+    try:
+        source = rows.kernel_source(op, FUSED_OP, stage_parts)
+    except Exception:  # a program the generator cannot handle: its separate loops only
+        log.warning("pjrtkit_cpu: no row kernel for %s; its fused loops run separately",
+                    op.describe(), exc_info=True)
+        return ctx.compile_region(op.regions[0])
     return rows.RowKernel(op, None, source).with_fallback(ctx.compile_region(op.regions[0]))
