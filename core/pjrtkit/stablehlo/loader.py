@@ -146,13 +146,12 @@ class _Walker:
         raise Unimplemented(f"type {text} is not supported")
 
     def value(self, mlir_value) -> Value:
-        try:
-            return self.values[mlir_value]
-        except KeyError:
+        v = self.values.get(mlir_value)
+        if v is None:  # first sight (most values: the definition comes before the uses)
             v = Value(self.next_id, self.decode_type(mlir_value.type))
             self.next_id += 1
             self.values[mlir_value] = v
-            return v
+        return v
 
     def location(self, location) -> str:
         key = location.attr
@@ -207,26 +206,30 @@ class _Walker:
         return Region([self.block(b) for b in region.blocks])
 
     def block(self, block) -> Block:
-        args = tuple(self.value(a) for a in block.arguments)
-        return Block(args, [self.op(op) for op in block.operations])
+        args = tuple([self.value(a) for a in block.arguments])
+        op = self.op
+        return Block(args, [op(o) for o in block.operations])
 
     def op(self, op) -> Op:
         o = op.operation
-        return Op(
-            name=o.name,
-            operands=tuple(self.value(v) for v in o.operands),
-            results=tuple(self.value(v) for v in o.results),
-            attributes=self.attributes(o.attributes),
-            regions=tuple(self.region(r) for r in o.regions),
-            location=self.location(o.location),
-        )
+        value = self.value
+        # in this order: value ids are handed out operands, results, then region arguments
+        operands = tuple([value(v) for v in o.operands])
+        results = tuple([value(v) for v in o.results])
+        attributes = self.attributes(o.attributes)
+        regions = o.regions
+        return Op(o.name, operands, results, attributes,
+                  tuple([self.region(r) for r in regions]) if len(regions) else (),
+                  self.location(o.location))
 
     # -- attributes -----------------------------------------------------------------------------
     def attributes(self, attrs) -> dict[str, Any]:
         out = {}
+        decoder_for = self.decoders.decoder_for
         for i in range(len(attrs)):
             named = attrs[i]
-            out[named.name] = self.attribute(named.attr)
+            attr = named.attr
+            out[named.name] = decoder_for(attr)(self, attr)
         return out
 
     def attribute(self, attr) -> Any:
