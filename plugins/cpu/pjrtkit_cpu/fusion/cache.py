@@ -55,6 +55,23 @@ def compile_async(source: str, signature: list[tuple[np.dtype, int, bool]]
     return future
 
 
+class BackgroundCompiled:
+    """Base of the kernels that run a fallback until their Numba function is compiled in the
+    background: ``_fast`` is None until the compile of ``_compile_in_background`` succeeds
+    (and stays None if it fails, so the fallback keeps serving); ``future`` is the compile."""
+
+    __slots__ = ("_fast", "future")
+
+    def _compile_in_background(self, source: str, signature) -> None:
+        self._fast = None
+        self.future = compile_async(source, signature)
+        self.future.add_done_callback(self._ready)
+
+    def _ready(self, future: concurrent.futures.Future) -> None:
+        if future.exception() is None:
+            self._fast = future.result()
+
+
 def _prepare_background_compiles() -> None:
     """Load every shared library before the compile thread starts (once per process, ~0.15 s).
 

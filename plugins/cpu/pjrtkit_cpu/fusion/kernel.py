@@ -1,7 +1,6 @@
 """The run-time kernel of a fused group: the unfused plan until the Numba loop is ready."""
 from __future__ import annotations
 
-import concurrent.futures
 
 import numpy as np
 
@@ -61,16 +60,15 @@ def stage_parts(op: Op, tag: str = ""):
     return kinds, body, results, input_locals, reductions
 
 
-class FusedKernel:
+class FusedKernel(cache.BackgroundCompiled):
     """Calls the fused loop once compiled, the unfused plan of the region before (or if the
     compile failed, or an input cannot be passed as a contiguous array)."""
 
-    __slots__ = ("_fallback", "_fast", "_prepare", "_outputs", "_shape", "future")
+    __slots__ = ("_fallback", "_prepare", "_outputs", "_shape")
     # _outputs: (dtype, shape, size) per result: the group's shape, or a reduced one
 
     def __init__(self, op: Op, fallback):
         self._fallback = fallback
-        self._fast = None
         shape = tuple(op.attributes["shape"])
         self._shape = shape
         self._outputs = tuple((v.type.dtype, v.type.shape, int(np.prod(v.type.shape)))
@@ -82,12 +80,7 @@ class FusedKernel:
         for (kind, _), v in zip(op.attributes["input_kinds"], op.operands):
             signature.append((v.type.dtype, 1, True))
         signature += [(dtype, 1, False) for dtype, _, _ in self._outputs]
-        self.future = cache.compile_async(kernel_source(op), signature)
-        self.future.add_done_callback(self._ready)
-
-    def _ready(self, future: concurrent.futures.Future) -> None:
-        if future.exception() is None:
-            self._fast = future.result()
+        self._compile_in_background(kernel_source(op), signature)
 
     def __call__(self, *args):
         fast = self._fast

@@ -26,7 +26,6 @@ locals. Per-op semantics and the row reductions are those of ``codegen``/``rowre
 """
 from __future__ import annotations
 
-import concurrent.futures
 import dataclasses
 import os
 
@@ -354,29 +353,23 @@ def kernel_source(op: Op, fused_op: str, stage_parts) -> str:
     return "\n".join(lines) + "\n"
 
 
-class RowKernel:
+class RowKernel(cache.BackgroundCompiled):
     """Calls the row kernel once compiled, the fallback plan of the region before (or if the
     compile failed)."""
 
-    __slots__ = ("_fallback", "_fast", "_outputs", "future")
+    __slots__ = ("_fallback", "_outputs")
 
     def __init__(self, op: Op, fallback, source: str):
         self._fallback = fallback  # (None until with_fallback: the compile is queued first)
-        self._fast = None
         self._outputs = tuple((v.type.dtype, v.type.shape, _flat(v.type.shape))
                               for v in op.results)
         signature = [(v.type.dtype, 1, True) for v in op.operands]
         signature += [(dtype, 1, False) for dtype, _, _ in self._outputs]
-        self.future = cache.compile_async(source, signature)
-        self.future.add_done_callback(self._ready)
+        self._compile_in_background(source, signature)
 
     def with_fallback(self, fallback) -> RowKernel:
         self._fallback = fallback
         return self
-
-    def _ready(self, future: concurrent.futures.Future) -> None:
-        if future.exception() is None:
-            self._fast = future.result()
 
     def __call__(self, *args):
         fast = self._fast

@@ -14,7 +14,6 @@ Anything unsupported leaves the interpreted loop alone. ``STATS`` counts calls o
 """
 from __future__ import annotations
 
-import concurrent.futures
 import logging
 import os
 
@@ -138,22 +137,16 @@ class LoopSpec:
         return temps + staged + copies + assigns
 
 
-class NativeLoopKernel:
+class NativeLoopKernel(cache.BackgroundCompiled):
     """The while kernel: the native loop once compiled, the interpreted one before (or if the
     compile failed)."""
 
-    __slots__ = ("_spec", "_interpreted", "_fast", "future")
+    __slots__ = ("_spec", "_interpreted")
 
     def __init__(self, spec: LoopSpec, interpreted):
         self._spec = spec
         self._interpreted = interpreted
-        self._fast = None
-        self.future = cache.compile_async(spec.source, spec.signature)
-        self.future.add_done_callback(self._ready)
-
-    def _ready(self, future: concurrent.futures.Future) -> None:
-        if future.exception() is None:
-            self._fast = future.result()
+        self._compile_in_background(spec.source, spec.signature)
 
     def __call__(self, *args):
         fast = self._fast
