@@ -59,24 +59,3 @@ class Scratch:
             yield self._buffers
         finally:
             self._lock.release()
-
-
-def placement(shape, dilation, padding):
-    """Where x lands in its dilated and padded (or cropped) copy.
-
-    Returns (padded shape, destination slices, source slices): ``out[dst] = x[src]``.
-    """
-    out_shape = tuple(max((n - 1) * d + 1, 0) + lo + hi
-                      for n, d, (lo, hi) in zip(shape, dilation, padding))
-    dst, src = [], []
-    for n, d, (lo, hi), size in zip(shape, dilation, padding, out_shape):
-        # Element i of x lands at lo + i * d; keep those that fall inside [0, size).
-        first = 0 if lo >= 0 else -(lo // d)
-        last = n - 1
-        while last >= first and lo + last * d >= size:
-            last -= 1
-        count = max(last - first + 1, 0)
-        src.append(slice(first, first + count))
-        start = lo + first * d
-        dst.append(slice(start, start + (count - 1) * d + 1 if count else start, d))
-    return out_shape, tuple(dst), tuple(src)

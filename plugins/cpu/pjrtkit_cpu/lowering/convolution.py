@@ -20,7 +20,8 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from pjrtkit_cpu import blas
-from pjrtkit_cpu.lowering.conv_scratch import Scratch, placement
+from pjrtkit_cpu.lowering.conv_scratch import Scratch
+from pjrtkit_cpu.lowering.reduce import placement
 from pjrtkit_cpu.lowering.registry import RULES
 
 _LOW_PRECISION = (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))

@@ -194,15 +194,16 @@ def padded_shape(shape, base_dil, padding):
                  for n, d, (lo, hi) in zip(shape, base_dil, padding))
 
 
-def make_padder(shape, base_dil, padding):
-    """A function (x, fill) -> x dilated by ``base_dil`` and padded (or cropped) by ``padding``."""
-    if all(d == 1 for d in base_dil) and all(p == (0, 0) for p in padding):
-        return lambda x, fill: x
-    out_shape = padded_shape(shape, base_dil, padding)
+def placement(shape, dilation, padding):
+    """Where x lands in its dilated and padded (or cropped) copy.
+
+    Returns (padded shape, destination slices, source slices): ``out[dst] = x[src]``.
+    """
+    out_shape = padded_shape(shape, dilation, padding)
     dst, src = [], []
-    for n, d, (lo, hi), size in zip(shape, base_dil, padding, out_shape):
+    for n, d, (lo, hi), size in zip(shape, dilation, padding, out_shape):
         # Element i of x lands at lo + i * d; keep those that fall inside [0, size).
-        first = 0 if lo >= 0 else -(-(-lo) // d)
+        first = 0 if lo >= 0 else -(lo // d)
         last = n - 1
         while last >= first and lo + last * d >= size:
             last -= 1
@@ -210,7 +211,14 @@ def make_padder(shape, base_dil, padding):
         src.append(slice(first, first + count))
         start = lo + first * d
         dst.append(slice(start, start + (count - 1) * d + 1 if count else start, d))
-    dst, src = tuple(dst), tuple(src)
+    return out_shape, tuple(dst), tuple(src)
+
+
+def make_padder(shape, base_dil, padding):
+    """A function (x, fill) -> x dilated by ``base_dil`` and padded (or cropped) by ``padding``."""
+    if all(d == 1 for d in base_dil) and all(p == (0, 0) for p in padding):
+        return lambda x, fill: x
+    out_shape, dst, src = placement(shape, base_dil, padding)
 
     def pad(x, fill):
         out = np.full(out_shape, fill, dtype=x.dtype)
