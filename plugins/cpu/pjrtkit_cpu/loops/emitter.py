@@ -80,6 +80,11 @@ class Val:
         """The element at flat ``index`` as an expression."""
         return f"{self.expr}[{index}]" if self.kind == "array" else self.expr
 
+    @staticmethod
+    def uniform(expr: str, t: TensorType) -> Val:
+        """One scalar ``expr`` standing for every element of a value of type ``t``."""
+        return Val("scalar" if not t.shape else "splat", expr, t.shape, t.dtype)
+
 
 def tensor_type(value: Value) -> TensorType:
     t = value.type

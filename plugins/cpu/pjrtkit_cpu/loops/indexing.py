@@ -61,8 +61,7 @@ def dynamic_slice(src: LoopSource, op: Op, lines: list[str]) -> None:
     x = src.get(op.operands[0])
     sizes = tuple(op.attributes["slice_sizes"])
     if x.kind != "array":
-        src.bind(op.results[0], Val("scalar" if not t.shape else "splat", x.expr, t.shape,
-                                    t.dtype))
+        src.bind(op.results[0], Val.uniform(x.expr, t))
         return
     starts = _clamped_starts(src, op, 1, x.shape, sizes, lines)
     if not t.shape:

@@ -54,8 +54,7 @@ def elementwise(src: LoopSource, op: Op, lines: list[str]) -> None:
     if all(o.kind != "array" for o in operands):
         body = _element_lines(op, [o.expr for o in operands], result)
         lines.extend(body)
-        src.bind(op.results[0], Val("scalar" if not t.shape else "splat", result, t.shape,
-                                    t.dtype))
+        src.bind(op.results[0], Val.uniform(result, t))
         return
     out = src.buffer(t.shape, t.dtype)
     names = []

@@ -14,12 +14,33 @@ from pjrtkit_cpu.loops.emitter import (I, LoopSource, Val, contiguous, literal, 
 from pjrtkit_cpu.loops.indexing import box
 
 
+def _gather(src: LoopSource, x: Val, t, base: int, step_of: list[int],
+            lines: list[str]) -> Val:
+    """A buffer of type ``t`` holding x[base + sum(i_d * step_of[d])] in row-major order
+    (a step of 0 repeats the element: broadcasting)."""
+    out = src.buffer(t.shape, t.dtype)
+    counter = src.name("o")
+    lines.append(f"{counter} = 0")
+    indent = ""
+    terms = [str(base)] if base else []
+    for d, size in enumerate(t.shape):
+        if size == 1:
+            continue
+        index = src.name("i")
+        lines.append(f"{indent}for {index} in range({size}):")
+        indent += I
+        if step_of[d]:
+            terms.append(f"{index} * {step_of[d]}")
+    lines.append(f"{indent}{out}[{counter}] = {x.expr}[{' + '.join(terms) or '0'}]")
+    lines.append(f"{indent}{counter} += 1")
+    return Val("array", out, t.shape, t.dtype)
+
+
 def broadcast_in_dim(src: LoopSource, op: Op, lines: list[str]) -> None:
     t = tensor_type(op.results[0])
     x = src.get(op.operands[0])
     if x.kind != "array":
-        src.bind(op.results[0], Val("scalar" if not t.shape else "splat", x.expr, t.shape,
-                                    t.dtype))
+        src.bind(op.results[0], Val.uniform(x.expr, t))
         return
     dims = tuple(op.attributes["broadcast_dimensions"])
     if x.size == t.size and list(dims) == sorted(dims):
@@ -30,30 +51,14 @@ def broadcast_in_dim(src: LoopSource, op: Op, lines: list[str]) -> None:
     for src_dim, dst_dim in enumerate(dims):
         if x.shape[src_dim] != 1:
             stride_of[dst_dim] = in_strides[src_dim]
-    out = src.buffer(t.shape, t.dtype)
-    counter = src.name("o")
-    lines.append(f"{counter} = 0")
-    indent = ""
-    terms = []
-    for d, size in enumerate(t.shape):
-        if size == 1:
-            continue
-        index = src.name("i")
-        lines.append(f"{indent}for {index} in range({size}):")
-        indent += I
-        if stride_of[d]:
-            terms.append(f"{index} * {stride_of[d]}")
-    lines.append(f"{indent}{out}[{counter}] = {x.expr}[{' + '.join(terms) or '0'}]")
-    lines.append(f"{indent}{counter} += 1")
-    src.bind(op.results[0], Val("array", out, t.shape, t.dtype))
+    src.bind(op.results[0], _gather(src, x, t, 0, stride_of, lines))
 
 
 def reshape(src: LoopSource, op: Op, lines: list[str]) -> None:
     t = tensor_type(op.results[0])
     x = src.get(op.operands[0])
     if x.kind != "array":
-        src.bind(op.results[0], Val("scalar" if not t.shape else "splat", x.expr, t.shape,
-                                    t.dtype))
+        src.bind(op.results[0], Val.uniform(x.expr, t))
     elif not t.shape:
         name = src.name("s")
         lines.append(f"{name} = {x.expr}[0]")
@@ -72,8 +77,7 @@ def iota(src: LoopSource, op: Op, lines: list[str]) -> None:
     shape[dim] = t.shape[dim]
     value = np.ascontiguousarray(np.broadcast_to(line.reshape(shape), t.shape))
     if value.size == 1:
-        src.bind(op.results[0], Val("scalar" if not t.shape else "splat",
-                                    literal(value.reshape(-1)[0], t.dtype), t.shape, t.dtype))
+        src.bind(op.results[0], Val.uniform(literal(value.reshape(-1)[0], t.dtype), t))
         return
     src.bind(op.results[0], Val("array", src.constant(value, t.dtype), t.shape, t.dtype))
     src.invariant.add(op.results[0].id)
@@ -83,8 +87,7 @@ def slice_(src: LoopSource, op: Op, lines: list[str]) -> None:
     t = tensor_type(op.results[0])
     x = src.get(op.operands[0])
     if x.kind != "array":
-        src.bind(op.results[0], Val("scalar" if not t.shape else "splat", x.expr, t.shape,
-                                    t.dtype))
+        src.bind(op.results[0], Val.uniform(x.expr, t))
         return
     starts = list(op.attributes["start_indices"])
     steps = list(op.attributes["strides"])
@@ -100,29 +103,15 @@ def slice_(src: LoopSource, op: Op, lines: list[str]) -> None:
         lines.append(f"{view} = {x.expr}[{base}:{base + t.size}]")
         src.bind(op.results[0], src.alias(x, t.shape, view))
         return
-    out = src.buffer(t.shape, t.dtype)
-    counter = src.name("o")
-    lines.append(f"{counter} = 0")
-    indent = ""
-    terms = [str(base)]
-    for d, size in enumerate(t.shape):
-        if size == 1:
-            continue
-        index = src.name("i")
-        lines.append(f"{indent}for {index} in range({size}):")
-        indent += I
-        terms.append(f"{index} * {layout[d] * steps[d]}")
-    lines.append(f"{indent}{out}[{counter}] = {x.expr}[{' + '.join(terms)}]")
-    lines.append(f"{indent}{counter} += 1")
-    src.bind(op.results[0], Val("array", out, t.shape, t.dtype))
+    step_of = [layout[d] * steps[d] for d in range(len(t.shape))]
+    src.bind(op.results[0], _gather(src, x, t, base, step_of, lines))
 
 
 def transpose(src: LoopSource, op: Op, lines: list[str]) -> None:
     t = tensor_type(op.results[0])
     x = src.get(op.operands[0])
     if x.kind != "array":
-        src.bind(op.results[0], Val("scalar" if not t.shape else "splat", x.expr, t.shape,
-                                    t.dtype))
+        src.bind(op.results[0], Val.uniform(x.expr, t))
         return
     invariant = op.operands[0].id in src.invariant
     out = permuted(src, x, list(op.attributes["permutation"]), invariant, lines)
