@@ -199,7 +199,9 @@ def make_transformer(size: str):
         B, T, D = x.shape
         h = layernorm(x, p["ln1_g"], p["ln1_b"])
         q, k, v = jnp.split(h @ p["wqkv"], 3, axis=-1)
-        split = lambda t: t.reshape(B, T, heads, D // heads).transpose(0, 2, 1, 3)
+        def split(t):
+            return t.reshape(B, T, heads, D // heads).transpose(0, 2, 1, 3)
+
         q, k, v = split(q), split(k), split(v)
         scores = q @ k.transpose(0, 1, 3, 2) / np.sqrt(D // heads).astype(np.float32)
         mask = jnp.tril(jnp.ones((T, T), bool))

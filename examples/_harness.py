@@ -183,7 +183,7 @@ def run(experiment: Experiment, backend: str, *, out=sys.stdout) -> int:
     for step, batch in enumerate(experiment.batches, start=1):
         try:
             losses = [side.step(train_step, batch) for side in (tested, reference)]
-        except Exception as e:  # a backend failed: say where (the traceback goes to stderr)
+        except Exception as e:  # noqa: BLE001 - a backend failed: say where (traceback on stderr)
             traceback.print_exc()
             side = tested if tested.steps_done < step else reference
             problems.append(f"step {step} on {side.label} raised {type(e).__name__}: {e}")

@@ -53,6 +53,20 @@ def test_handle_less_functions_reach_their_own_backend(table, other_table):
         assert names == set(backend.attributes)
 
 
+def named_value(nv):
+    """The Python value of one PJRT_NamedValue."""
+    if nv.type == lib.PJRT_NamedValue_kInt64:
+        return nv.int64_value
+    if nv.type == lib.PJRT_NamedValue_kFloat:
+        return nv.float_value
+    if nv.type == lib.PJRT_NamedValue_kBool:
+        return nv.bool_value
+    if nv.type == lib.PJRT_NamedValue_kString:
+        return ffi.unpack(nv.string_value, nv.value_size).decode()
+    assert nv.type == lib.PJRT_NamedValue_kInt64List, nv.type
+    return ffi.unpack(nv.int64_array_value, nv.value_size)
+
+
 def test_plugin_attributes_values(table):
     args = new_args("PJRT_Plugin_Attributes")
     ok(table, table.PJRT_Plugin_Initialize(new_args("PJRT_Plugin_Initialize")))
@@ -61,13 +75,7 @@ def test_plugin_attributes_values(table):
     for i in range(args.num_attributes):
         nv = args.attributes[i]
         name = ffi.unpack(nv.name, nv.name_size).decode()
-        values[name] = {
-            lib.PJRT_NamedValue_kInt64: lambda: nv.int64_value,
-            lib.PJRT_NamedValue_kFloat: lambda: nv.float_value,
-            lib.PJRT_NamedValue_kBool: lambda: nv.bool_value,
-            lib.PJRT_NamedValue_kString: lambda: ffi.unpack(nv.string_value, nv.value_size).decode(),
-            lib.PJRT_NamedValue_kInt64List: lambda: ffi.unpack(nv.int64_array_value, nv.value_size),
-        }[nv.type]()
+        values[name] = named_value(nv)
     assert values == FAKE.attributes
 
 
