@@ -22,6 +22,17 @@ if TYPE_CHECKING:
 
 Kernel = Callable[..., tuple]
 
+CUSTOM_CALL = "stablehlo.custom_call"
+
+
+def custom_call_rule(target: str) -> str:
+    """The registry key of the rule for ``stablehlo.custom_call`` with ``call_target_name`` target.
+
+    ``@registry.register(custom_call_rule("Qr"))`` implements one custom-call target; a custom
+    call whose target has no such rule goes to the generic ``stablehlo.custom_call`` rule, if any.
+    """
+    return f"{CUSTOM_CALL}@{target}"
+
 
 class LoweringContext(Protocol):
     """What a rule may ask of the compiler while lowering one op."""
@@ -76,6 +87,10 @@ class LoweringRegistry:
         return op_name in self._rules
 
     def lookup(self, op: "Op") -> Rule:
+        if op.name == CUSTOM_CALL:
+            target_rule = self._rules.get(custom_call_rule(op.attributes.get("call_target_name", "")))
+            if target_rule is not None:
+                return target_rule
         try:
             return self._rules[op.name]
         except KeyError:

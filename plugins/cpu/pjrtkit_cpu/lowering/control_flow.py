@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from pjrtkit.lowering.registry import custom_call_rule
 from pjrtkit.stablehlo.ir import Region
 
 from pjrtkit_cpu.loops.inline import inline_calls
@@ -105,9 +106,14 @@ def call(op, ctx):
 
 @RULES.register("stablehlo.custom_call")
 def custom_call(op, ctx):
+    # Targets with a kernel register under custom_call_rule(target); this is everything else.
     target = op.attributes.get("call_target_name", "")
-    if target not in _IDENTITY_TARGETS:
-        raise ctx.unimplemented(op, f"custom_call target '{target}' has no cpu kernel")
+    raise ctx.unimplemented(op, f"custom_call target '{target}' has no cpu kernel")
+
+
+@RULES.register(*(custom_call_rule(target) for target in _IDENTITY_TARGETS))
+def identity_custom_call(op, ctx):
+    target = op.attributes.get("call_target_name", "")
     if [v.type for v in op.operands] != [v.type for v in op.results]:
         raise ctx.unimplemented(op, f"custom_call '{target}' changes types; on a single device "
                                     f"it is expected to be an identity")
