@@ -235,7 +235,8 @@ def _generate(name, arg_slots, steps, result_slots, constants, codes=None):
         try:
             call = f"k{index}({', '.join(names[s] for s in ins)})"
         except KeyError as exc:
-            raise Internal(f"plan {name}: step {index} reads slot {exc} before it is defined")
+            raise Internal(f"plan {name}: step {index} reads slot {exc} before it is defined") \
+                from None
         for slot in outs:
             names[slot] = f"v{slot}"
         targets = ", ".join(names[s] for s in outs)
