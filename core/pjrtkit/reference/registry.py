@@ -4,6 +4,7 @@ import ml_dtypes
 import numpy as np
 
 from pjrtkit.lowering.registry import LoweringRegistry
+from pjrtkit.reference.payloads import NUMPY_PAYLOADS
 
 # The dtypes the reference kernels implement (as TensorType.dtype spells them).
 REFERENCE_DTYPES = tuple(np.dtype(d) for d in (
@@ -11,4 +12,4 @@ REFERENCE_DTYPES = tuple(np.dtype(d) for d in (
     np.float16, ml_dtypes.bfloat16, np.float32, np.float64,
 ))
 
-REFERENCE = LoweringRegistry("reference", dtypes=REFERENCE_DTYPES)
+REFERENCE = LoweringRegistry("reference", dtypes=REFERENCE_DTYPES, payloads=NUMPY_PAYLOADS)

@@ -1,4 +1,4 @@
-"""Structural ops: constants, iota, broadcast, reshape, transpose, slicing, padding, concat.
+"""Structural ops: iota, broadcast, reshape, transpose, slicing, padding, concat.
 
 Every index expression (slices, permutations, pad placement) is worked out in the rule, so a
 kernel is one NumPy indexing call. Results that are pure re-indexings of an input are returned
@@ -11,29 +11,12 @@ import math
 
 import numpy as np
 
+from pjrtkit.reference.payloads import frozen
 from pjrtkit.reference.registry import REFERENCE
 
 
 def _result_type(op, i: int = 0):
     return op.results[i].type
-
-
-def _frozen(array: np.ndarray) -> np.ndarray:
-    array.flags.writeable = False
-    return array
-
-
-@REFERENCE.register("stablehlo.constant")
-def constant(op, ctx):
-    # The plan builder runs this once at build time and keeps the value for every call.
-    rtype = _result_type(op)
-    value = np.asarray(op.attributes["value"])
-    value = _frozen(np.array(np.broadcast_to(value, rtype.shape), dtype=rtype.dtype))
-
-    def kernel():
-        return (value,)
-
-    return kernel
 
 
 @REFERENCE.register("stablehlo.iota")
@@ -45,7 +28,7 @@ def iota(op, ctx):
     # Integer iota wraps in narrow types (astype from int64 does exactly that); float iota
     # rounds each index once, as XLA's convert does.
     line = np.arange(rtype.shape[dim], dtype=np.int64).astype(rtype.dtype).reshape(view_shape)
-    value = _frozen(np.ascontiguousarray(np.broadcast_to(line, rtype.shape)))
+    value = frozen(np.ascontiguousarray(np.broadcast_to(line, rtype.shape)))
 
     def kernel():
         return (value,)
