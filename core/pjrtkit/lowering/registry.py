@@ -68,6 +68,10 @@ class LoweringRegistry:
         self.backend = backend
         self._rules: dict[str, Rule] = dict(rules or {})
         self.dtypes = frozenset(dtypes)
+        scalar_types = [d for d in self.dtypes if isinstance(d, type)]
+        if scalar_types:  # np.float32 hashes unlike np.dtype(np.float32): it would never match
+            raise TypeError(f"{backend}: dtypes must be dtype objects as TensorType.dtype spells "
+                            f"them (np.dtype(np.float32)), not scalar types: {scalar_types}")
         self.payloads = payloads if payloads is not None else Payloads()
 
     def register(self, *op_names: str) -> Callable[[Rule], Rule]:
