@@ -24,7 +24,10 @@ import opaque_backend  # noqa: E402  (found through the path above, like the sub
 
 
 def scale_and_shift(x):
-    return x * 2.0 + jnp.arange(3.0)
+    # The dtype is spelled out because the cpu plugin's tests turn on jax_enable_x64 for the
+    # whole session, where jnp.arange(3.0) alone would be float64 (the subprocess below runs
+    # the plain ``x * 2.0 + jnp.arange(3.)`` with JAX's defaults).
+    return x * 2.0 + jnp.arange(3.0, dtype=x.dtype)
 
 
 X = np.array([0.5, -1.25, 3.1], np.float32)
