@@ -4,22 +4,30 @@ A plan is a flat list of steps ``(kernel, operand slots, result slots)`` over a 
 slots. Building it walks the IR once and runs every rule; running it touches only kernels and
 arrays, never MLIR or IR decoding. Regions (reduce bodies, while/if/case branches) and called
 functions become nested plans through the same builder.
+
+The builder never looks inside a payload (it imports no NumPy): constants are made by the
+backend (``registry.payloads.make_constant``), constant subexpressions are folded by running
+the backend's own kernels on its own payloads (``payloads.fold``, which may decline), and
+``PJRTKIT_CHECK_KERNELS`` reads results through ``payloads.describe``. See
+``pjrtkit.lowering.payloads``.
 """
 from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
 from types import CodeType
-
-import numpy as np
+from typing import Any
 
 from pjrtkit import profiling
 from pjrtkit.errors import Internal, PjrtError, Unimplemented
-from pjrtkit.lowering.registry import Kernel, LoweringRegistry
+from pjrtkit.lowering.payloads import Payloads
+from pjrtkit.lowering.registry import Kernel, LoweringContext, LoweringRegistry
 from pjrtkit.stablehlo.ir import Block, Op, Program, Region, TensorType, Value
 
 # Terminators hand their operands back to the caller of the block instead of running a kernel.
 TERMINATORS = frozenset({"stablehlo.return", "func.return", "sdy.return"})
+# Constants are not rules: the backend's payloads make them (``Payloads.make_constant``).
+CONSTANT = "stablehlo.constant"
 
 _CHECK_KERNELS = os.environ.get("PJRTKIT_CHECK_KERNELS", "") not in ("", "0")
 
@@ -38,7 +46,7 @@ class Plan:
 
     def __init__(self, name: str, num_slots: int, arg_slots: tuple[int, ...],
                  steps: list[tuple[Kernel, tuple[int, ...], tuple[int, ...], Op]],
-                 result_slots: tuple[int, ...], constants: dict[int, np.ndarray],
+                 result_slots: tuple[int, ...], constants: dict[int, Any],
                  codes: dict[tuple[str, str], CodeType] | None = None):
         self.name = name
         self.num_slots = num_slots
@@ -78,6 +86,7 @@ class PlanBuilder:
         self.program = program
         self.registry = registry
         self.backend = registry.backend
+        self.payloads = registry.payloads
         self._functions: dict[str, Kernel] = {}
         self._in_progress: set[str] = set()
         self._lowering: list[tuple[Value, ...]] = []  # captures of the ops being lowered
@@ -147,14 +156,14 @@ class PlanBuilder:
 
         arg_slots = tuple(slot_of(v) for v in (*block.arguments, *captures))
         steps = []
-        constants: dict[int, np.ndarray] = {}
+        constants: dict[int, Any] = {}
         result_slots: tuple[int, ...] = ()
         for op in block.ops:
             if op.name in TERMINATORS:
                 result_slots = tuple(self._outer_slot(slot_of, v) for v in op.operands)
                 break
             self.check_dtypes(op)
-            rule = self.registry.lookup(op)
+            rule = _constant_rule if op.name == CONSTANT else self.registry.lookup(op)
             op_captures = self.captures(op) if op.regions else ()
             self._lowering.append(op_captures)
             try:
@@ -169,9 +178,9 @@ class PlanBuilder:
             ins = tuple(slot_of(v) for v in (*op.operands, *op_captures))
             outs = tuple(slot_of(v) for v in op.results)
             if _CHECK_KERNELS:
-                kernel = _checked(kernel, op)
+                kernel = _checked(kernel, op, self.payloads)
             if all(i in constants for i in ins) and _foldable(op):
-                folded = _fold(kernel, [constants[i] for i in ins])
+                folded = self.payloads.fold(kernel, [constants[i] for i in ins])
                 if folded is not None:
                     constants.update(zip(outs, folded))
                     continue
@@ -192,26 +201,22 @@ _NOT_FOLDABLE = frozenset({
     "stablehlo.after_all", "stablehlo.create_token", "stablehlo.optimization_barrier",
     "stablehlo.partition_id", "stablehlo.replica_id", "func.call", "stablehlo.composite",
 })
-# Folded values live as long as the plan; larger results are computed at run time instead.
-FOLD_LIMIT_BYTES = 1 << 20
 
 
 def _foldable(op: Op) -> bool:
     return not op.regions and op.name not in _NOT_FOLDABLE
 
 
-def _fold(kernel: Kernel, inputs: list) -> tuple | None:
-    """Run a kernel whose inputs are all constants once, at build time (constant folding):
-    the same kernel on the same inputs, so the same result, without paying for it per call."""
-    with np.errstate(all="ignore"):
-        results = tuple(np.asarray(r) for r in kernel(*inputs))
-    owned = sum(r.nbytes for r in results if r.base is None)
-    if owned > FOLD_LIMIT_BYTES:
-        return None
-    for r in results:
-        if r.flags.writeable:
-            r.flags.writeable = False
-    return results
+def _constant_rule(op: Op, ctx: LoweringContext) -> Kernel:
+    """``stablehlo.constant``: the backend's payload of the value, made once; the kernel (no
+    operands) is folded like any other, so it runs per call only if ``payloads.fold``
+    declines to keep its result."""
+    payload = ctx.payloads.make_constant(op.attributes["value"], op.results[0].type)
+
+    def kernel():
+        return (payload,)
+
+    return kernel
 
 
 def _generate(name, arg_slots, steps, result_slots, constants, codes=None):
@@ -235,7 +240,8 @@ def _generate(name, arg_slots, steps, result_slots, constants, codes=None):
         try:
             call = f"k{index}({', '.join(names[s] for s in ins)})"
         except KeyError as exc:
-            raise Internal(f"plan {name}: step {index} reads slot {exc} before it is defined")
+            raise Internal(f"plan {name}: step {index} reads slot {exc} before it is defined") \
+                from None
         for slot in outs:
             names[slot] = f"v{slot}"
         targets = ", ".join(names[s] for s in outs)
@@ -269,8 +275,9 @@ def _collect_free(regions, defined: set[int], found: dict[int, Value]) -> None:
                 defined.update(v.id for v in op.results)
 
 
-def _checked(kernel: Kernel, op: Op) -> Kernel:
-    """Wrap a kernel so every result is checked against the op's declared types (tests)."""
+def _checked(kernel: Kernel, op: Op, payloads: Payloads) -> Kernel:
+    """Wrap a kernel so every result is checked against the op's declared types (tests),
+    as far as ``payloads.describe`` can tell shape and dtype."""
 
     def run(*args):
         results = kernel(*args)
@@ -278,10 +285,14 @@ def _checked(kernel: Kernel, op: Op) -> Kernel:
             raise Internal(f"kernel for {op.describe()} returned {len(results)} results")
         for value, result in zip(op.results, results):
             if isinstance(value.type, TensorType):
-                arr = np.asarray(result)
-                if arr.shape != value.type.shape or arr.dtype != value.type.dtype:
+                described = payloads.describe(result)
+                if described is None:
+                    continue
+                shape, dtype = described
+                if tuple(shape) != value.type.shape or dtype != value.type.dtype:
+                    name = getattr(dtype, "name", dtype)
                     raise Internal(f"kernel for {op.describe()} returned "
-                                   f"{arr.dtype.name}{list(arr.shape)}, expected {value.type}")
+                                   f"{name}{list(shape)}, expected {value.type}")
         return results
 
     return run
@@ -294,5 +305,5 @@ def build_plan(program: Program, registry: LoweringRegistry,
     return builder.compile_function(function or program.entry)
 
 
-def run_plan(plan: Plan, args: Sequence[np.ndarray]) -> tuple[np.ndarray, ...]:
+def run_plan(plan: Plan, args: Sequence[Any]) -> tuple[Any, ...]:
     return plan(*args)

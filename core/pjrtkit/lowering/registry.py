@@ -5,17 +5,22 @@ returns a *kernel*: a plain callable that takes the operand arrays (positionally
 operand) and returns a tuple with one array per result, of exactly the result's shape and dtype.
 All attribute decoding, shape work and kernel choice happen in the rule, never in the kernel.
 
-A backend builds its registry from a base by merging (``base.merged({...})``), not by if-chains.
+A backend builds its registry from a base by merging (``base.merged({...})``), not by if-chains;
+the usual base is ``pjrtkit.reference.REFERENCE``, XLA's semantics as NumPy rules.
 A missing rule is an UNIMPLEMENTED error at compile time that names the op and the backend.
+
+Kernels take and return the backend's *payloads*, whatever they are (NumPy arrays for the
+reference rules, device pointers for a GPU backend); the registry's ``payloads``
+(``pjrtkit.lowering.payloads.Payloads``) tells the plan builder how to make constants, fold
+constant subexpressions and describe results. Nothing here imports NumPy.
 """
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
-import numpy as np
-
 from pjrtkit.errors import Unimplemented
+from pjrtkit.lowering.payloads import Payloads
 
 if TYPE_CHECKING:
     from pjrtkit.stablehlo.ir import Op, Program, Region
@@ -39,6 +44,7 @@ class LoweringContext(Protocol):
 
     backend: str
     program: "Program"
+    payloads: Payloads
 
     def compile_region(self, region: "Region") -> Kernel:
         """Lower a region (e.g. a reduce body, a while cond) to a kernel taking the block
@@ -55,13 +61,29 @@ Rule = Callable[["Op", LoweringContext], Kernel]
 
 
 class LoweringRegistry:
-    """Rules keyed by op name plus the dtypes a backend's kernels accept."""
+    """Rules keyed by op name, the dtypes a backend's kernels accept, and how its payloads are
+    handled at build time.
+
+    Args:
+        backend: the name errors give (the platform name).
+        rules: op name -> rule.
+        dtypes: the dtypes the kernels accept, as ``TensorType.dtype`` spells them (NumPy
+            dtype objects, not scalar types such as ``np.float32``); empty: every dtype is
+            left to the rules.
+        payloads: the backend's ``Payloads`` (constants, folding, checks); default: constants
+            unsupported, folding by running the kernels, results unchecked.
+    """
 
     def __init__(self, backend: str, rules: Mapping[str, Rule] | None = None,
-                 dtypes: Iterable[Any] = ()):
+                 dtypes: Iterable[Any] = (), payloads: Payloads | None = None):
         self.backend = backend
         self._rules: dict[str, Rule] = dict(rules or {})
-        self.dtypes = frozenset(np.dtype(d) for d in dtypes)
+        self.dtypes = frozenset(dtypes)
+        scalar_types = [d for d in self.dtypes if isinstance(d, type)]
+        if scalar_types:  # np.float32 hashes unlike np.dtype(np.float32): it would never match
+            raise TypeError(f"{backend}: dtypes must be dtype objects as TensorType.dtype spells "
+                            f"them (np.dtype(np.float32)), not scalar types: {scalar_types}")
+        self.payloads = payloads if payloads is not None else Payloads()
 
     def register(self, *op_names: str) -> Callable[[Rule], Rule]:
         """Decorator: ``@registry.register("stablehlo.add")`` on a rule."""
@@ -74,10 +96,13 @@ class LoweringRegistry:
         return decorate
 
     def merged(self, overrides: Mapping[str, Rule], *, backend: str | None = None,
-               dtypes: Iterable[Any] | None = None) -> "LoweringRegistry":
-        """A new registry: these rules with ``overrides`` on top (``{**base, **overrides}``)."""
+               dtypes: Iterable[Any] | None = None,
+               payloads: Payloads | None = None) -> "LoweringRegistry":
+        """A new registry: these rules with ``overrides`` on top (``{**base, **overrides}``);
+        ``backend``, ``dtypes`` and ``payloads`` are this registry's unless given."""
         return LoweringRegistry(backend or self.backend, {**self._rules, **overrides},
-                                self.dtypes if dtypes is None else dtypes)
+                                self.dtypes if dtypes is None else dtypes,
+                                self.payloads if payloads is None else payloads)
 
     @property
     def rules(self) -> Mapping[str, Rule]:

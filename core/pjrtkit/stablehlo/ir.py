@@ -10,9 +10,10 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
+if TYPE_CHECKING:  # dtypes are NumPy's, but the records need no NumPy (pjrtkit.lowering uses them)
+    import numpy as np
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,7 +32,8 @@ class TensorType:
         return int(math.prod(self.shape))
 
     def __str__(self) -> str:
-        return f"tensor<{'x'.join(map(str, self.shape))}{'x' if self.shape else ''}{self.dtype.name}>"
+        dims = "".join(f"{d}x" for d in self.shape)
+        return f"tensor<{dims}{self.dtype.name}>"
 
 
 @dataclasses.dataclass(frozen=True)

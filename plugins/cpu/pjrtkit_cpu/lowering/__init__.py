@@ -1,4 +1,5 @@
-"""The cpu backend's lowering rules. Importing this package registers every rule in ``RULES``."""
+"""The cpu backend's lowering rules: the reference rule set (``pjrtkit.reference``) with the cpu's
+own rules on top. Importing this package registers every cpu rule in ``RULES``."""
 import importlib
 import pkgutil
 

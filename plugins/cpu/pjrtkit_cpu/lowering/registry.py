@@ -1,12 +1,8 @@
-"""The cpu backend's lowering registry; every rule module registers into ``RULES``."""
-import ml_dtypes
-import numpy as np
+"""The cpu backend's lowering registry: the reference rule set (``pjrtkit.reference``) with the
+cpu's own rules on top, which every module of this package registers into ``RULES``."""
+from pjrtkit.reference import REFERENCE, REFERENCE_DTYPES
 
-from pjrtkit.lowering.registry import LoweringRegistry
+# The cpu kernels are the reference kernels (plus overrides of the same semantics).
+CPU_DTYPES = REFERENCE_DTYPES
 
-CPU_DTYPES = (
-    np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64,
-    np.float16, ml_dtypes.bfloat16, np.float32, np.float64,
-)
-
-RULES = LoweringRegistry("pjrtkit_cpu", dtypes=CPU_DTYPES)
+RULES = REFERENCE.merged({}, backend="pjrtkit_cpu", dtypes=CPU_DTYPES)

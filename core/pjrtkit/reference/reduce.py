@@ -15,7 +15,7 @@ import numpy as np
 
 from pjrtkit.errors import Unimplemented
 from pjrtkit.stablehlo.ir import Block, Op, Region, TensorType, Value
-from pjrtkit_cpu.lowering.registry import RULES
+from pjrtkit.reference.registry import REFERENCE
 
 _LOW_PRECISION = (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
 
@@ -44,7 +44,8 @@ def binary_body(region) -> str | None:
     if len(block.arguments) != 2 or len(block.ops) != 2:
         return None
     op, ret = block.ops
-    if op.name not in _BODY_UFUNCS or len(ret.operands) != 1 or ret.operands[0] is not op.results[0]:
+    if (op.name not in _BODY_UFUNCS or len(ret.operands) != 1
+            or ret.operands[0] is not op.results[0]):
         return None
     a, b = block.arguments
     if op.operands in ((a, b), (b, a)):
@@ -87,7 +88,7 @@ def vectorized_region(ctx, region, shape):
     for op in block.ops:
         if op.regions or any(isinstance(v.type, TensorType) and v.type.shape != ()
                              for v in (*op.operands, *op.results)):
-            raise Unimplemented(f"pjrtkit_cpu: region op {op.describe()} is not elementwise on "
+            raise Unimplemented(f"{ctx.backend}: region op {op.describe()} is not elementwise on "
                                 f"scalars, so the region can't be applied to whole arrays")
         operands = tuple(mapping.get(v.id, v) for v in op.operands)
         results = tuple(new_value(v) for v in op.results)
@@ -107,7 +108,7 @@ def _as_result(value, t) -> np.ndarray:
 # argmax, rounding-level differences for float sums written as custom bodies).
 SEQUENTIAL_FOLD_MAX = 64
 
-@RULES.register("stablehlo.reduce")
+@REFERENCE.register("stablehlo.reduce")
 def reduce_rule(op, ctx):
     n = len(op.operands) // 2
     dims = tuple(op.attributes["dimensions"])
@@ -201,7 +202,7 @@ def placement(shape, dilation, padding):
     """
     out_shape = padded_shape(shape, dilation, padding)
     dst, src = [], []
-    for n, d, (lo, hi), size in zip(shape, dilation, padding, out_shape):
+    for n, d, (lo, _hi), size in zip(shape, dilation, padding, out_shape):
         # Element i of x lands at lo + i * d; keep those that fall inside [0, size).
         first = 0 if lo >= 0 else -(lo // d)
         last = n - 1
@@ -261,7 +262,7 @@ def _cumulative_axis(shape, window, strides, base_dil, win_dil, padding):
     return None
 
 
-@RULES.register("stablehlo.reduce_window")
+@REFERENCE.register("stablehlo.reduce_window")
 def reduce_window_rule(op, ctx):
     n = len(op.operands) // 2
     in_type = op.operands[0].type
@@ -349,7 +350,7 @@ def _select_compare(region):
     return _COMPARE[cmp.attributes["comparison_direction"]]
 
 
-@RULES.register("stablehlo.select_and_scatter")
+@REFERENCE.register("stablehlo.select_and_scatter")
 def select_and_scatter_rule(op, ctx):
     operand_t, source_t = op.operands[0].type, op.operands[1].type
     out_t = op.results[0].type

@@ -1,4 +1,4 @@
-"""Lowering rules for StableHLO elementwise ops on the cpu backend.
+"""Lowering rules for StableHLO elementwise ops: XLA's semantics in NumPy.
 
 Unary and binary arithmetic families come from the tables in ``elementwise_tables`` and are
 registered in a loop; compare, select, clamp, convert, bitcast_convert, reduce_precision and
@@ -17,16 +17,16 @@ from collections.abc import Callable
 
 import numpy as np
 
-from pjrtkit_cpu.lowering import elementwise_tables as T
-from pjrtkit_cpu.lowering.registry import RULES
+from pjrtkit.reference import elementwise_tables as T
+from pjrtkit.reference.registry import REFERENCE
 
 OP_PREFIX = "stablehlo."
 
 
 # -- kernel construction ------------------------------------------------------------------------
 
-# Kernels run under np.errstate(all="ignore"), entered once per execution by the cpu plugin's
-# pjrtkit_execute (and by the test harnesses): XLA's semantics define overflow, NaN and
+# Kernels run under np.errstate(all="ignore"), entered once per execution by a backend's
+# pjrtkit_execute (the cpu plugin's; the test harnesses): XLA's semantics define overflow, NaN and
 # division by zero, so NumPy's floating-point warnings are noise. No per-kernel errstate.
 
 
@@ -86,23 +86,23 @@ _UNARY_NAMES = {*T.FLOAT_UNARY, *T.INT_UNARY, *T.BOOL_UNARY}
 _BINARY_NAMES = {*T.FLOAT_BINARY, *T.INT_BINARY, *T.BOOL_BINARY}
 
 for _name in sorted(_UNARY_NAMES):
-    RULES.register(OP_PREFIX + _name)(_elementwise_rule(
+    REFERENCE.register(OP_PREFIX + _name)(_elementwise_rule(
         _name, T.FLOAT_UNARY, T.INT_UNARY, T.BOOL_UNARY))
 for _name in sorted(_BINARY_NAMES):
-    RULES.register(OP_PREFIX + _name)(_elementwise_rule(
+    REFERENCE.register(OP_PREFIX + _name)(_elementwise_rule(
         _name, T.FLOAT_BINARY, T.INT_BINARY, T.BOOL_BINARY))
 
 
 # -- predicates ---------------------------------------------------------------------------------
 
-@RULES.register("stablehlo.is_finite")
+@REFERENCE.register("stablehlo.is_finite")
 def lower_is_finite(op, ctx):
     if not T.is_float(op.operands[0].type.dtype):
         raise ctx.unimplemented(op, "is_finite needs a float operand")
     return _make_kernel(np.isfinite, op.results[0].type.shape)
 
 
-@RULES.register("stablehlo.compare")
+@REFERENCE.register("stablehlo.compare")
 def lower_compare(op, ctx):
     dtype = op.operands[0].type.dtype
     direction = op.attributes["comparison_direction"]
@@ -135,13 +135,13 @@ def lower_compare(op, ctx):
 
 # -- selection ----------------------------------------------------------------------------------
 
-@RULES.register("stablehlo.select")
+@REFERENCE.register("stablehlo.select")
 def lower_select(op, ctx):
     # A rank-0 predicate selects whole operands; np.where broadcasts it.
     return _make_kernel(np.where, op.results[0].type.shape)
 
 
-@RULES.register("stablehlo.clamp")
+@REFERENCE.register("stablehlo.clamp")
 def lower_clamp(op, ctx):
     dtype = op.operands[1].type.dtype
     if T.is_float(dtype):
@@ -200,7 +200,7 @@ def _convert_fn(source: np.dtype, target: np.dtype) -> tuple[Callable, bool]:
     return _float_to_int(target, wide), False
 
 
-@RULES.register("stablehlo.convert")
+@REFERENCE.register("stablehlo.convert")
 def lower_convert(op, ctx):
     source, target = op.operands[0].type.dtype, op.results[0].type.dtype
     fn, scalar_safe = _convert_fn(source, target)
@@ -209,7 +209,7 @@ def lower_convert(op, ctx):
     return _make_kernel(fn, shape, scalar_safe=scalar_safe)
 
 
-@RULES.register("stablehlo.bitcast_convert")
+@REFERENCE.register("stablehlo.bitcast_convert")
 def lower_bitcast_convert(op, ctx):
     source, target = op.operands[0].type.dtype, op.results[0].type.dtype
     shape = op.results[0].type.shape
@@ -227,7 +227,7 @@ def lower_bitcast_convert(op, ctx):
     return lambda x: (bitcast(x),)
 
 
-@RULES.register("stablehlo.reduce_precision")
+@REFERENCE.register("stablehlo.reduce_precision")
 def lower_reduce_precision(op, ctx):
     dtype = op.operands[0].type.dtype
     exponent_bits = int(op.attributes["exponent_bits"])
@@ -243,14 +243,14 @@ def lower_reduce_precision(op, ctx):
 
 # -- complex parts of real operands -------------------------------------------------------------
 
-@RULES.register("stablehlo.real")
+@REFERENCE.register("stablehlo.real")
 def lower_real(op, ctx):
     if not T.is_float(op.operands[0].type.dtype):
         raise ctx.unimplemented(op, "only real (float) operands are supported")
     return lambda x: (np.array(x, copy=True),)
 
 
-@RULES.register("stablehlo.imag")
+@REFERENCE.register("stablehlo.imag")
 def lower_imag(op, ctx):
     if not T.is_float(op.operands[0].type.dtype):
         raise ctx.unimplemented(op, "only real (float) operands are supported")

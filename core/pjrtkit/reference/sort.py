@@ -13,8 +13,8 @@ from __future__ import annotations
 import numpy as np
 
 from pjrtkit.stablehlo.ir import Block, Op, Region
-from pjrtkit_cpu.lowering.reduce import vectorized_region
-from pjrtkit_cpu.lowering.registry import RULES
+from pjrtkit.reference.reduce import vectorized_region
+from pjrtkit.reference.registry import REFERENCE
 
 
 def total_order_key(x: np.ndarray, compare_type: str) -> np.ndarray:
@@ -65,7 +65,7 @@ def _expr(value, defs, arg_ids, rename):
     return (op.name, attrs, children)
 
 
-def _lexicographic_keys(region):
+def lexicographic_keys(region):
     """[(compare op, pair index, descending)] if the comparator is a recognised key chain."""
     block = region.entry
     defs = _definitions(block)
@@ -138,7 +138,7 @@ def _key_transform(ctx, block, cmp_operand, arg, shape):
 
 # --- the rule -------------------------------------------------------------------------------
 
-@RULES.register("stablehlo.sort")
+@REFERENCE.register("stablehlo.sort")
 def sort_rule(op, ctx):
     shape = op.operands[0].type.shape
     rank = len(shape)
@@ -148,7 +148,7 @@ def sort_rule(op, ctx):
         return lambda *args: tuple(np.array(a) for a in args[:len(op.results)])
     n = len(op.operands)
     block = op.regions[0].entry
-    keys = _lexicographic_keys(op.regions[0])
+    keys = lexicographic_keys(op.regions[0])
     if keys is not None:
         specs = []
         for cmp, p, descending, arg in keys:

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from pjrtkit_cpu.lowering.reduce import binary_body, body_ufunc, compute_dtype
-from pjrtkit_cpu.lowering.registry import RULES
+from pjrtkit.reference.reduce import binary_body, body_ufunc, compute_dtype
+from pjrtkit.reference.registry import REFERENCE
 
 _INT64_MAX = np.iinfo(np.int64).max
 
@@ -55,7 +55,8 @@ class _IndexLayout:
             j = d_idx - (d_idx > index_vector_dim)  # position among the batch dims
             shape = [1] * (nb + nw)
             shape[j] = self.batch_shape[j]
-            base = base + (np.arange(self.batch_shape[j], dtype=np.int64) * strides[d_op]).reshape(shape)
+            line = np.arange(self.batch_shape[j], dtype=np.int64) * strides[d_op]
+            base = base + line.reshape(shape)
         self.full_shape = (*self.batch_shape, *window_sizes)
         self.base = np.broadcast_to(base, self.full_shape)
         # Start indices may move a window within [0, operand - window] along each mapped dim.
@@ -82,7 +83,7 @@ class _IndexLayout:
 
 # --- gather ---------------------------------------------------------------------------------
 
-@RULES.register("stablehlo.gather")
+@REFERENCE.register("stablehlo.gather")
 def gather_rule(op, ctx):
     operand_t, indices_t = op.operands[0].type, op.operands[1].type
     out_t = op.results[0].type
@@ -128,7 +129,7 @@ def _returns_update(region) -> bool:
             and block.ops[0].operands == (block.arguments[1],))
 
 
-@RULES.register("stablehlo.scatter")
+@REFERENCE.register("stablehlo.scatter")
 def scatter_rule(op, ctx):
     n = (len(op.operands) - 1) // 2
     operand_t = op.operands[0].type

@@ -1,4 +1,4 @@
-"""Structural ops: constants, iota, broadcast, reshape, transpose, slicing, padding, concat.
+"""Structural ops: iota, broadcast, reshape, transpose, slicing, padding, concat.
 
 Every index expression (slices, permutations, pad placement) is worked out in the rule, so a
 kernel is one NumPy indexing call. Results that are pure re-indexings of an input are returned
@@ -11,32 +11,15 @@ import math
 
 import numpy as np
 
-from pjrtkit_cpu.lowering.registry import RULES
+from pjrtkit.reference.payloads import frozen
+from pjrtkit.reference.registry import REFERENCE
 
 
 def _result_type(op, i: int = 0):
     return op.results[i].type
 
 
-def _frozen(array: np.ndarray) -> np.ndarray:
-    array.flags.writeable = False
-    return array
-
-
-@RULES.register("stablehlo.constant")
-def constant(op, ctx):
-    # The plan builder runs this once at build time and keeps the value for every call.
-    rtype = _result_type(op)
-    value = np.asarray(op.attributes["value"])
-    value = _frozen(np.array(np.broadcast_to(value, rtype.shape), dtype=rtype.dtype))
-
-    def kernel():
-        return (value,)
-
-    return kernel
-
-
-@RULES.register("stablehlo.iota")
+@REFERENCE.register("stablehlo.iota")
 def iota(op, ctx):
     rtype = _result_type(op)
     dim = op.attributes["iota_dimension"]
@@ -45,7 +28,7 @@ def iota(op, ctx):
     # Integer iota wraps in narrow types (astype from int64 does exactly that); float iota
     # rounds each index once, as XLA's convert does.
     line = np.arange(rtype.shape[dim], dtype=np.int64).astype(rtype.dtype).reshape(view_shape)
-    value = _frozen(np.ascontiguousarray(np.broadcast_to(line, rtype.shape)))
+    value = frozen(np.ascontiguousarray(np.broadcast_to(line, rtype.shape)))
 
     def kernel():
         return (value,)
@@ -57,7 +40,7 @@ def iota(op, ctx):
 SMALL_BROADCAST = 4096
 
 
-@RULES.register("stablehlo.broadcast_in_dim")
+@REFERENCE.register("stablehlo.broadcast_in_dim")
 def broadcast_in_dim(op, ctx):
     rtype = _result_type(op)
     operand_shape = op.operands[0].type.shape
@@ -93,7 +76,7 @@ def broadcast_in_dim(op, ctx):
     return kernel
 
 
-@RULES.register("stablehlo.reshape")
+@REFERENCE.register("stablehlo.reshape")
 def reshape(op, ctx):
     shape = _result_type(op).shape
 
@@ -103,7 +86,7 @@ def reshape(op, ctx):
     return kernel
 
 
-@RULES.register("stablehlo.transpose")
+@REFERENCE.register("stablehlo.transpose")
 def transpose(op, ctx):
     permutation = tuple(op.attributes["permutation"])
 
@@ -113,7 +96,7 @@ def transpose(op, ctx):
     return kernel
 
 
-@RULES.register("stablehlo.slice")
+@REFERENCE.register("stablehlo.slice")
 def slice_(op, ctx):
     index = tuple(slice(start, limit, stride) for start, limit, stride in zip(
         op.attributes["start_indices"], op.attributes["limit_indices"], op.attributes["strides"]))
@@ -124,7 +107,7 @@ def slice_(op, ctx):
     return kernel
 
 
-@RULES.register("stablehlo.reverse")
+@REFERENCE.register("stablehlo.reverse")
 def reverse(op, ctx):
     dims = set(op.attributes["dimensions"])
     index = tuple(slice(None, None, -1) if d in dims else slice(None)
@@ -136,7 +119,7 @@ def reverse(op, ctx):
     return kernel
 
 
-@RULES.register("stablehlo.concatenate")
+@REFERENCE.register("stablehlo.concatenate")
 def concatenate(op, ctx):
     axis = op.attributes["dimension"]
     dtype = _result_type(op).dtype
@@ -152,7 +135,7 @@ def _clamped_starts(starts, limits):
     return [min(max(int(s), 0), hi) for s, hi in zip(starts, limits)]
 
 
-@RULES.register("stablehlo.dynamic_slice")
+@REFERENCE.register("stablehlo.dynamic_slice")
 def dynamic_slice(op, ctx):
     operand_shape = op.operands[0].type.shape
     sizes = tuple(op.attributes["slice_sizes"])
@@ -165,7 +148,7 @@ def dynamic_slice(op, ctx):
     return kernel
 
 
-@RULES.register("stablehlo.dynamic_update_slice")
+@REFERENCE.register("stablehlo.dynamic_update_slice")
 def dynamic_update_slice(op, ctx):
     operand_shape = op.operands[0].type.shape
     sizes = op.operands[1].type.shape
@@ -196,7 +179,7 @@ def _pad_placement(in_dim: int, low: int, high: int, interior: int, out_dim: int
     return slice(first, first + count), slice(start, start + (count - 1) * step + 1, step)
 
 
-@RULES.register("stablehlo.pad")
+@REFERENCE.register("stablehlo.pad")
 def pad(op, ctx):
     rtype = _result_type(op)
     placements = [
@@ -215,7 +198,7 @@ def pad(op, ctx):
     return kernel
 
 
-@RULES.register("stablehlo.tuple")
+@REFERENCE.register("stablehlo.tuple")
 def tuple_(op, ctx):
     def kernel(*xs):
         return (xs,)
@@ -223,7 +206,7 @@ def tuple_(op, ctx):
     return kernel
 
 
-@RULES.register("stablehlo.get_tuple_element")
+@REFERENCE.register("stablehlo.get_tuple_element")
 def get_tuple_element(op, ctx):
     index = op.attributes["index"]
 
@@ -233,7 +216,7 @@ def get_tuple_element(op, ctx):
     return kernel
 
 
-@RULES.register("stablehlo.optimization_barrier")
+@REFERENCE.register("stablehlo.optimization_barrier")
 def optimization_barrier(op, ctx):
     def kernel(*xs):
         return xs

@@ -20,7 +20,7 @@ import math
 
 import numpy as np
 
-from pjrtkit_cpu.lowering.registry import RULES
+from pjrtkit.reference.registry import REFERENCE
 
 _U32 = np.dtype(np.uint32)
 _U64 = np.dtype(np.uint64)
@@ -159,7 +159,7 @@ def _narrow(bits: np.ndarray, dtype: np.dtype) -> np.ndarray:
 
 
 # -- the op -----------------------------------------------------------------------------------
-@RULES.register("stablehlo.rng_bit_generator")
+@REFERENCE.register("stablehlo.rng_bit_generator")
 def rng_bit_generator(op, ctx):
     algorithm = op.attributes.get("rng_algorithm", "DEFAULT")
     state_t = op.operands[0].type

@@ -4,9 +4,9 @@ jaxlib serializes CHLO ops (erf, asinh, top_k, ...) for plugins as composites wh
 ``decomposition`` is a private function of plain StableHLO; running that function is exactly
 the op's meaning.
 """
-from pjrtkit_cpu.lowering.registry import RULES
+from pjrtkit.reference.registry import REFERENCE
 
 
-@RULES.register("stablehlo.composite")
+@REFERENCE.register("stablehlo.composite")
 def composite(op, ctx):
     return ctx.compile_function(op.attributes["decomposition"])

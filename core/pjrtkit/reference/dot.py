@@ -6,7 +6,8 @@ and reshape to the StableHLO result layout (batch..., lhs free..., rhs free...).
 flattening stay views whenever BLAS can read them (a transposed matrix is passed as is and
 BLAS uses its transpose flag; attention's head-split operands keep their batch dimensions
 apart rather than being copied to flatten them); only what BLAS cannot read is copied.
-Contractions of at least ``blas.WIDE_FLOPS`` may use more BLAS threads (``blas.wide``).
+How many BLAS threads a contraction may use is the backend's policy, not semantics:
+``contraction_rules(threads)`` builds the rules with one (the cpu plugin's widens big ones).
 
 Numerics follow XLA's CPU backend: f16/bf16 contract in f32 and round once; integers are exact
 with wraparound in the result type (a ring homomorphism, so any wider exact accumulator works);
@@ -16,13 +17,14 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 
 import ml_dtypes
 import numpy as np
 
 from pjrtkit.stablehlo.attributes import DotDimensionNumbers, OpaqueAttribute
-from pjrtkit_cpu import blas
-from pjrtkit_cpu.lowering.registry import RULES
+from pjrtkit.reference.registry import REFERENCE
 
 _F32 = np.dtype(np.float32)
 _F64 = np.dtype(np.float64)
@@ -78,7 +80,13 @@ def _check_algorithm(op, ctx, compute: np.dtype, lhs: np.dtype, rhs: np.dtype) -
                                     f"for the operand dtypes is implemented)")
 
 
-def _lower(op, ctx, dims: DotDimensionNumbers):
+# A backend's thread policy for one contraction: ``threads(flops, flops_per_blas_call)`` at
+# compile time gives None (run as is) or a factory of the context manager each run enters
+# around its BLAS calls.
+ThreadPolicy = Callable[[float, float], Callable[[], AbstractContextManager] | None]
+
+
+def _lower(op, ctx, dims: DotDimensionNumbers, threads: ThreadPolicy | None):
     lhs_t, rhs_t = op.operands[0].type, op.operands[1].type
     result_t = op.results[0].type
     lb, rb = list(dims.lhs_batching_dimensions), list(dims.rhs_batching_dimensions)
@@ -118,6 +126,7 @@ def _lower(op, ctx, dims: DotDimensionNumbers):
     # np.matmul loops over them in C and calls BLAS once per (M,K)@(K,N) pair.
     flat_lead = (batch,) if lb else ()
     batch_shape = tuple(lhs_t.shape[d] for d in lb)
+    widen = threads(flops, flops / max(batch, 1)) if threads is not None else None
 
     def kernel(lhs, rhs):
         if not lhs_identity:
@@ -130,8 +139,8 @@ def _lower(op, ctx, dims: DotDimensionNumbers):
         if rhs_cast:
             rhs = rhs.astype(compute, order="C")
         lhs, rhs = _operands(lhs, rhs, flat_lead, batch_shape, m, k, n)
-        if flops >= blas.WIDE_FLOPS:
-            with blas.wide(flops, flops / max(batch, 1)):
+        if widen is not None:
+            with widen():
                 product = contract(lhs, rhs)
         else:
             product = contract(lhs, rhs)
@@ -205,12 +214,20 @@ def _limb_matmul(width: int):
     return contract
 
 
-@RULES.register("stablehlo.dot_general")
-def dot_general(op, ctx):
-    return _lower(op, ctx, op.attributes["dot_dimension_numbers"])
+def contraction_rules(threads: ThreadPolicy | None = None):
+    """The rules of ``stablehlo.dot_general`` and ``stablehlo.dot``: ``(dot_general, dot)``,
+    whose kernels run their matmuls under ``threads`` (see ``ThreadPolicy``; None: as is)."""
+
+    def dot_general(op, ctx):
+        return _lower(op, ctx, op.attributes["dot_dimension_numbers"], threads)
+
+    def dot(op, ctx):
+        lhs_rank = op.operands[0].type.rank
+        return _lower(op, ctx, DotDimensionNumbers((), (), (lhs_rank - 1,), (0,)), threads)
+
+    return dot_general, dot
 
 
-@RULES.register("stablehlo.dot")
-def dot(op, ctx):
-    lhs_rank = op.operands[0].type.rank
-    return _lower(op, ctx, DotDimensionNumbers((), (), (lhs_rank - 1,), (0,)))
+dot_general, dot = contraction_rules()
+REFERENCE.register("stablehlo.dot_general")(dot_general)
+REFERENCE.register("stablehlo.dot")(dot)

@@ -15,14 +15,16 @@ one 80 MB patch matrix and one matmul, 14.8 ms in 4 MiB pieces (1 MiB: 15.5, 8 M
 """
 from __future__ import annotations
 
+import contextlib
+
 import ml_dtypes
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from pjrtkit_cpu import blas
-from pjrtkit_cpu.lowering.conv_scratch import Scratch
-from pjrtkit_cpu.lowering.reduce import placement
-from pjrtkit_cpu.lowering.registry import RULES
+from pjrtkit.reference.conv_scratch import Scratch
+from pjrtkit.reference.dot import ThreadPolicy
+from pjrtkit.reference.reduce import placement
+from pjrtkit.reference.registry import REFERENCE
 
 _LOW_PRECISION = (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
 
@@ -32,8 +34,17 @@ def _compute_dtype(dtype):
     return np.dtype(np.float32) if dtype in _LOW_PRECISION else dtype
 
 
-@RULES.register("stablehlo.convolution")
-def convolution_rule(op, ctx):
+def convolution_rule_with(threads: ThreadPolicy | None = None):
+    """The rule of ``stablehlo.convolution`` whose kernels run their matmuls under ``threads``
+    (a backend's BLAS thread policy, ``pjrtkit.reference.dot.ThreadPolicy``; None: as is)."""
+
+    def rule(op, ctx):
+        return _lower(op, ctx, threads)
+
+    return rule
+
+
+def _lower(op, ctx, threads: ThreadPolicy | None):
     lhs_t, rhs_t = op.operands[0].type, op.operands[1].type
     out_t = op.results[0].type
     attrs = op.attributes
@@ -108,6 +119,7 @@ def convolution_rule(op, ctx):
         # only at run time): that only makes widening onto busy cores rarer.
         call_flops = 2.0 * rows * contraction * kout
     scratch = Scratch(specs)
+    widen = threads(flops, call_flops) if threads is not None else None
 
     def windows(x):
         """x: padded canonical lhs -> read-only view (N, out..., win..., C)."""
@@ -147,7 +159,7 @@ def convolution_rule(op, ctx):
         if empty:
             return (np.zeros(out_t.shape, out_t.dtype),)
         w = rhs.transpose(rhs_perm).astype(cdt, copy=False)  # (win..., kin, kout)
-        with scratch.take() as buffers, blas.wide(flops, call_flops):
+        with scratch.take() as buffers, widen() if widen is not None else _AS_IS:
             patches = windows(padded_input(lhs, buffers))
             if groups == 1:
                 y = single_group(patches, w, buffers)
@@ -174,6 +186,9 @@ def convolution_rule(op, ctx):
 
     return convolution_kernel
 
+
+_AS_IS = contextlib.nullcontext()
+REFERENCE.register("stablehlo.convolution")(convolution_rule_with())
 
 # Bytes of patches copied per matmul: big enough for BLAS to run at full speed, small enough
 # that the matmul finds them still in cache.

@@ -1,0 +1,183 @@
+"""A test backend whose payloads are not NumPy arrays: the core must serve it all the same.
+
+Its payloads are ``Opaque`` objects (a flat tuple of Python floats and a shape) that nothing in
+the core can read; its kernels are plain Python loops over those tuples, rounding every result
+to float32 as XLA does. It has five rules (constant through ``OpaquePayloads.make_constant``,
+broadcast_in_dim, iota, add, multiply), enough for ``x * 2.0 + jnp.arange(3.)``, and only
+float32. The plan builder materialises its constants and folds ``broadcast_in_dim(constant)``
+and ``iota`` by running these kernels on these payloads at build time.
+
+The rules import no NumPy (``tests/test_lowering_without_numpy.py`` runs them with NumPy
+blocked); only the transfer hooks, which the contract defines in NumPy arrays, import it.
+Registered as a JAX platform ``pjrtkit_opaque`` by ``Backend("opaque", this module)`` and
+``pjrtkit.jax_glue.register_backend`` (see ``tests/test_opaque_backend.py``).
+"""
+from __future__ import annotations
+
+import itertools
+import math
+import struct
+
+from pjrtkit import hookimpl
+from pjrtkit.lowering.payloads import Payloads
+from pjrtkit.lowering.plan import build_plan
+from pjrtkit.lowering.registry import LoweringRegistry
+from pjrtkit.stablehlo.cost import estimate_cost
+from pjrtkit.types import CompiledProgram, DeviceSpec, MemorySpaceSpec, PlatformInfo, Topology
+
+PLATFORM = "pjrtkit_opaque"
+DTYPE = "float32"
+
+
+class Opaque:
+    """One buffer of the opaque backend: row-major float values, a shape and the dtype object
+    the IR or the transferred array named (never created here: no NumPy)."""
+
+    __slots__ = ("values", "shape", "dtype")
+
+    def __init__(self, values, shape, dtype):
+        self.values = tuple(values)
+        self.shape = tuple(shape)
+        self.dtype = dtype
+        if len(self.values) != math.prod(self.shape):
+            raise ValueError(f"{len(self.values)} values for shape {self.shape}")
+
+    def __repr__(self) -> str:
+        return f"Opaque({self.values}, {self.shape}, {self.dtype})"
+
+
+def to_float32(x: float) -> float:
+    """``x`` rounded to the nearest float32 (round to nearest even), as a Python float."""
+    return struct.unpack("<f", struct.pack("<f", x))[0]
+
+
+class OpaquePayloads(Payloads):
+    """Constants become ``Opaque``; folding runs the kernels (``Payloads``' default); results
+    describe themselves."""
+
+    def make_constant(self, value, type):
+        if type.dtype.name != DTYPE:
+            raise NotImplementedError(f"the opaque backend has only {DTYPE} constants")
+        values = [to_float32(float(v)) for v in _flat(value.tolist())]
+        if len(values) == 1:  # a splat fills the whole shape
+            values = values * math.prod(type.shape)
+        return Opaque(values, type.shape, type.dtype)
+
+    def describe(self, payload):
+        return payload.shape, payload.dtype
+
+
+def _flat(nested):
+    if isinstance(nested, list):
+        return [x for item in nested for x in _flat(item)]
+    return [nested]
+
+
+RULES = LoweringRegistry(PLATFORM, payloads=OpaquePayloads())
+
+
+def _float32_only(op, ctx):
+    for value in (*op.operands, *op.results):
+        if value.type.dtype.name != DTYPE:
+            raise ctx.unimplemented(op, f"the opaque backend has only {DTYPE}")
+
+
+def _elementwise(function):
+    def rule(op, ctx):
+        _float32_only(op, ctx)
+        result = op.results[0].type
+
+        def kernel(x, y):
+            return (Opaque((to_float32(function(a, b)) for a, b in zip(x.values, y.values)),
+                           result.shape, result.dtype),)
+
+        return kernel
+
+    return rule
+
+
+RULES.register("stablehlo.add")(_elementwise(lambda a, b: a + b))
+RULES.register("stablehlo.multiply")(_elementwise(lambda a, b: a * b))
+
+
+def _row_major(shape):
+    return itertools.product(*(range(d) for d in shape))
+
+
+@RULES.register("stablehlo.broadcast_in_dim")
+def broadcast_in_dim(op, ctx):
+    _float32_only(op, ctx)
+    in_shape = op.operands[0].type.shape
+    result = op.results[0].type
+    dims = tuple(op.attributes["broadcast_dimensions"])
+    strides = [math.prod(in_shape[i + 1:]) for i in range(len(in_shape))]
+    # For every result position, the operand position it reads (size-1 dims repeat).
+    sources = tuple(
+        sum(stride * (index[d] if size > 1 else 0)
+            for d, size, stride in zip(dims, in_shape, strides))
+        for index in _row_major(result.shape))
+
+    def kernel(x):
+        return (Opaque((x.values[s] for s in sources), result.shape, result.dtype),)
+
+    return kernel
+
+
+@RULES.register("stablehlo.iota")
+def iota(op, ctx):
+    _float32_only(op, ctx)
+    result = op.results[0].type
+    dim = op.attributes["iota_dimension"]
+
+    def kernel():
+        return (Opaque((float(index[dim]) for index in _row_major(result.shape)),
+                       result.shape, result.dtype),)
+
+    return kernel
+
+
+# -- the hooks ----------------------------------------------------------------------------------
+
+@hookimpl
+def pjrtkit_platform():
+    return PlatformInfo(name=PLATFORM, version="opaque 0 (tests only)", device_kind="opaque")
+
+
+@hookimpl
+def pjrtkit_client_topology(options):
+    spaces = (MemorySpaceSpec("device", 1 << 30), MemorySpaceSpec("pinned_host", 1 << 30),
+              MemorySpaceSpec("unpinned_host", 1 << 30))
+    device = DeviceSpec(id=0, kind="opaque", process_index=0, local_hardware_id=0,
+                        coords=(0, 0, 0), core_on_chip=0, memory_spaces=spaces,
+                        default_memory_kind="device")
+    return Topology(name="opaque", devices=(device,), attributes={"device_count": 1})
+
+
+@hookimpl
+def pjrtkit_transfer_to_device(array, device, memory_kind):
+    if array.dtype.name != DTYPE:
+        from pjrtkit.errors import Unimplemented
+        raise Unimplemented(f"{PLATFORM}: only {DTYPE} buffers, not {array.dtype.name}")
+    return Opaque((float(v) for v in array.reshape(-1).tolist()), array.shape, array.dtype)
+
+
+@hookimpl
+def pjrtkit_transfer_to_host(payload, device, memory_kind):
+    import numpy as np
+
+    return np.array(payload.values, dtype=payload.dtype).reshape(payload.shape)
+
+
+@hookimpl
+def pjrtkit_copy_buffer(payload, src_device, src_memory_kind, dst_device, dst_memory_kind):
+    return Opaque(payload.values, payload.shape, payload.dtype)  # values are immutable
+
+
+@hookimpl
+def pjrtkit_compile(program, options, devices):
+    return CompiledProgram(executable=build_plan(program, RULES), cost=estimate_cost(program))
+
+
+@hookimpl
+def pjrtkit_execute(executable, arguments, devices):
+    return [list(executable(*args)) for args in arguments]
