@@ -25,7 +25,7 @@ _DEVICE_ZERO.flags.writeable = False
 
 # custom_call targets that only annotate sharding or memory placement: on one host device they
 # pass values through (XLA's CPU backend does the same).
-_IDENTITY_TARGETS = frozenset({"Sharding", "SPMDFullToShardShape", "SPMDShardToFullShape",
+IDENTITY_TARGETS = frozenset({"Sharding", "SPMDFullToShardShape", "SPMDShardToFullShape",
                                "annotate_device_placement", "MoveToHost", "MoveToDevice"})
 
 
@@ -106,7 +106,7 @@ def call(op, ctx):
 @RULES.register("stablehlo.custom_call")
 def custom_call(op, ctx):
     target = op.attributes.get("call_target_name", "")
-    if target not in _IDENTITY_TARGETS:
+    if target not in IDENTITY_TARGETS:
         raise ctx.unimplemented(op, f"custom_call target '{target}' has no cpu kernel")
     if [v.type for v in op.operands] != [v.type for v in op.results]:
         raise ctx.unimplemented(op, f"custom_call '{target}' changes types; on a single device "
