@@ -155,7 +155,7 @@ def pjrtkit_transfer_to_host(payload, device: DeviceSpec, memory_kind: str):
     """Read a payload back as a NumPy array (PJRT_Buffer_ToHostBuffer).
 
     Args:
-        payload: what ``pjrtkit_transfer_to_device`` or ``pjrtkit_execute`` returned.
+        payload: what ``pjrtkit_transfer_to_device`` or an executable's ``execute`` returned.
         device, memory_kind: where the payload lives.
 
     Returns:
