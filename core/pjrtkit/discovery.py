@@ -78,7 +78,8 @@ def discover(select: set[str] | None = None) -> list[BackendStatus]:
     failures: dict[str, str] = {}
 
     def on_load_failure(_manager, entry_point, exc):
-        failures[entry_point.name] = f"import of {entry_point.value} failed: {type(exc).__name__}: {exc}"
+        failures[entry_point.name] = (f"import of {entry_point.value} failed: "
+                                      f"{type(exc).__name__}: {exc}")
 
     manager = ExtensionManager(ENTRY_POINT_GROUP, invoke_on_load=False,
                                on_load_failure_callback=on_load_failure)
@@ -98,7 +99,9 @@ def discover(select: set[str] | None = None) -> list[BackendStatus]:
                 backend = Backend(name, loaded[name].plugin, version)
                 _check(backend)
                 status.backend = backend
-            except Exception as exc:  # any failure of a third-party plugin is reported, not raised
+            except Exception as exc:  # noqa: BLE001 - see below
+                # Any failure of a third-party plugin is reported in its status, never raised:
+                # one broken plugin must not break `import jax` or the listing of the others.
                 status.status = "failed"
                 status.reason = f"{type(exc).__name__}: {exc}"
         if status.status == "failed":

@@ -197,14 +197,16 @@ class LoadedExecutable:
         payloads = []
         for buf in arguments:
             ready = buf.ready
-            if buf._deleted or not ready._ready or ready._error is not None:
+            # Plain attribute reads of the runtime's own objects (no method calls): this loop
+            # runs for every argument of every jitted call.
+            if buf._deleted or not ready._ready or ready._error is not None:  # noqa: SLF001
                 return None
             payloads.append(buf.payload)
         try:
             results = execute([payloads], specs)
             if len(results) != 1 or len(results[0]) != len(outputs):
                 raise _wrong_output_count(self.executable)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - delivered through the outputs' events
             return self._failed_inline(execution_error(self.executable, exc))
         client = self.client
         return [Buffer.computed(client, dtype, shape, nbytes, device, memory, payload, _DONE)
@@ -265,7 +267,7 @@ class LoadedExecutable:
                     for outs, res in zip(outputs, results):
                         for buf, payload in zip(outs, res):
                             buf.payload = payload
-                except Exception as exc:
+                except Exception as exc:  # noqa: BLE001 - delivered through the events
                     error = execution_error(exe, exc)
             for args in sources:
                 for buf in args:

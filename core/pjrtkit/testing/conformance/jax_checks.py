@@ -38,9 +38,10 @@ def configure_jax(platform: str, backend=None) -> str | None:
     from pjrtkit import jax_glue
 
     initialized = xla_bridge.backends_are_initialized()
+    # JAX has no public way to ask whether a platform's plugin factory is registered.
     if not initialized:
         if backend is not None and platform not in jax_glue.registered_backends() \
-                and platform not in xla_bridge._backend_factories:
+                and platform not in xla_bridge._backend_factories:  # noqa: SLF001
             jax_glue.register_backend(backend)
         jax.config.update("jax_platforms", f"{platform},{REFERENCE_PLATFORM}")
     missing = []

@@ -179,7 +179,7 @@ class Session:
         if layer not in self._contexts:
             try:
                 self._contexts[layer] = (self._build(layer), None)
-            except Exception as exc:  # reported on every check of the layer
+            except Exception as exc:  # noqa: BLE001 - reported on every check of the layer
                 self._contexts[layer] = (None, f"{type(exc).__name__}: {exc}")
         return self._contexts[layer]
 
