@@ -13,6 +13,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from stevedore import ExtensionManager
 
 PLUGINS_DIR = Path(__file__).parent / "plugins"
 if str(PLUGINS_DIR) not in sys.path:
@@ -50,6 +51,9 @@ def installed_plugin(tmp_path, monkeypatch):
         (dist_info / "entry_points.txt").write_text(
             f"[pjrtkit.backends]\n{name} = {name}_hooks\n")
         monkeypatch.syspath_prepend(str(site))
+        # stevedore keeps the entry points it listed once per process; start from a fresh list
+        # (monkeypatch puts the process's back afterwards).
+        monkeypatch.setattr(ExtensionManager, "ENTRY_POINT_CACHE", {})
         sys.modules.pop(f"{name}_hooks", None)  # a module of that name from another test
         modules.append(f"{name}_hooks")
         return site

@@ -314,3 +314,37 @@ def test_each_layer2_check_fails_on_a_backend_broken_its_way(check_id):
     result = run_check(REGISTRY[check_id], backend)
     assert result.outcome == Outcome.FAIL, (result.outcome, result.detail)
     assert result.detail
+
+
+# The template plugin declares six ops on float32 and int32: the checks that need more report
+# UNSUPPORTED (not FAIL), and everything it declares holds.
+TEMPLATE_UNSUPPORTED = {"hooks.execute.multiple_outputs", "hooks.execute.control_flow",
+                        "hooks.compile.deterministic"}
+
+
+def test_layer2_on_the_template_backend_fails_nothing(template_backend):
+    outcomes = run_layer2(template_backend)
+    failed = {i: o for i, o in outcomes.items() if o == Outcome.FAIL}
+    assert not failed
+    unsupported = {i for i, o in outcomes.items() if o == Outcome.UNSUPPORTED}
+    assert TEMPLATE_UNSUPPORTED <= unsupported
+    assert unsupported - TEMPLATE_UNSUPPORTED <= {
+        f"hooks.transfer.round_trip[{d}]" for d in ("complex64", "complex128")}, unsupported
+
+
+def test_ops_declared_but_unimplemented_fail(template_backend):
+    import template_backend as template
+
+    def overclaiming():
+        caps = template.pjrtkit_capabilities()
+        return dataclasses.replace(caps, ops=caps.ops | {"stablehlo.while", "stablehlo.compare"},
+                                   dtypes=caps.dtypes | {"bool"})
+
+    module = types.ModuleType("overclaiming_template")
+    for hook in HOOKS:
+        if hasattr(template, hook):
+            setattr(module, hook, getattr(template, hook))
+    module.pjrtkit_capabilities = hookimpl(overclaiming)
+    result = run_check(REGISTRY["hooks.execute.control_flow"], Backend("overclaiming", module))
+    assert result.outcome == Outcome.FAIL, (result.outcome, result.detail)
+    assert "declared ops" in result.detail

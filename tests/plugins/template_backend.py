@@ -38,15 +38,17 @@ BINARY = {"stablehlo.add": np.add, "stablehlo.subtract": np.subtract,
           "stablehlo.multiply": np.multiply}
 
 
+# A kernel returns arrays: NumPy turns the result of a ufunc on 0-d arrays into a scalar, hence
+# the np.asarray.
 @RULES.register(*BINARY)
 def binary(op, ctx):
     ufunc = BINARY[op.name]
-    return lambda x, y: (ufunc(x, y),)
+    return lambda x, y: (np.asarray(ufunc(x, y)),)
 
 
 @RULES.register("stablehlo.negate")
 def negate(op, ctx):
-    return lambda x: (np.negative(x),)
+    return lambda x: (np.asarray(np.negative(x)),)
 
 
 @RULES.register("stablehlo.broadcast_in_dim")

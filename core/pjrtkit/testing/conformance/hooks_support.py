@@ -9,7 +9,7 @@ import ml_dtypes
 import numpy as np
 
 from pjrtkit.errors import ErrorCode, PjrtError
-from pjrtkit.testing.conformance.checks import Failed, expect
+from pjrtkit.testing.conformance.checks import Failed, Unsupported, expect
 from pjrtkit.types import CompiledProgram, CompileOptions, DeviceSpec, Topology
 
 LAYER = "hooks"
@@ -142,3 +142,23 @@ def expect_result(actual: np.ndarray, expected: np.ndarray, what: str) -> None:
 
 def is_unimplemented(exc: BaseException) -> bool:
     return isinstance(exc, PjrtError) and exc.code == ErrorCode.UNIMPLEMENTED
+
+
+def compile_needing(backend, text: str, device: DeviceSpec, *, ops: tuple[str, ...],
+                    dtypes: tuple[str, ...]) -> CompiledProgram:
+    """Compile a program that needs ``ops`` on ``dtypes``: UNSUPPORTED when the backend's
+    ``pjrtkit_capabilities`` leaves any of them out, FAIL when it declares them all yet answers
+    UNIMPLEMENTED (a false declaration). A backend that declares nothing is held to neither."""
+    caps = backend.capabilities()
+    missing = sorted(set(ops) - caps.ops if caps.ops is not None else ())
+    missing += sorted(set(dtypes) - caps.dtypes if caps.dtypes is not None else ())
+    if missing:
+        raise Unsupported(", ".join(missing), "not declared in pjrtkit_capabilities")
+    try:
+        return compile_text(backend, text, device)
+    except PjrtError as exc:
+        if is_unimplemented(exc) and caps.ops is not None and caps.dtypes is not None:
+            raise Failed(f"a program of declared ops {list(ops)} on declared dtypes "
+                         f"{list(dtypes)} compiles", expected="an executable",
+                         actual=f"UNIMPLEMENTED: {exc}"[:300]) from exc
+        raise
