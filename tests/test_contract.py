@@ -7,11 +7,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from pjrtkit import discovery
 from pjrtkit.backend import Backend
-from pjrtkit.errors import BackendLoadFailure, PluginContractError
+from pjrtkit.errors import BackendLoadFailure, Internal, PluginContractError
 
 # A complete plugin (the template's hooks) with one mistake each.
 TEMPLATE = "from template_backend import *  # noqa: F403\n"
@@ -115,3 +116,43 @@ def test_pjrtkit_list_shows_a_misspelt_backend_as_failed_with_the_reason(install
     assert "did you mean pjrtkit_transfer_to_host?" in line, line
     cpu = next(line for line in out.stdout.splitlines() if line.startswith("cpu "))
     assert cpu.rstrip().endswith("ok"), cpu
+
+
+ADD_ONE = """
+func.func public @main(%a: tensor<2xf32>) -> tensor<2xf32> {
+  %0 = stablehlo.add %a, %a : tensor<2xf32>
+  return %0 : tensor<2xf32>
+}
+"""
+
+
+def _compile_through_the_runtime(backend):
+    from pjrtkit.runtime.executable import load_and_compile
+
+    devices = backend.client_topology(options={}).devices
+    return load_and_compile(backend, ADD_ONE.encode(), "mlir", b"", lambda options: devices)
+
+
+def test_an_executable_without_execute_is_refused_at_compile(installed_plugin):
+    """The executable object is the contract of execution: a plan handed back bare (as the
+    retired pjrtkit_execute hook allowed) is INTERNAL at compile, naming what is missing."""
+    backend = _load(installed_plugin, "bareplan", TEMPLATE + """
+from pjrtkit import hookimpl
+from pjrtkit.types import CompiledProgram
+import template_backend
+
+@hookimpl
+def pjrtkit_compile(program, options, devices):
+    return CompiledProgram(build_plan(program, template_backend.RULES))
+""")
+    with pytest.raises(Internal, match=r"pjrtkit_template: pjrtkit_compile returned a "
+                                       r"CompiledProgram whose executable \(Plan\) has no "
+                                       r"execute\(arguments, devices\) method"):
+        _compile_through_the_runtime(backend)
+
+
+def test_the_runtime_keeps_what_compile_returned(template_backend):
+    executable = _compile_through_the_runtime(template_backend)
+    assert type(executable.compiled.executable).__name__ == "TemplateExecutable"
+    [[out]] = executable.compiled.executable.execute([[np.array([1, 2], np.float32)]], ())
+    np.testing.assert_array_equal(out, [2, 4])
