@@ -33,7 +33,8 @@ def test_a_backend_that_cannot_build_its_topology_is_reported_not_raised(monkeyp
 
 
 def test_loading_an_unknown_backend_names_what_is_installed():
-    with pytest.raises(BackendLoadFailure, match="no pjrtkit backend named 'nope'.*installed: .*cpu"):
+    with pytest.raises(BackendLoadFailure,
+                       match="no pjrtkit backend named 'nope'.*installed: .*cpu"):
         discovery.load_backend("nope")
 
 
@@ -42,3 +43,12 @@ def test_pjrtkit_list_shows_the_cpu_backend_and_its_version():
                          text=True, check=True).stdout
     line = next(line for line in out.splitlines() if line.startswith("cpu "))
     assert "pjrtkit_cpu" in line and "0.1.0" in line and line.rstrip().endswith("ok")
+
+
+def test_pjrtkit_info_shows_what_the_backend_declares():
+    out = subprocess.run([sys.executable, "-m", "pjrtkit.cli", "info", "cpu"],
+                         capture_output=True, text=True, check=True).stdout
+    assert "declared capabilities:" in out
+    dtypes = next(line for line in out.splitlines() if line.strip().startswith("dtypes:"))
+    assert "float32" in dtypes and "bfloat16" in dtypes and "complex64" not in dtypes
+    assert "features: compile_only_topologies, multiple_devices" in out

@@ -15,7 +15,7 @@ PLUGIN_TESTS = TESTS.parent / "plugins"
 
 
 def test_there_are_hooks():
-    assert {"pjrtkit_compile", "pjrtkit_execute", "pjrtkit_client_topology",
+    assert {"pjrtkit_compile", "pjrtkit_capabilities", "pjrtkit_client_topology",
             "pjrtkit_make_topology", "pjrtkit_transfer_to_device"} <= set(HOOKS)
 
 

@@ -1,6 +1,6 @@
-"""The pluggy markers. ``hookimpl`` is public (re-exported by ``pjrtkit``); the spec marker is not."""
+"""The project name pluggy knows the hooks by, and the public ``hookimpl`` marker (re-exported
+by ``pjrtkit``). The spec marker lives in ``pjrtkit.hookspecs``, private to the contract."""
 import pluggy
 
 PROJECT = "pjrtkit"
 hookimpl = pluggy.HookimplMarker(PROJECT)
-_hookspec = pluggy.HookspecMarker(PROJECT)

@@ -1,23 +1,28 @@
 """The one typed facade through which the core calls a backend's hooks.
 
 One ``Backend`` per loaded backend: its own pluggy PluginManager holding the built-in plugin
-and the backend's hook module. Every call goes through ``_call``, which turns a non-PJRT
-exception into INTERNAL naming the hook and the backend, and a missing mandatory answer into
-UNIMPLEMENTED naming the hook.
+and the backend's hook module, checked against the contract when it loads
+(``pjrtkit.contract``). Every call goes through ``_call``, which turns a non-PJRT exception into
+INTERNAL naming the hook and the backend, and a missing mandatory answer into UNIMPLEMENTED
+naming the hook.
+
+Executions do not go through here: ``pjrtkit_compile`` returns an executable object whose
+``execute`` the runtime calls directly (``pjrtkit.runtime.executable``).
 """
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pluggy
 
 from pjrtkit import builtin, hookspecs
 from pjrtkit._markers import PROJECT
+from pjrtkit.contract import register_checked
 from pjrtkit.errors import Internal, InvalidArgument, PjrtError, Unimplemented
-from pjrtkit.types import (CompiledProgram, CompileOptions, DeviceSpec, MemoryStats,
-                           PlatformInfo, Topology)
+from pjrtkit.types import (Capabilities, CompiledProgram, CompileOptions, DeviceSpec,
+                           MemoryStats, PlatformInfo, Topology)
 
 log = logging.getLogger(__name__)
 
@@ -32,17 +37,14 @@ class Backend:
         self._pm = pluggy.PluginManager(PROJECT)
         self._pm.add_hookspecs(hookspecs)
         self._pm.register(builtin, "pjrtkit.builtin")
-        self._pm.register(plugin, f"pjrtkit.backends.{name}")
+        register_checked(self._pm, plugin, f"pjrtkit.backends.{name}", name)
         self.platform_name = f"pjrtkit_{name}"  # until the plugin names itself, for messages
         self.platform: PlatformInfo = self._call("pjrtkit_platform")
         self.platform_name = self.platform.name
-        self._execute_impl = _sole_execute_implementation(self._pm.hook.pjrtkit_execute)
 
     @property
     def plugin_manager(self) -> pluggy.PluginManager:
-        # Whoever holds the manager may register more plugins: from then on every hook goes
-        # through pluggy's dispatch.
-        self._execute_impl = None
+        """The backend's pluggy manager (the conformance suite calls hooks raw through it)."""
         return self._pm
 
     def _call(self, hook_name: str, **kwargs) -> Any:
@@ -92,24 +94,13 @@ class Backend:
         return self._call("pjrtkit_compile", program=program, options=options,
                           devices=tuple(devices))
 
-    def execute(self, *, executable: Any, arguments: Sequence[Sequence[Any]],
-                devices: Sequence[DeviceSpec]) -> Sequence[Sequence[Any]]:
-        # Called for every execution, so a backend with exactly one implementation (and no
-        # wrappers) has it called directly: pluggy's dispatch costs microseconds per call, as
-        # much as a small program takes. Same arguments, same result, same error translation.
-        impl = self._execute_impl
-        if impl is not None:
-            try:
-                result = impl(executable, arguments, devices)
-            except PjrtError:
-                raise
-            except Exception as exc:
-                raise Internal(f"{self.platform_name}: hook pjrtkit_execute raised "
-                               f"{type(exc).__name__}: {exc}") from exc
-            if result is not None:
-                return result
-        return self._call("pjrtkit_execute", executable=executable, arguments=arguments,
-                          devices=devices)
+    # -- capabilities ------------------------------------------------------------------------
+    def capabilities(self) -> Capabilities:
+        answer = self._call("pjrtkit_capabilities")
+        if not isinstance(answer, Capabilities):
+            raise Internal(f"{self.platform_name}: pjrtkit_capabilities returned "
+                           f"{type(answer).__name__}, expected Capabilities")
+        return answer
 
     # -- what the ABI layer asks for ---------------------------------------------------------
     def plugin_attributes(self) -> dict[str, Any]:
@@ -136,24 +127,3 @@ class Backend:
 
 
 _OPTIONAL_ANSWERS = frozenset({"pjrtkit_make_topology"})
-
-
-_EXECUTE_ARGNAMES = ("executable", "arguments", "devices")
-
-
-def _sole_execute_implementation(hook: Any) -> Callable[[Any, Any, Any], Any] | None:
-    """``f(executable, arguments, devices)`` calling pjrtkit_execute's only implementation as
-    pluggy would (with the arguments it declares, in its order), or None when pluggy must
-    dispatch (several implementations, or a wrapper around the one). The plugin manager is
-    filled in ``Backend.__init__``; handing it out (``plugin_manager``) drops the shortcut."""
-    impls = hook.get_hookimpls()
-    if len(impls) != 1 or impls[0].hookwrapper or impls[0].wrapper:
-        return None
-    function, argnames = impls[0].function, tuple(impls[0].argnames)
-    if argnames == _EXECUTE_ARGNAMES:
-        return function
-    if not set(argnames) <= set(_EXECUTE_ARGNAMES):
-        return None
-    order = [_EXECUTE_ARGNAMES.index(name) for name in argnames]
-    return lambda *given: function(*[given[i] for i in order])
-

@@ -6,6 +6,7 @@ hook itself.
 from __future__ import annotations
 
 from pjrtkit._markers import hookimpl
+from pjrtkit.types import Capabilities
 
 
 @hookimpl(trylast=True)
@@ -16,3 +17,8 @@ def pjrtkit_memory_stats(device, tracked):
 @hookimpl(trylast=True)
 def pjrtkit_make_topology(name, options):
     return None
+
+
+@hookimpl(trylast=True)
+def pjrtkit_capabilities():
+    return Capabilities()  # nothing declared: tools learn by trying

@@ -1,7 +1,7 @@
 """The ``pjrtkit`` command.
 
     pjrtkit list                    installed backends, versions, status, why a broken one failed
-    pjrtkit info BACKEND            platform, devices, memory spaces of a backend's client
+    pjrtkit info BACKEND            platform, devices, memory spaces and declared capabilities
     pjrtkit topology BACKEND NAME   a compile-only topology (AOT) by name
     pjrtkit conformance BACKEND     the conformance suite on a backend (exit 1 only on FAIL)
         [--json PATH] [--markdown PATH] [--layer abi,hooks,jax] [--check ID ...]
@@ -28,7 +28,8 @@ def _cmd_list(args) -> int:
         return 0
     print(f"{'backend':<10} {'JAX platform':<16} {'distribution':<16} {'version':<10} status")
     for s in statuses:
-        line = f"{s.name:<10} {'pjrtkit_' + s.name:<16} {s.distribution:<16} {s.version:<10} {s.status}"
+        line = (f"{s.name:<10} {'pjrtkit_' + s.name:<16} {s.distribution:<16} {s.version:<10} "
+                f"{s.status}")
         if s.reason:
             line += f" ({s.reason})"
         print(line)
@@ -55,7 +56,24 @@ def _cmd_info(args) -> int:
           f"{backend.platform.version}, {len(topology.devices)} device(s) "
           f"(* = default memory)")
     print("\n".join(_describe(topology)))
+    print("\n".join(_describe_capabilities(backend.capabilities())))
     return 0
+
+
+def _describe_capabilities(caps) -> list[str]:
+    """What the backend declares through pjrtkit_capabilities ("not declared" for None)."""
+    def listed(values, limit=12):
+        if values is None:
+            return "not declared"
+        names = sorted(values)
+        more = f", ... ({len(names)} in all)" if len(names) > limit else ""
+        return (", ".join(names[:limit]) or "none") + more
+
+    return ["  declared capabilities:",
+            f"    dtypes: {listed(caps.dtypes, limit=20)}",
+            f"    ops: {listed(caps.ops)}",
+            f"    custom-call targets: {listed(caps.custom_call_targets)}",
+            f"    features: {listed(caps.features)}"]
 
 
 def _cmd_topology(args) -> int:
@@ -111,7 +129,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     try:
         return args.run(args)
-    except Exception as exc:  # the CLI reports, it does not dump tracebacks on users
+    except Exception as exc:  # noqa: BLE001 - the CLI reports, no tracebacks dumped on users
         print(f"pjrtkit: error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
 

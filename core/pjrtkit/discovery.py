@@ -1,7 +1,8 @@
 """Finding installed backends (stevedore over the entry-point group ``pjrtkit.backends``).
 
-Listing never raises: a backend whose module fails to import, or whose plugin cannot name its
-platform or build its client topology, is reported with the reason and logged once. Loading one
+Listing never raises: a backend whose module fails to import, breaks the hook contract (a
+misspelt or undecorated hook: ``pjrtkit.contract``), or cannot name its platform or build its
+client topology, is reported with the reason and logged once. Loading one
 backend by name (``load_backend``) raises ``BackendLoadFailure`` naming what is installed.
 
 ``PJRTKIT_BACKENDS=cpu,tpu`` narrows which installed backends are selected (default: all).
@@ -17,7 +18,7 @@ from stevedore import DriverManager, ExtensionManager
 from stevedore.exception import NoMatches
 
 from pjrtkit.backend import Backend
-from pjrtkit.errors import BackendLoadFailure
+from pjrtkit.errors import BackendLoadFailure, PluginContractError
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +78,8 @@ def discover(select: set[str] | None = None) -> list[BackendStatus]:
     failures: dict[str, str] = {}
 
     def on_load_failure(_manager, entry_point, exc):
-        failures[entry_point.name] = f"import of {entry_point.value} failed: {type(exc).__name__}: {exc}"
+        failures[entry_point.name] = (f"import of {entry_point.value} failed: "
+                                      f"{type(exc).__name__}: {exc}")
 
     manager = ExtensionManager(ENTRY_POINT_GROUP, invoke_on_load=False,
                                on_load_failure_callback=on_load_failure)
@@ -97,7 +99,9 @@ def discover(select: set[str] | None = None) -> list[BackendStatus]:
                 backend = Backend(name, loaded[name].plugin, version)
                 _check(backend)
                 status.backend = backend
-            except Exception as exc:  # any failure of a third-party plugin is reported, not raised
+            except Exception as exc:  # noqa: BLE001 - see below
+                # Any failure of a third-party plugin is reported in its status, never raised:
+                # one broken plugin must not break `import jax` or the listing of the others.
                 status.status = "failed"
                 status.reason = f"{type(exc).__name__}: {exc}"
         if status.status == "failed":
@@ -123,6 +127,8 @@ def load_backend(name: str) -> Backend:
     dist_name, version = _distribution(manager.extensions[0].entry_point)
     try:
         return Backend(name, manager.driver, version)
+    except PluginContractError:
+        raise  # already names the backend, the hook and the fix
     except Exception as exc:
         raise BackendLoadFailure(f"pjrtkit backend {name!r} failed to start: "
                                  f"{type(exc).__name__}: {exc}") from exc

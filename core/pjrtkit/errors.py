@@ -74,3 +74,9 @@ class Internal(PjrtError):
 
 class BackendLoadFailure(Exception):
     """A backend that was asked for could not be loaded (wraps the stevedore/import error)."""
+
+
+class PluginContractError(BackendLoadFailure):
+    """A backend's hook module breaks the hook contract (a misspelt hook, an undecorated hook
+    function, arguments the hook does not have): it is refused when it loads, with what to fix,
+    instead of registering and silently never being called."""

@@ -7,17 +7,27 @@ any other exception becomes INTERNAL naming the hook and the backend. A plugin n
 threads or events: the core owns those.
 
 Implement a hook by decorating a function of the plugin module with ``pjrtkit.hookimpl``; the
-module is named by an entry point in the group ``pjrtkit.backends``.
+module is named by an entry point in the group ``pjrtkit.backends``. The contract is checked
+when a backend loads: a ``@hookimpl`` whose name is not a hook below (a misspelling), or whose
+arguments are not the hook's, keeps the backend from loading with an error naming both.
+
+Running a compiled program is not a hook: ``pjrtkit_compile`` returns an object with an
+``execute`` method (``pjrtkit.types.PluginExecutable``) that the core calls directly.
 """
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pjrtkit._markers import _hookspec
+import pluggy
+
+from pjrtkit._markers import PROJECT
 from pjrtkit.stablehlo.ir import Program
-from pjrtkit.types import (CompiledProgram, CompileOptions, DeviceSpec, MemoryStats, PlatformInfo,
-                           Topology)
+from pjrtkit.types import (Capabilities, CompiledProgram, CompileOptions, DeviceSpec, MemoryStats,
+                           PlatformInfo, Topology)
+
+# The spec marker stays private to this module: only the contract declares hooks.
+_hookspec = pluggy.HookspecMarker(PROJECT)
 
 # ---------------------------------------------------------------------------------------------
 # Topology: who the platform is, which devices a live client has, and compile-only topologies.
@@ -145,7 +155,7 @@ def pjrtkit_transfer_to_host(payload, device: DeviceSpec, memory_kind: str):
     """Read a payload back as a NumPy array (PJRT_Buffer_ToHostBuffer).
 
     Args:
-        payload: what ``pjrtkit_transfer_to_device`` or ``pjrtkit_execute`` returned.
+        payload: what ``pjrtkit_transfer_to_device`` or an executable's ``execute`` returned.
         device, memory_kind: where the payload lives.
 
     Returns:
@@ -234,7 +244,14 @@ def pjrtkit_compile(program: Program, options: CompileOptions,
         devices: the devices of the assignment, in replica-major order.
 
     Returns:
-        ``CompiledProgram`` holding the plugin's executable and its cost estimate.
+        ``CompiledProgram`` holding the plugin's executable and its cost estimate. The
+        executable is any object with ``execute(arguments, devices)`` (see
+        ``pjrtkit.types.PluginExecutable``): ``arguments[d][i]`` is the payload of argument
+        ``i`` on ``devices[d]``, and it returns ``outputs[d][o]``, one payload per output per
+        device. The core calls it for every execution, inline on the caller's thread when the
+        program is cheap, else on the client's worker thread, and completes the events; an
+        exception it raises reaches JAX through the outputs' events (a PjrtError with its
+        code, anything else as INTERNAL naming the executable's type).
 
     Raises:
         Unimplemented naming the op and dtype for anything the backend lacks (so the failure
@@ -244,42 +261,46 @@ def pjrtkit_compile(program: Program, options: CompileOptions,
 
     Example::
 
+        class Executable:
+            def __init__(self, plan):
+                self.plan = plan
+
+            def execute(self, arguments, devices):
+                return [self.plan(*args) for args in arguments]
+
         @hookimpl
         def pjrtkit_compile(program, options, devices):
-            return CompiledProgram(build_plan(program, RULES))
+            return CompiledProgram(Executable(build_plan(program, RULES)))
     """
 
 
 # ---------------------------------------------------------------------------------------------
-# Execute: run an executable on argument payloads. The core decides where (inline on the
-# caller's thread when cheap, else on the client's worker thread) and completes the events.
+# Capabilities: what the backend says it supports, read by tools instead of its internals.
 # ---------------------------------------------------------------------------------------------
 
 
 @_hookspec(firstresult=True)
-def pjrtkit_execute(executable: Any, arguments: Sequence[Sequence[Any]],
-                    devices: Sequence[DeviceSpec]) -> Sequence[Sequence[Any]]:
-    """Run ``executable`` once per device.
+def pjrtkit_capabilities() -> Capabilities:
+    """Declare the dtypes, ops, custom-call targets and optional features the backend supports.
 
-    Args:
-        executable: ``CompiledProgram.executable`` from ``pjrtkit_compile``.
-        arguments: ``arguments[d][i]`` is the payload of argument ``i`` on ``devices[d]``; all
-            are ready (the core waits for producers first).
-        devices: where each argument list lives.
+    The conformance suite reads this to tell a missing capability (UNSUPPORTED, expected from a
+    backend that does not declare it) from a broken one (FAIL: declared, yet UNIMPLEMENTED or
+    wrong). Declare only what ``pjrtkit_compile`` really accepts.
 
     Returns:
-        ``outputs[d][o]``: one payload per output per device, with the shapes and dtypes the
-        program declares.
+        ``Capabilities``; a field left ``None`` means "not declared". The built-in answer
+        (when a plugin does not implement this hook) declares nothing.
 
     Raises:
-        Any PjrtError; the core delivers it through the outputs' events, so JAX reports it
-        when the results are used.
+        Nothing in practice; an error here is INTERNAL for whoever asked.
 
     firstresult: yes.
 
     Example::
 
         @hookimpl
-        def pjrtkit_execute(executable, arguments, devices):
-            return [list(executable(*args)) for args in arguments]
+        def pjrtkit_capabilities():
+            return Capabilities(dtypes={"float32", "int32"}, ops=set(RULES.rules),
+                                custom_call_targets=set(), features={"multiple_devices"})
     """
+

@@ -5,8 +5,8 @@ A plugin builds these; the core turns them into runtime objects and PJRT handles
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol, runtime_checkable
 
 # The memory kinds JAX knows; every device of a pjrtkit backend has exactly these three.
 MEMORY_KINDS = ("device", "pinned_host", "unpinned_host")
@@ -99,17 +99,71 @@ class CostEstimate:
     transcendentals: float = 0.0
 
 
+@runtime_checkable
+class PluginExecutable(Protocol):
+    """The plugin's compiled program, as ``CompiledProgram.executable`` carries it.
+
+    The core runs a program by calling ``execute`` on this object directly, not through a hook:
+    it is called for every execution (a jitted call in a loop), where pluggy's dispatch would
+    cost as much as a small program takes, and the object already knows its own plan.
+    """
+
+    def execute(self, arguments: Sequence[Sequence[Any]],
+                devices: Sequence[DeviceSpec]) -> Sequence[Sequence[Any]]:
+        """Run the program once per device.
+
+        ``arguments[d][i]`` is the payload of argument ``i`` on ``devices[d]`` (all ready: the
+        core waits for their producers first). Returns ``outputs[d][o]``, one payload per
+        output per device, with the shapes and dtypes the program declares. A ``PjrtError``
+        keeps its code; any other exception becomes INTERNAL naming this object's type; either
+        reaches JAX through the outputs' events.
+        """
+
+
 @dataclasses.dataclass(frozen=True)
 class CompiledProgram:
     """What ``pjrtkit_compile`` returns.
 
-    ``executable`` is the plugin's own object, opaque to the core and handed back to
-    ``pjrtkit_execute``. ``cost`` feeds PJRT_Executable_GetCostAnalysis and the core's choice of
-    running a cheap program inline on the caller's thread. ``temp_bytes`` feeds
-    PJRT_Executable_GetCompiledMemoryStats.
+    ``executable`` is the plugin's own object (a ``PluginExecutable``: the core calls its
+    ``execute`` and otherwise never looks inside). ``cost`` feeds
+    PJRT_Executable_GetCostAnalysis and the core's choice of running a cheap program inline on
+    the caller's thread. ``temp_bytes`` feeds PJRT_Executable_GetCompiledMemoryStats.
     """
 
-    executable: Any
+    executable: PluginExecutable
     cost: CostEstimate = CostEstimate()
     code_size_bytes: int = 0
     temp_bytes: int = 0
+
+
+# Optional features a plugin may declare in ``Capabilities.features``; the conformance suite
+# reads them to know what to expect instead of guessing.
+FEATURES = frozenset({
+    "compile_only_topologies",  # pjrtkit_make_topology answers for named AOT topologies
+    "multiple_devices",         # a client may have more than one device
+    "partitioned_programs",     # programs sharded over several devices (num_partitions > 1)
+})
+
+
+@dataclasses.dataclass(frozen=True)
+class Capabilities:
+    """What a backend says it supports (``pjrtkit_capabilities``), so that tools (the
+    conformance suite, error messages, ``pjrtkit info``) never import a plugin's internals.
+
+    ``None`` means "not declared" (a tool then learns by trying); an empty set means "none".
+    ``dtypes`` are NumPy dtype names (``"float32"``, ``"bfloat16"``); ``ops`` are StableHLO op
+    names the compiler has a rule for (``"stablehlo.add"``); ``custom_call_targets`` are the
+    ``stablehlo.custom_call`` targets it runs; ``features`` are names from ``FEATURES``.
+    """
+
+    dtypes: frozenset[str] | None = None
+    ops: frozenset[str] | None = None
+    custom_call_targets: frozenset[str] | None = None
+    features: frozenset[str] = frozenset()
+
+    def __post_init__(self):
+        # Accept any iterable (a tuple, a dict's keys) and keep an immutable, hashable set.
+        for field in ("dtypes", "ops", "custom_call_targets", "features"):
+            value = getattr(self, field)
+            if value is not None and not isinstance(value, frozenset):
+                object.__setattr__(self, field, frozenset(value))

@@ -16,9 +16,12 @@ from pjrtkit.backend import Backend
 from pjrtkit.errors import InvalidArgument, Unimplemented
 from pjrtkit.testing.conformance import hooks_checks
 from pjrtkit.testing.conformance.checks import REGISTRY, Outcome, run_check
-from pjrtkit.types import CompiledProgram, CostEstimate, MemorySpaceSpec, MemoryStats, Topology
+from pjrtkit.testing.conformance.runner import import_layer
+from pjrtkit.types import (CompiledProgram, CostEstimate, MemorySpaceSpec, MemoryStats,
+                           Topology)
 
 HOOKS = sorted(hooks_checks.all_hook_names())
+import_layer("hooks")  # every hooks_checks* module registers its checks
 LAYER2 = [c for c in REGISTRY.values() if c.layer == "hooks"]
 
 
@@ -31,13 +34,7 @@ def make_backend(name="mutant", **overrides) -> Backend:
             setattr(module, hook, impl)
     for hook, fn in overrides.items():
         setattr(module, hook, hookimpl(fn))
-    module.DTYPES = cpu_dtypes()
     return Backend(name, module)
-
-
-def cpu_dtypes():
-    from pjrtkit_cpu.lowering import CPU_DTYPES
-    return CPU_DTYPES
 
 
 def two_devices(options):
@@ -129,29 +126,46 @@ def _aot_other_kind(name, options):
                                          for d in topology.devices))
 
 
-def _add_one_to_f32(executable, arguments, devices):
-    out = cpu.pjrtkit_execute(executable, arguments, devices)
+class _MutantExecutable:
+    """The cpu executable with its outputs changed by ``change(inner, arguments, devices)``."""
+
+    def __init__(self, inner, change):
+        self.inner, self.change = inner, change
+
+    def execute(self, arguments, devices):
+        return self.change(self.inner, arguments, devices)
+
+
+def mutant_execute(change):
+    """A pjrtkit_compile that compiles as the cpu backend does but executes through ``change``."""
+    def compile_hook(program, options, devices):
+        compiled = cpu.pjrtkit_compile(program, options, devices)
+        return dataclasses.replace(compiled,
+                                   executable=_MutantExecutable(compiled.executable, change))
+    return compile_hook
+
+
+def _add_one_to_f32(inner, arguments, devices):
+    out = inner.execute(arguments, devices)
     return [[o + np.float32(1) if o.dtype == np.float32 else o for o in outs] for outs in out]
 
 
-def _add_one_to_i32_scalars(executable, arguments, devices):
-    out = cpu.pjrtkit_execute(executable, arguments, devices)
+def _add_one_to_i32_scalars(inner, arguments, devices):
+    out = inner.execute(arguments, devices)
     return [[o + np.int32(1) if o.dtype == np.int32 and o.ndim == 0 else o for o in outs]
             for outs in out]
 
 
-def _reverse_outputs(executable, arguments, devices):
-    return [list(reversed(list(outs))) for outs in cpu.pjrtkit_execute(executable, arguments,
-                                                                      devices)]
+def _reverse_outputs(inner, arguments, devices):
+    return [list(reversed(list(outs))) for outs in inner.execute(arguments, devices)]
 
 
-def _at_least_1d(executable, arguments, devices):
-    return [[np.atleast_1d(o) for o in outs]
-            for outs in cpu.pjrtkit_execute(executable, arguments, devices)]
+def _at_least_1d(inner, arguments, devices):
+    return [[np.atleast_1d(o) for o in outs] for outs in inner.execute(arguments, devices)]
 
 
-def _writes_inputs(executable, arguments, devices):
-    out = cpu.pjrtkit_execute(executable, arguments, devices)
+def _writes_inputs(inner, arguments, devices):
+    out = inner.execute(arguments, devices)
     for args in arguments:
         for a in args:
             a[...] = 0
@@ -161,20 +175,23 @@ def _writes_inputs(executable, arguments, devices):
 _first_results: dict = {}
 
 
-def _remembers_first(executable, arguments, devices):
-    out = cpu.pjrtkit_execute(executable, arguments, devices)
-    return _first_results.setdefault(id(executable), out)
+def _remembers_first(inner, arguments, devices):
+    out = inner.execute(arguments, devices)
+    return _first_results.setdefault(id(inner), out)
 
 
-def _wrong_on_device_1(executable, arguments, devices):
-    out = cpu.pjrtkit_execute(executable, arguments, devices)
+def _wrong_on_device_1(inner, arguments, devices):
+    out = inner.execute(arguments, devices)
     return [[o * 0 if devices[i].id == 1 else o for o in outs] for i, outs in enumerate(out)]
 
 
-def _lazy_compile(program, options, devices):
-    def executable(*args):
+class _LazyExecutable:
+    def execute(self, arguments, devices):
         raise Unimplemented("found out at execute time")
-    return CompiledProgram(executable=executable)
+
+
+def _lazy_compile(program, options, devices):
+    return CompiledProgram(executable=_LazyExecutable())
 
 
 def _invalid_instead_of_unimplemented(program, options, devices):
@@ -189,13 +206,26 @@ def _negative_cost(program, options, devices):
                                cost=CostEstimate(flops=-1.0))
 
 
+def _plus_one(inner, arguments, devices):
+    return [[np.asarray(r) + 1 for r in outs] for outs in inner.execute(arguments, devices)]
+
+
 def _every_other_compile_wrong(program, options, devices):
     compiled = cpu.pjrtkit_compile(program, options, devices)
     if next(_counter) % 2:
-        plan = compiled.executable
-        return dataclasses.replace(
-            compiled, executable=lambda *a: tuple(np.asarray(r) + 1 for r in plan(*a)))
+        return dataclasses.replace(compiled,
+                                   executable=_MutantExecutable(compiled.executable, _plus_one))
     return compiled
+
+
+def _capabilities_with(**changes):
+    def capabilities():
+        return dataclasses.replace(cpu.pjrtkit_capabilities(), **changes)
+    return capabilities
+
+
+def _no_topologies_at_all(name, options):
+    return None
 
 
 def _to_host_zero_for(predicate):
@@ -250,17 +280,24 @@ MUTANTS = {
         pjrtkit_client_topology=two_devices,
         pjrtkit_memory_stats=lambda device, tracked: {"bytes": 0} if device.id == 1 else tracked),
     "hooks.compile.compiled_program": dict(pjrtkit_compile=_negative_cost),
-    "hooks.execute.elementwise": dict(pjrtkit_execute=_add_one_to_f32),
-    "hooks.execute.multiple_outputs": dict(pjrtkit_execute=_reverse_outputs),
-    "hooks.execute.scalar_and_zero_size": dict(pjrtkit_execute=_at_least_1d),
-    "hooks.execute.control_flow": dict(pjrtkit_execute=_add_one_to_i32_scalars),
-    "hooks.execute.inputs_unchanged": dict(pjrtkit_execute=_writes_inputs),
-    "hooks.execute.repeatable": dict(pjrtkit_execute=_remembers_first),
+    "hooks.execute.elementwise": dict(pjrtkit_compile=mutant_execute(_add_one_to_f32)),
+    "hooks.execute.multiple_outputs": dict(pjrtkit_compile=mutant_execute(_reverse_outputs)),
+    "hooks.execute.scalar_and_zero_size": dict(pjrtkit_compile=mutant_execute(_at_least_1d)),
+    "hooks.execute.control_flow": dict(pjrtkit_compile=mutant_execute(_add_one_to_i32_scalars)),
+    "hooks.execute.inputs_unchanged": dict(pjrtkit_compile=mutant_execute(_writes_inputs)),
+    "hooks.execute.repeatable": dict(pjrtkit_compile=mutant_execute(_remembers_first)),
     "hooks.execute.every_device": dict(pjrtkit_client_topology=two_devices,
-                                       pjrtkit_execute=_wrong_on_device_1),
+                                       pjrtkit_compile=mutant_execute(_wrong_on_device_1)),
     "hooks.compile.unsupported_op": dict(pjrtkit_compile=_lazy_compile),
     "hooks.compile.undeclared_dtype": dict(pjrtkit_compile=_invalid_instead_of_unimplemented),
     "hooks.compile.deterministic": dict(pjrtkit_compile=_every_other_compile_wrong),
+    "hooks.capabilities.record": dict(pjrtkit_capabilities=_capabilities_with(
+        dtypes={"float32", "float33"})),
+    "hooks.capabilities.declared_dtypes_compile": dict(pjrtkit_capabilities=_capabilities_with(
+        dtypes={"float32", "complex64"})),
+    "hooks.capabilities.custom_call_targets": dict(pjrtkit_capabilities=_capabilities_with(
+        custom_call_targets={"pjrtkit_conformance_no_such_target"})),
+    "hooks.capabilities.features": dict(pjrtkit_make_topology=_no_topologies_at_all),
 }
 
 
@@ -277,3 +314,37 @@ def test_each_layer2_check_fails_on_a_backend_broken_its_way(check_id):
     result = run_check(REGISTRY[check_id], backend)
     assert result.outcome == Outcome.FAIL, (result.outcome, result.detail)
     assert result.detail
+
+
+# The template plugin declares six ops on float32 and int32: the checks that need more report
+# UNSUPPORTED (not FAIL), and everything it declares holds.
+TEMPLATE_UNSUPPORTED = {"hooks.execute.multiple_outputs", "hooks.execute.control_flow",
+                        "hooks.compile.deterministic"}
+
+
+def test_layer2_on_the_template_backend_fails_nothing(template_backend):
+    outcomes = run_layer2(template_backend)
+    failed = {i: o for i, o in outcomes.items() if o == Outcome.FAIL}
+    assert not failed
+    unsupported = {i for i, o in outcomes.items() if o == Outcome.UNSUPPORTED}
+    assert TEMPLATE_UNSUPPORTED <= unsupported
+    assert unsupported - TEMPLATE_UNSUPPORTED <= {
+        f"hooks.transfer.round_trip[{d}]" for d in ("complex64", "complex128")}, unsupported
+
+
+def test_ops_declared_but_unimplemented_fail(template_backend):
+    import template_backend as template
+
+    def overclaiming():
+        caps = template.pjrtkit_capabilities()
+        return dataclasses.replace(caps, ops=caps.ops | {"stablehlo.while", "stablehlo.compare"},
+                                   dtypes=caps.dtypes | {"bool"})
+
+    module = types.ModuleType("overclaiming_template")
+    for hook in HOOKS:
+        if hasattr(template, hook):
+            setattr(module, hook, getattr(template, hook))
+    module.pjrtkit_capabilities = hookimpl(overclaiming)
+    result = run_check(REGISTRY["hooks.execute.control_flow"], Backend("overclaiming", module))
+    assert result.outcome == Outcome.FAIL, (result.outcome, result.detail)
+    assert "declared ops" in result.detail

@@ -13,7 +13,7 @@ import pytest
 
 from pjrtkit.testing.conformance.checks import CheckResult, Outcome
 from pjrtkit.testing.conformance.report import SECTIONS, to_markdown
-from pjrtkit.testing.conformance.runner import SuiteResult
+from pjrtkit.testing.conformance.results import SuiteResult
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 PJRTKIT = [sys.executable, "-m", "pjrtkit.cli"]

@@ -48,7 +48,7 @@ pjrtkit_make_topology = cpu.pjrtkit_make_topology
 pjrtkit_transfer_to_device = cpu.pjrtkit_transfer_to_device
 pjrtkit_transfer_to_host = cpu.pjrtkit_transfer_to_host
 pjrtkit_copy_buffer = cpu.pjrtkit_copy_buffer
-pjrtkit_execute = cpu.pjrtkit_execute
+pjrtkit_capabilities = cpu.pjrtkit_capabilities  # declared dtypes and ops: the cpu plugin's
 
 
 def _rules():
@@ -69,11 +69,11 @@ def _rules():
 
 @hookimpl
 def pjrtkit_compile(program, options, devices):
-    return CompiledProgram(executable=build_plan(program, RULES), cost=estimate_cost(program))
+    return CompiledProgram(executable=cpu.CpuExecutable(build_plan(program, RULES), True),
+                           cost=estimate_cost(program))
 
 
 RULES = _rules()
-DTYPES = tuple(RULES.dtypes)  # declared dtypes: the cpu plugin's
 
 
 # ---- the C-level faults -----------------------------------------------------------------------

@@ -3,8 +3,6 @@ C, the execution takes the inline path, and the switches that must see every cal
 profiler) still see them. Fresh interpreters, as JAX fixes its platforms at first use."""
 import json
 
-from test_jax_end_to_end import run_python
-
 # Runs 50 calls of a cheap jitted function and reports which pjrtkit.abi functions were
 # entered (a profile function on the calling thread), plus the results.
 _PROBE = """
@@ -32,14 +30,14 @@ _PROBE = """
 """
 
 
-def _probe(**env):
+def _probe(run_python, **env):
     out = run_python(_PROBE, **env)
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def test_a_jitted_call_enters_python_only_to_execute():
-    result = _probe()
+def test_a_jitted_call_enters_python_only_to_execute(run_python):
+    result = _probe(run_python)
     assert result["y"] == [1.0, 3.0, 5.0]
     seen = result["seen"]
     # One crossing per call: the inline execute (which also finishes the previous result's
@@ -53,8 +51,8 @@ def test_a_jitted_call_enters_python_only_to_execute():
     assert 45 <= seen.get("drain_destroyed", 0) <= 50, seen
 
 
-def test_with_the_profiler_on_every_call_reaches_python_and_the_result_is_the_same():
-    result = _probe(PJRTKIT_PROFILE="/dev/null")
+def test_with_the_profiler_on_every_call_reaches_python_and_the_result_is_the_same(run_python):
+    result = _probe(run_python, PJRTKIT_PROFILE="/dev/null")
     assert result["y"] == [1.0, 3.0, 5.0]
     seen = result["seen"]
     # C answers are off: the profile sees the general callbacks, and the inline path is

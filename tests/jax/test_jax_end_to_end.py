@@ -1,26 +1,9 @@
 """JAX end to end on pjrtkit_cpu: selection, errors that reach the user, and that the process
 lives on after each. Each scenario runs in a fresh interpreter, because JAX fixes its set of
-platforms at the first backend use."""
-import os
-import subprocess
-import sys
-import textwrap
-
-import pytest
-
-HERE = os.path.dirname(__file__)
+platforms at the first backend use (the ``run_python`` fixture, conftest.py)."""
 
 
-def run_python(code: str, **env) -> subprocess.CompletedProcess:
-    environment = {k: v for k, v in os.environ.items()
-                   if k not in ("JAX_PLATFORMS", "PJRTKIT_BACKENDS", "PJRTKIT_CPU_DEVICES")}
-    environment.update(env)
-    environment["PYTHONPATH"] = HERE + os.pathsep + environment.get("PYTHONPATH", "")
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
-                          text=True, env=environment, timeout=300)
-
-
-def test_installing_the_plugin_does_not_change_the_default_backend():
+def test_installing_the_plugin_does_not_change_the_default_backend(run_python):
     out = run_python("""
         import jax
         print(jax.default_backend(), jax.devices()[0].platform)
@@ -32,7 +15,7 @@ def test_installing_the_plugin_does_not_change_the_default_backend():
     assert "pjrtkit_cpu" in second
 
 
-def test_jax_platforms_selects_pjrtkit_cpu_with_no_code_change():
+def test_jax_platforms_selects_pjrtkit_cpu_with_no_code_change(run_python):
     out = run_python("""
         import jax, jax.numpy as jnp
         print(jax.default_backend(), len(jax.devices()), jax.devices()[0].platform)
@@ -44,7 +27,7 @@ def test_jax_platforms_selects_pjrtkit_cpu_with_no_code_change():
     assert out.stdout.splitlines() == ["pjrtkit_cpu 1 pjrtkit_cpu", "83.0 pjrtkit_cpu"]
 
 
-def test_pjrtkit_cpu_devices_sets_the_device_count():
+def test_pjrtkit_cpu_devices_sets_the_device_count(run_python):
     out = run_python("""
         import jax
         print([d.id for d in jax.devices()], {d.device_kind for d in jax.devices()})
@@ -53,7 +36,7 @@ def test_pjrtkit_cpu_devices_sets_the_device_count():
     assert out.stdout.strip() == "[0, 1, 2, 3] {'cpu'}"
 
 
-def test_pjrtkit_backends_can_leave_the_plugin_unregistered():
+def test_pjrtkit_backends_can_leave_the_plugin_unregistered(run_python):
     out = run_python("""
         import jax
         print(sorted(jax._src.xla_bridge.backends()))
@@ -62,7 +45,7 @@ def test_pjrtkit_backends_can_leave_the_plugin_unregistered():
     assert "pjrtkit_cpu" not in out.stdout
 
 
-def test_an_op_the_plugin_lacks_is_unimplemented_naming_the_op_and_the_process_lives_on():
+def test_an_op_the_plugin_lacks_is_unimplemented_naming_the_op_and_the_process_lives_on(run_python):
     out = run_python("""
         import jax, jax.numpy as jnp
         x = jnp.ones(8, jnp.float32)
@@ -79,7 +62,8 @@ def test_an_op_the_plugin_lacks_is_unimplemented_naming_the_op_and_the_process_l
     assert alive == "alive 3.0"
 
 
-def test_a_python_exception_in_a_hook_is_internal_naming_the_hook_and_the_process_lives_on():
+def test_an_exception_in_execute_is_internal_naming_the_executable_and_the_process_lives(
+        run_python):
     out = run_python("""
         import jax, jax.numpy as jnp
         import faulty_plugin
@@ -99,11 +83,12 @@ def test_a_python_exception_in_a_hook_is_internal_naming_the_hook_and_the_proces
     assert out.returncode == 0, out.stderr
     first, alive = out.stdout.strip().splitlines()
     assert first.startswith("JaxRuntimeError | INTERNAL:"), first
-    assert "pjrtkit_execute" in first and "KeyError" in first, first
+    assert "FaultyExecutable.execute raised KeyError" in first, first
+    assert "pjrtkit_faulty" in first, first
     assert alive == "alive [0, 3, 6, 9]"
 
 
-def test_donation_is_allowed_and_donated_inputs_read_as_deleted():
+def test_donation_is_allowed_and_donated_inputs_read_as_deleted(run_python):
     out = run_python("""
         import jax, jax.numpy as jnp
         from jax._src.interpreters import mlir
@@ -117,11 +102,12 @@ def test_donation_is_allowed_and_donated_inputs_read_as_deleted():
     assert out.stdout.strip() == "[1.0, 2.0, 3.0, 4.0] True"
 
 
-def test_compiled_as_text_reads_the_optimized_program():
+def test_compiled_as_text_reads_the_optimized_program(run_python):
     """jaxlib turns PJRT_Executable_OptimizedProgram (the bytes Compile was given) into HLO."""
     out = run_python("""
         import jax, jax.numpy as jnp
-        c = jax.jit(lambda a, b: jnp.tanh(a @ b)).lower(jnp.ones((2, 3)), jnp.ones((3, 4))).compile()
+        f = jax.jit(lambda a, b: jnp.tanh(a @ b))
+        c = f.lower(jnp.ones((2, 3)), jnp.ones((3, 4))).compile()
         text = c.as_text()
         print(text.splitlines()[0].split(",")[0])
         print("tanh" in text and "dot" in text and "f32[2,4]" in text)
@@ -130,7 +116,7 @@ def test_compiled_as_text_reads_the_optimized_program():
     assert out.stdout.split() == ["HloModule", "jit__lambda", "True"], out.stdout
 
 
-def test_an_error_raised_while_jaxlib_destroys_buffers_reaches_the_user_intact():
+def test_an_error_raised_while_jaxlib_destroys_buffers_reaches_the_user_intact(run_python):
     # jaxlib destroys buffers while the exception is propagating; a callback entered with a
     # pending Python exception used to replace it with SystemError.
     out = run_python("""
@@ -149,7 +135,7 @@ def test_an_error_raised_while_jaxlib_destroys_buffers_reaches_the_user_intact()
     assert "SystemError" not in out.stderr
 
 
-def test_aot_compile_against_a_topology_then_load_and_run_on_the_live_client():
+def test_aot_compile_against_a_topology_then_load_and_run_on_the_live_client(run_python):
     """Compile-only topology (pjrtkit_make_topology) -> PJRT_Compile -> serialize -> load."""
     out = run_python("""
         import jax, jax.numpy as jnp

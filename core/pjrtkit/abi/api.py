@@ -8,8 +8,12 @@ import ctypes
 import threading
 from typing import Any
 
+# Every extern "Python" callback must be defined before C can reach any of them; importing
+# fn_unimplemented imports every area module, then stubs the slots they leave.
+from pjrtkit.abi import fn_unimplemented  # noqa: F401 - imported for its definitions
 from pjrtkit.abi._cffi import ffi, lib
-from pjrtkit.errors import Internal, ResourceExhausted
+from pjrtkit.abi.slots import BACKENDS
+from pjrtkit.errors import ResourceExhausted
 
 MAX_BACKENDS: int = lib.PJRTKIT_MAX_BACKENDS
 API_VERSION = (0, lib.PJRTKIT_API_MINOR)
@@ -21,26 +25,19 @@ _PyCapsule_New.argtypes = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
 _CAPSULE_NAME = ctypes.create_string_buffer(b"pjrt_c_api")
 
 _lock = threading.Lock()
-_backends: list[Any] = []   # index is the slot the C trampolines pass back
 _tables: list[Any] = []     # PJRT_Api cdata; alive for the process (jaxlib never lets go)
 _capsules: list[Any] = []
 
 
-def _load_callbacks() -> None:
-    """Define every extern "Python" callback before C can reach any of them."""
-    from pjrtkit.abi import fn_unimplemented  # noqa: F401 - imports all the area modules too
-
-
 def register_backend(backend: Any) -> tuple[Any, int]:
     """Build (once per backend object) the PJRT_Api for ``backend``; returns (capsule, slot)."""
-    _load_callbacks()
     with _lock:
-        for slot, known in enumerate(_backends):
+        for slot, known in enumerate(BACKENDS):
             if known is backend:
                 return _capsules[slot], slot
-        slot = len(_backends)
+        slot = len(BACKENDS)
         if slot >= MAX_BACKENDS:
-            names = ", ".join(repr(getattr(b, "name", b)) for b in _backends)
+            names = ", ".join(repr(getattr(b, "name", b)) for b in BACKENDS)
             raise ResourceExhausted(
                 f"pjrtkit supports at most {MAX_BACKENDS} backends per process; already "
                 f"registered: {names}; cannot add {getattr(backend, 'name', backend)!r}")
@@ -48,17 +45,10 @@ def register_backend(backend: Any) -> tuple[Any, int]:
         lib.pjrtkit_fill_api(api, slot)
         capsule = _PyCapsule_New(
             int(ffi.cast("uintptr_t", api)), ctypes.addressof(_CAPSULE_NAME), None)
-        _backends.append(backend)
+        BACKENDS.append(backend)
         _tables.append(api)
         _capsules.append(capsule)
         return capsule, slot
-
-
-def backend_for_slot(slot: int) -> Any:
-    try:
-        return _backends[slot]
-    except IndexError:
-        raise Internal(f"no pjrtkit backend is registered in api slot {slot}") from None
 
 
 def api_for_slot(slot: int) -> Any:

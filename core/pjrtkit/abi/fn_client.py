@@ -4,11 +4,11 @@ from __future__ import annotations
 from typing import Any
 
 from pjrtkit.abi import named_values
-from pjrtkit.abi.api import backend_for_slot
 from pjrtkit.abi.args import Args, data, string
 from pjrtkit.abi.errors import pjrt_function
 from pjrtkit.abi.fn_executable import new_loaded_executable
 from pjrtkit.abi.handles import CLIENTS, ClientRef, deref
+from pjrtkit.abi.slots import backend_for_slot
 
 
 def client_of(a: Args, field: str = "client") -> ClientRef:

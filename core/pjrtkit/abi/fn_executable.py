@@ -48,7 +48,7 @@ def _string_out(a: Args, ref: Any, field: str, value: str) -> None:
     a.set(f"{field}_size", size)
 
 
-def _blob_out(a: Args, data: bytes, handle_field: str, deleter_field: str, ctype: str) -> None:
+def blob_out(a: Args, data: bytes, handle_field: str, deleter_field: str, ctype: str) -> None:
     a.require_outputs("serialized_bytes", "serialized_bytes_size", handle_field, deleter_field)
     handle, chars, size = new_blob(data)
     a.set("serialized_bytes", chars)
@@ -190,7 +190,7 @@ def executable_get_compiled_memory_stats(args: Any) -> None:
 def executable_serialize(args: Any) -> None:
     a = Args(args)
     data = executable_of(a).obj.serialize()
-    _blob_out(a, data, "serialized_executable", "serialized_executable_deleter",
+    blob_out(a, data, "serialized_executable", "serialized_executable_deleter",
               "PJRT_SerializedExecutable")
 
 
@@ -198,7 +198,7 @@ def executable_serialize(args: Any) -> None:
 def executable_get_compile_options(args: Any) -> None:
     a = Args(args)
     data = executable_of(a).obj.compile_options
-    _blob_out(a, data, "serialized_compile_options", "serialized_compile_options_deleter",
+    blob_out(a, data, "serialized_compile_options", "serialized_compile_options_deleter",
               "PJRT_SerializedCompileOptions")
 
 
@@ -223,7 +223,7 @@ def loaded_executable_get_executable(args: Any) -> None:
 @pjrt_function("PJRT_LoadedExecutable_GetDeviceAssignment", never_fails=True)
 def loaded_executable_get_device_assignment(args: Any) -> None:
     a = Args(args)
-    _blob_out(a, loaded_of(a).device_assignment, "serialized_device_assignment",
+    blob_out(a, loaded_of(a).device_assignment, "serialized_device_assignment",
               "serialized_device_assignment_deleter", "PJRT_DeviceAssignmentSerialized")
 
 

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from pjrtkit.abi.api import backend_for_slot
 from pjrtkit.abi.args import Args
 from pjrtkit.abi.errors import pjrt_function
 from pjrtkit.abi.named_values import NamedValues
+from pjrtkit.abi.slots import backend_for_slot
 
 # NamedValues handed out by Plugin_Attributes; C may keep reading them for the process lifetime.
 _attributes: dict[int, NamedValues] = {}

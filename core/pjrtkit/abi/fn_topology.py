@@ -4,13 +4,13 @@ from __future__ import annotations
 from typing import Any
 
 from pjrtkit.abi import named_values
-from pjrtkit.abi.api import backend_for_slot
 from pjrtkit.abi.args import Args, data, string
 from pjrtkit.abi.errors import pjrt_function
 from pjrtkit.abi.fn_client import read_program
-from pjrtkit.abi.fn_executable import _blob_out
+from pjrtkit.abi.fn_executable import blob_out
 from pjrtkit.abi.handles import EXECUTABLES, TOPOLOGIES, ExecutableRef, TopologyRef, deref
 from pjrtkit.abi.named_values import NamedValues
+from pjrtkit.abi.slots import backend_for_slot
 
 
 def topology_of(a: Args) -> TopologyRef:
@@ -68,7 +68,7 @@ def topology_attributes(args: Any) -> None:
 @pjrt_function("PJRT_TopologyDescription_Serialize")
 def topology_serialize(args: Any) -> None:
     a = Args(args)
-    _blob_out(a, topology_of(a).obj.serialize(), "serialized_topology",
+    blob_out(a, topology_of(a).obj.serialize(), "serialized_topology",
               "serialized_topology_deleter", "PJRT_SerializedTopology")
 
 

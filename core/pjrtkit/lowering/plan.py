@@ -170,9 +170,14 @@ class PlanBuilder:
                 kernel = rule(op, self)
             except PjrtError:
                 raise
-            except (NotImplementedError, KeyError, ValueError, TypeError, IndexError) as exc:
-                raise Unimplemented(f"{self.backend}: lowering {op.describe()} failed: "
-                                    f"{type(exc).__name__}: {exc}") from exc
+            except Exception as exc:
+                # Only an explicit Unimplemented means "not supported"; anything else would
+                # hide a bug in the rule behind a plausible UNSUPPORTED.
+                raise Internal(f"{self.backend}: bug in the lowering rule for {op.name} "
+                               f"({getattr(rule, '__qualname__', rule)}): it raised "
+                               f"{type(exc).__name__}: {exc} while lowering {op.describe()}; a "
+                               f"rule reports an unsupported case by raising "
+                               f"pjrtkit.errors.Unimplemented") from exc
             finally:
                 self._lowering.pop()
             ins = tuple(slot_of(v) for v in (*op.operands, *op_captures))

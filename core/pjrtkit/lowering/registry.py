@@ -108,6 +108,18 @@ class LoweringRegistry:
     def rules(self) -> Mapping[str, Rule]:
         return dict(self._rules)
 
+    @property
+    def op_names(self) -> frozenset[str]:
+        """The op names with a rule (custom-call target rules not included)."""
+        prefix = custom_call_rule("")
+        return frozenset(name for name in self._rules if not name.startswith(prefix))
+
+    @property
+    def custom_call_targets(self) -> frozenset[str]:
+        """The ``call_target_name`` values with a rule of their own (``custom_call_rule``)."""
+        prefix = custom_call_rule("")
+        return frozenset(name[len(prefix):] for name in self._rules if name.startswith(prefix))
+
     def __contains__(self, op_name: str) -> bool:
         return op_name in self._rules
 

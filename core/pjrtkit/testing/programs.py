@@ -43,7 +43,7 @@ def run_with_registry(fn: Callable, args: Sequence, registry: LoweringRegistry,
     plan = build_plan(program, registry)
     dyn = [a for i, a in enumerate(args) if i not in static_argnums]
     flat = [np.asarray(x) for x in jax.tree_util.tree_leaves(dyn)]
-    with np.errstate(all="ignore"):  # as pjrtkit_execute runs plans: XLA semantics, no warnings
+    with np.errstate(all="ignore"):  # as executables run plans: XLA semantics, no warnings
         return tuple(np.asarray(r) for r in plan(*flat))
 
 

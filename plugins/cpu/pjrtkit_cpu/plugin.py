@@ -8,7 +8,7 @@ from pjrtkit.errors import Unimplemented
 from pjrtkit.lowering.plan import build_plan
 from pjrtkit.stablehlo.cost import estimate_cost
 from pjrtkit.stablehlo.ir import walk_ops
-from pjrtkit.types import CompiledProgram, PlatformInfo
+from pjrtkit.types import Capabilities, CompiledProgram, PlatformInfo
 
 from pjrtkit_cpu import __version__, blas
 from pjrtkit_cpu.fusion import maybe_fuse
@@ -71,7 +71,8 @@ _BLAS_OPS = frozenset({"stablehlo.dot_general", "stablehlo.dot", "stablehlo.conv
 
 
 class CpuExecutable:
-    """A plan (call it like one) plus what execute needs to know, decided at compile time."""
+    """A plan plus what running it needs to know, decided at compile time; the core calls
+    ``execute`` for every execution (``pjrtkit.types.PluginExecutable``)."""
 
     __slots__ = ("plan", "uses_blas")
 
@@ -79,17 +80,25 @@ class CpuExecutable:
         self.plan = plan
         self.uses_blas = uses_blas
 
-    def __call__(self, *args):
-        return self.plan(*args)
+    def execute(self, arguments, devices):
+        # Kernels follow XLA's semantics for overflow, NaN and division by zero; NumPy's
+        # warnings about them are noise, and one errstate per execution is cheaper than one
+        # per kernel.
+        run = self.plan
+        with np.errstate(all="ignore"):
+            if not self.uses_blas:
+                return [run(*args) for args in arguments]
+            with blas.single_threaded():
+                return [run(*args) for args in arguments]
 
 
+# -- capabilities: read from the rule registry, so they cannot drift from what compiles --------
 @hookimpl
-def pjrtkit_execute(executable, arguments, devices):
-    # Kernels follow XLA's semantics for overflow, NaN and division by zero; NumPy's warnings
-    # about them are noise, and one errstate per execution is cheaper than one per kernel.
-    run = getattr(executable, "plan", executable)
-    with np.errstate(all="ignore"):
-        if not getattr(executable, "uses_blas", True):
-            return [run(*args) for args in arguments]
-        with blas.single_threaded():
-            return [run(*args) for args in arguments]
+def pjrtkit_capabilities():
+    from pjrtkit_cpu.lowering import RULES
+
+    # Rules for the plugin's own ops (fused loops) are not StableHLO a program can contain.
+    ops = {name for name in RULES.op_names if not name.startswith(f"{PLATFORM}.")}
+    return Capabilities(dtypes={dtype.name for dtype in RULES.dtypes}, ops=ops,
+                        custom_call_targets=RULES.custom_call_targets,
+                        features={"compile_only_topologies", "multiple_devices"})

@@ -14,165 +14,17 @@ from __future__ import annotations
 import dataclasses
 import re
 
-import ml_dtypes
 import numpy as np
 
 from pjrtkit.errors import ErrorCode, PjrtError
 from pjrtkit.testing.conformance.checks import Failed, Skipped, Unsupported, check, expect
-from pjrtkit.types import (MEMORY_KINDS, CompiledProgram, CompileOptions, DeviceSpec,
-                           MemoryStats, PlatformInfo, Topology)
-
-LAYER = "hooks"
-
-# The dtypes a PJRT plugin is commonly asked to store; a backend that declares fewer reports
-# UNSUPPORTED (if it answers UNIMPLEMENTED) for the rest.
-STANDARD_DTYPES: tuple[np.dtype, ...] = tuple(np.dtype(d) for d in (
-    np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64,
-    np.float16, ml_dtypes.bfloat16, np.float32, np.float64, np.complex64, np.complex128))
+from pjrtkit.testing.conformance.hooks_support import (LAYER, STANDARD_DTYPES, as_host, bits,
+                                                       client_topology, declared_dtypes,
+                                                       first_device, is_unimplemented,
+                                                       round_trip, sample)
+from pjrtkit.types import MEMORY_KINDS, DeviceSpec, MemoryStats, PlatformInfo, Topology
 
 UNKNOWN_TOPOLOGY = "pjrtkit-conformance-no-such-topology"
-
-
-# ---- helpers ----------------------------------------------------------------------------------
-
-def declared_dtypes(backend) -> frozenset[np.dtype] | None:
-    """The dtypes a backend declares, or None when it declares none.
-
-    A plugin module declares them as ``DTYPES``; plugins built on ``pjrtkit.lowering`` declare
-    them through their registry (``<package>.lowering.RULES.dtypes``).
-    """
-    import importlib
-    import sys
-
-    module = backend.plugin_manager.get_plugin(f"pjrtkit.backends.{backend.name}")
-    if module is None:
-        return None
-    if getattr(module, "DTYPES", None) is not None:
-        return frozenset(np.dtype(d) for d in module.DTYPES)
-    package = getattr(module, "__package__", None) or ""
-    if package and package in sys.modules:
-        try:
-            lowering = importlib.import_module(f"{package}.lowering")
-        except ImportError:
-            return None
-        rules = getattr(lowering, "RULES", None)
-        if rules is not None and getattr(rules, "dtypes", None):
-            return frozenset(rules.dtypes)
-    return None
-
-
-def _topology(backend) -> Topology:
-    topology = backend.client_topology(options={})
-    expect(isinstance(topology, Topology), "pjrtkit_client_topology returns a Topology",
-           expected="Topology", actual=type(topology).__name__)
-    expect(len(topology.devices) > 0, "the client topology has at least one device",
-           expected=">= 1 device", actual=0)
-    return topology
-
-
-def _device(backend) -> DeviceSpec:
-    return _topology(backend).devices[0]
-
-
-def _sample(dtype: np.dtype, shape: tuple[int, ...], seed: int = 0) -> np.ndarray:
-    """Values covering the dtype's range, including special float bit patterns."""
-    rng = np.random.default_rng(seed)
-    dtype = np.dtype(dtype)
-    count = int(np.prod(shape, dtype=np.int64))
-    if dtype == np.bool_:
-        return rng.integers(0, 2, size=shape).astype(np.bool_)
-    if dtype.kind in "iu":
-        info = np.iinfo(dtype)
-        flat = rng.integers(info.min, info.max, size=count, dtype=dtype, endpoint=True)
-        if count >= 2:
-            flat[:2] = (info.min, info.max)
-        return flat.reshape(shape)
-    if dtype.kind == "c":
-        part = np.dtype(f"f{dtype.itemsize // 2}")
-        return (_sample(part, shape, seed) + 1j * _sample(part, shape, seed + 1)).astype(dtype)
-    # Random bit patterns: NaNs with payloads, infinities, subnormals, negative zero.
-    bits = np.dtype(f"u{dtype.itemsize}")
-    flat = rng.integers(0, np.iinfo(bits).max, size=count, dtype=bits, endpoint=True).view(dtype)
-    return flat.reshape(shape)
-
-
-def _bits(array: np.ndarray) -> bytes:
-    return np.ascontiguousarray(array).tobytes()
-
-
-def _as_host(backend, payload, device, kind) -> np.ndarray:
-    host = backend.transfer_to_host(payload=payload, device=device, memory_kind=kind)
-    expect(isinstance(host, np.ndarray), "pjrtkit_transfer_to_host returns a NumPy array",
-           expected="numpy.ndarray", actual=type(host).__name__)
-    return host
-
-
-def _round_trip(backend, array: np.ndarray, device: DeviceSpec, kind: str) -> np.ndarray:
-    original = array.copy()
-    payload = backend.transfer_to_device(array=array, device=device, memory_kind=kind)
-    host = _as_host(backend, payload, device, kind)
-    expect(host.dtype == original.dtype and host.shape == original.shape,
-           f"a {original.dtype}{list(original.shape)} array stored in '{kind}' reads back with "
-           f"the same dtype and shape",
-           expected=f"{original.dtype}{list(original.shape)}",
-           actual=f"{host.dtype}{list(host.shape)}")
-    if _bits(host) != _bits(original):
-        diff = np.flatnonzero(np.frombuffer(_bits(host), np.uint8)
-                              != np.frombuffer(_bits(original), np.uint8))
-        raise Failed(f"a {original.dtype}{list(original.shape)} array stored in '{kind}' reads "
-                     f"back bit-exactly", expected=original.ravel()[:8].tolist(),
-                     actual=f"{host.ravel()[:8].tolist()} (first differing byte {diff[0]})")
-    return host
-
-
-def _options(device: DeviceSpec) -> CompileOptions:
-    return CompileOptions(num_replicas=1, num_partitions=1, device_assignment=((device.id,),),
-                          use_spmd_partitioning=False)
-
-
-def _compile(backend, text: str, device: DeviceSpec) -> CompiledProgram:
-    from pjrtkit.stablehlo.loader import load_program
-
-    compiled = backend.compile(program=load_program(text), options=_options(device),
-                               devices=(device,))
-    expect(isinstance(compiled, CompiledProgram), "pjrtkit_compile returns a CompiledProgram",
-           expected="CompiledProgram", actual=type(compiled).__name__)
-    return compiled
-
-
-def _execute(backend, compiled: CompiledProgram, device: DeviceSpec, arrays, n_outputs: int,
-             kind: str | None = None) -> list[np.ndarray]:
-    """Store ``arrays`` on ``device``, execute, check the output structure, read outputs back."""
-    kind = kind or device.default_memory_kind
-    # np.array keeps 0-d inputs 0-d (np.ascontiguousarray would make them 1-d).
-    payloads = [backend.transfer_to_device(array=np.array(a, order="C", copy=True),
-                                           device=device, memory_kind=kind) for a in arrays]
-    outputs = backend.execute(executable=compiled.executable, arguments=[payloads],
-                              devices=(device,))
-    outputs = list(outputs)
-    expect(len(outputs) == 1, "pjrtkit_execute returns one output list per device",
-           expected=1, actual=len(outputs))
-    expect(len(outputs[0]) == n_outputs, "pjrtkit_execute returns one payload per output",
-           expected=n_outputs, actual=len(outputs[0]))
-    return [_as_host(backend, p, device, kind) for p in outputs[0]]
-
-
-def _expect_result(actual: np.ndarray, expected: np.ndarray, what: str) -> None:
-    expected = np.asarray(expected)
-    expect(actual.dtype == expected.dtype and actual.shape == expected.shape,
-           f"{what}: output has the declared dtype and shape",
-           expected=f"{expected.dtype}{list(expected.shape)}",
-           actual=f"{actual.dtype}{list(actual.shape)}")
-    if expected.dtype.kind == "f":
-        ok = np.allclose(actual, expected, rtol=1e-6, atol=0, equal_nan=True)
-    else:
-        ok = np.array_equal(actual, expected)
-    expect(ok, f"{what}: output values", expected=expected.ravel()[:8].tolist(),
-           actual=actual.ravel()[:8].tolist())
-
-
-def _is_unimplemented(exc: BaseException) -> bool:
-    return isinstance(exc, PjrtError) and exc.code == ErrorCode.UNIMPLEMENTED
 
 
 # ---- platform ---------------------------------------------------------------------------------
@@ -213,7 +65,7 @@ def platform_name(backend):
 @check("hooks.topology.devices", layer=LAYER)
 def topology_devices(backend):
     """pjrtkit_client_topology returns a Topology of DeviceSpec records, at least one"""
-    topology = _topology(backend)
+    topology = client_topology(backend)
     for d in topology.devices:
         expect(isinstance(d, DeviceSpec), "every device is a DeviceSpec", expected="DeviceSpec",
                actual=type(d).__name__)
@@ -223,7 +75,7 @@ def topology_devices(backend):
 @check("hooks.topology.unique_ids", layer=LAYER)
 def topology_unique_ids(backend):
     """device ids are non-negative integers, unique in the topology"""
-    ids = [d.id for d in _topology(backend).devices]
+    ids = [d.id for d in client_topology(backend).devices]
     expect(all(isinstance(i, int) and i >= 0 for i in ids), "device ids are ints >= 0",
            expected="ints >= 0", actual=ids)
     expect(len(set(ids)) == len(ids), "device ids are unique", expected="unique ids",
@@ -233,7 +85,7 @@ def topology_unique_ids(backend):
 @check("hooks.topology.process_index", layer=LAYER)
 def topology_process_index(backend):
     """every device of a live client belongs to this process (process_index 0)"""
-    indices = [d.process_index for d in _topology(backend).devices]
+    indices = [d.process_index for d in client_topology(backend).devices]
     expect(all(i == 0 for i in indices), "a live client's devices have process_index 0",
            expected=[0] * len(indices), actual=indices)
 
@@ -241,7 +93,7 @@ def topology_process_index(backend):
 @check("hooks.topology.local_hardware_ids", layer=LAYER)
 def topology_local_hardware_ids(backend):
     """local hardware ids are non-negative and unique among the process's devices"""
-    ids = [d.local_hardware_id for d in _topology(backend).devices]
+    ids = [d.local_hardware_id for d in client_topology(backend).devices]
     expect(all(isinstance(i, int) and i >= 0 for i in ids) and len(set(ids)) == len(ids),
            "local_hardware_id values are unique ints >= 0", expected="unique ints >= 0",
            actual=ids)
@@ -251,7 +103,7 @@ def topology_local_hardware_ids(backend):
 def topology_coords(backend):
     """coords are tuples of non-negative ints of one length; (coords, core_on_chip) is unique
     per device (jax.experimental.mesh_utils builds meshes from them)"""
-    devices = _topology(backend).devices
+    devices = client_topology(backend).devices
     coords = [d.coords for d in devices]
     expect(all(isinstance(c, tuple) and all(isinstance(v, int) and v >= 0 for v in c)
                for c in coords), "coords are tuples of ints >= 0", expected="tuple[int, ...]",
@@ -266,7 +118,7 @@ def topology_coords(backend):
 @check("hooks.topology.device_kind", layer=LAYER)
 def topology_device_kind(backend):
     """every device has a non-empty kind"""
-    kinds = [d.kind for d in _topology(backend).devices]
+    kinds = [d.kind for d in client_topology(backend).devices]
     expect(all(isinstance(k, str) and k for k in kinds), "device kinds are non-empty strings",
            expected="non-empty str", actual=kinds)
 
@@ -275,7 +127,7 @@ def topology_device_kind(backend):
 def topology_memory_kinds(backend):
     """every device's memory spaces have standard kind names (device, pinned_host,
     unpinned_host), each at most once, and include 'device'"""
-    for d in _topology(backend).devices:
+    for d in client_topology(backend).devices:
         kinds = [m.kind for m in d.memory_spaces]
         expect(set(kinds) <= set(MEMORY_KINDS), f"device {d.id}: memory kinds are standard",
                expected=list(MEMORY_KINDS), actual=kinds)
@@ -288,7 +140,7 @@ def topology_memory_kinds(backend):
 @check("hooks.topology.default_memory", layer=LAYER)
 def topology_default_memory(backend):
     """every device has exactly one default memory, one of its own memory spaces"""
-    for d in _topology(backend).devices:
+    for d in client_topology(backend).devices:
         matches = [m for m in d.memory_spaces if m.kind == d.default_memory_kind]
         expect(len(matches) == 1, f"device {d.id}: default_memory_kind names exactly one of its "
                f"memory spaces", expected=f"one space of kind {d.default_memory_kind!r}",
@@ -298,7 +150,7 @@ def topology_default_memory(backend):
 @check("hooks.topology.capacity", layer=LAYER)
 def topology_capacity(backend):
     """memory capacities are unknown (None) or positive byte counts"""
-    for d in _topology(backend).devices:
+    for d in client_topology(backend).devices:
         for m in d.memory_spaces:
             c = m.capacity_bytes
             expect(c is None or (isinstance(c, int) and c > 0),
@@ -309,7 +161,7 @@ def topology_capacity(backend):
 @check("hooks.topology.stable", layer=LAYER)
 def topology_stable(backend):
     """pjrtkit_client_topology answers the same topology on every call"""
-    first, second = _topology(backend), _topology(backend)
+    first, second = client_topology(backend), client_topology(backend)
     expect(first == second, "two calls give equal topologies", expected=first, actual=second)
 
 
@@ -369,7 +221,7 @@ def make_topology_matches_client(backend):
     """a compile-only topology describes devices like the live client's: same device kind and
     memory kinds"""
     aot = _aot_default(backend)
-    live = _device(backend)
+    live = first_device(backend)
     for d in aot.devices:
         expect(d.kind == live.kind, f"compile-only device {d.id} has the live device kind",
                expected=live.kind, actual=d.kind)
@@ -384,12 +236,12 @@ def make_topology_matches_client(backend):
 def _transfer_check(dtype: np.dtype):
     def run(backend):
         declared = declared_dtypes(backend)
-        device = _device(backend)
-        array = _sample(dtype, (3, 5), seed=dtype.num)
+        device = first_device(backend)
+        array = sample(dtype, (3, 5), seed=dtype.num)
         try:
-            _round_trip(backend, array, device, device.default_memory_kind)
+            round_trip(backend, array, device, device.default_memory_kind)
         except PjrtError as exc:
-            if _is_unimplemented(exc):
+            if is_unimplemented(exc):
                 if declared is not None and dtype in declared:
                     raise Failed(f"{dtype} is a declared dtype, but storing it is UNIMPLEMENTED",
                                  expected="a payload", actual=f"UNIMPLEMENTED: {exc}") from exc
@@ -411,27 +263,27 @@ for _dtype in STANDARD_DTYPES:
 @check("hooks.transfer.every_memory_kind", layer=LAYER)
 def transfer_every_memory_kind(backend):
     """an array stored in each of the device's memory kinds reads back bit-exactly"""
-    device = _device(backend)
+    device = first_device(backend)
     for space in device.memory_spaces:
-        _round_trip(backend, _sample(np.float32, (4, 3), seed=7), device, space.kind)
+        round_trip(backend, sample(np.float32, (4, 3), seed=7), device, space.kind)
     return ", ".join(m.kind for m in device.memory_spaces)
 
 
 @check("hooks.transfer.shapes", layer=LAYER)
 def transfer_shapes(backend):
     """scalars, zero-size arrays and a large (1e6-element) array round-trip with their shapes"""
-    device = _device(backend)
+    device = first_device(backend)
     for shape in ((), (0,), (3, 0, 2), (1_000_000,)):
-        _round_trip(backend, _sample(np.float32, shape, seed=len(shape)), device,
+        round_trip(backend, sample(np.float32, shape, seed=len(shape)), device,
                     device.default_memory_kind)
 
 
 @check("hooks.transfer.every_device", layer=LAYER)
 def transfer_every_device(backend):
     """an array stored on each device of the client reads back from that device"""
-    topology = _topology(backend)
+    topology = client_topology(backend)
     for device in topology.devices:
-        _round_trip(backend, np.full((2, 2), device.id, np.int32), device,
+        round_trip(backend, np.full((2, 2), device.id, np.int32), device,
                     device.default_memory_kind)
     return f"{len(topology.devices)} device(s)"
 
@@ -442,15 +294,15 @@ def transfer_every_device(backend):
 def copy_buffer_round_trip(backend):
     """pjrtkit_copy_buffer copies a payload to each other memory kind of the device; the copy
     reads back bit-exactly"""
-    device = _device(backend)
-    array = _sample(np.float64, (5, 2), seed=3)
+    device = first_device(backend)
+    array = sample(np.float64, (5, 2), seed=3)
     src_kind = device.default_memory_kind
     payload = backend.transfer_to_device(array=array.copy(), device=device, memory_kind=src_kind)
     for space in device.memory_spaces:
         copy = backend.copy_buffer(payload=payload, src_device=device, src_memory_kind=src_kind,
                                    dst_device=device, dst_memory_kind=space.kind)
-        host = _as_host(backend, copy, device, space.kind)
-        expect(_bits(host) == _bits(array) and host.shape == array.shape,
+        host = as_host(backend, copy, device, space.kind)
+        expect(bits(host) == bits(array) and host.shape == array.shape,
                f"a copy from '{src_kind}' to '{space.kind}' reads back bit-exactly",
                expected=array.ravel()[:4].tolist(), actual=host.ravel()[:4].tolist())
 
@@ -458,7 +310,7 @@ def copy_buffer_round_trip(backend):
 @check("hooks.copy_buffer.no_aliasing", layer=LAYER)
 def copy_buffer_no_aliasing(backend):
     """a copy shares no storage with its source (donation may later write either in place)"""
-    device = _device(backend)
+    device = first_device(backend)
     kind = device.default_memory_kind
     array = np.arange(12, dtype=np.int32).reshape(3, 4)
     payload = backend.transfer_to_device(array=array.copy(), device=device, memory_kind=kind)
@@ -466,14 +318,14 @@ def copy_buffer_no_aliasing(backend):
                                dst_device=device, dst_memory_kind=kind)
     expect(copy is not payload, "the copy is a new payload", expected="a new payload",
            actual="the source payload itself")
-    source_host = _as_host(backend, payload, device, kind)
-    copy_host = _as_host(backend, copy, device, kind)
+    source_host = as_host(backend, payload, device, kind)
+    copy_host = as_host(backend, copy, device, kind)
     expect(not np.shares_memory(source_host, copy_host), "source and copy read back from "
            "separate storage", expected="no shared memory", actual="shared memory")
     # If payloads are host arrays, writing the source must leave the copy unchanged.
     if isinstance(payload, np.ndarray) and payload.flags.writeable:
         payload[...] = -1
-        expect(np.array_equal(_as_host(backend, copy, device, kind), array),
+        expect(np.array_equal(as_host(backend, copy, device, kind), array),
                "writing the source payload leaves the copy unchanged",
                expected=array.ravel().tolist(), actual=copy_host.ravel().tolist())
 
@@ -481,20 +333,20 @@ def copy_buffer_no_aliasing(backend):
 @check("hooks.copy_buffer.between_devices", layer=LAYER)
 def copy_buffer_between_devices(backend):
     """pjrtkit_copy_buffer copies a payload from the first device to every other device"""
-    topology = _topology(backend)
+    topology = client_topology(backend)
     if len(topology.devices) < 2:
         raise Skipped(f"the client has {len(topology.devices)} device; copies between devices "
                       f"need two (for the cpu backend: PJRTKIT_CPU_DEVICES=2)")
     src = topology.devices[0]
-    array = _sample(np.int16, (3, 3), seed=11)
+    array = sample(np.int16, (3, 3), seed=11)
     payload = backend.transfer_to_device(array=array.copy(), device=src,
                                          memory_kind=src.default_memory_kind)
     for dst in topology.devices[1:]:
         copy = backend.copy_buffer(payload=payload, src_device=src,
                                    src_memory_kind=src.default_memory_kind, dst_device=dst,
                                    dst_memory_kind=dst.default_memory_kind)
-        host = _as_host(backend, copy, dst, dst.default_memory_kind)
-        expect(_bits(host) == _bits(array), f"copy to device {dst.id} reads back bit-exactly",
+        host = as_host(backend, copy, dst, dst.default_memory_kind)
+        expect(bits(host) == bits(array), f"copy to device {dst.id} reads back bit-exactly",
                expected=array.ravel().tolist(), actual=host.ravel().tolist())
 
 
@@ -504,7 +356,7 @@ def copy_buffer_between_devices(backend):
 def memory_stats_consistent(backend):
     """pjrtkit_memory_stats returns MemoryStats with non-negative counts, peak >= in use and
     limit >= in use where set"""
-    device = _device(backend)
+    device = first_device(backend)
     tracked = MemoryStats(bytes_in_use=4096, peak_bytes_in_use=8192, num_allocs=3,
                           largest_alloc_size=2048,
                           bytes_limit=device.memory_space(device.default_memory_kind).capacity_bytes)
@@ -530,7 +382,7 @@ def memory_stats_consistent(backend):
 @check("hooks.memory_stats.every_device", layer=LAYER)
 def memory_stats_every_device(backend):
     """pjrtkit_memory_stats answers for every device, not only the first"""
-    for device in _topology(backend).devices:
+    for device in client_topology(backend).devices:
         stats = backend.memory_stats(device=device, tracked=MemoryStats(bytes_in_use=0))
         expect(isinstance(stats, MemoryStats), f"device {device.id}: MemoryStats",
                expected="MemoryStats", actual=type(stats).__name__)
@@ -542,6 +394,3 @@ def all_hook_names() -> set[str]:
 
     return {name for name in dir(hookspecs) if name.startswith("pjrtkit_")}
 
-
-# The compile/execute area registers its checks on import.
-from pjrtkit.testing.conformance import hooks_checks_execute  # noqa: E402,F401

@@ -7,12 +7,12 @@ exact answer and the table's tolerance stays meaningful.
 """
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 import ml_dtypes
 import numpy as np
 
-from pjrtkit.testing.conformance.jax_checks import Case
 
 BOOL = np.dtype(np.bool_)
 SIGNED = tuple(np.dtype(d) for d in (np.int8, np.int16, np.int32, np.int64))
@@ -64,6 +64,24 @@ def _args(*specs) -> Callable[[np.random.Generator], tuple]:
         return tuple(sample(rng, *spec) for spec in specs)
 
     return make
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    """One row of the table. ``make_args(rng)`` returns NumPy inputs (possibly non-contiguous);
+    ``fn`` is a JAX function of them. ``loosen`` multiplies the tolerance (say why where set).
+    ``donate``: argument 0 is donated and must read as deleted afterwards on the device under
+    test. ``prejitted``: ``fn`` is already a jitted function (jit of grad/vmap cases)."""
+
+    id: str
+    family: str
+    fn: Callable
+    make_args: Callable[[np.random.Generator], tuple]
+    loosen: float = 1.0
+    donate: bool = False
+    prejitted: bool = False
+    jit_kwargs: dict = dataclasses.field(default_factory=dict)
+    description: str = ""
 
 
 CASES: list[Case] = []

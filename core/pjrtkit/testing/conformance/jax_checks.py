@@ -12,7 +12,6 @@ this layer in a fresh process instead (``runner``, ``pytest_plugin``).
 """
 from __future__ import annotations
 
-import dataclasses
 import zlib
 from collections.abc import Callable
 from typing import Any
@@ -21,6 +20,7 @@ import numpy as np
 
 from pjrtkit.testing.conformance.checks import (Check, Failed, Skipped, Unsupported,
                                                 register_generated)
+from pjrtkit.testing.conformance.jax_cases import Case, all_cases
 
 LAYER = "jax"
 REFERENCE_PLATFORM = "cpu"
@@ -38,9 +38,10 @@ def configure_jax(platform: str, backend=None) -> str | None:
     from pjrtkit import jax_glue
 
     initialized = xla_bridge.backends_are_initialized()
+    # JAX has no public way to ask whether a platform's plugin factory is registered.
     if not initialized:
         if backend is not None and platform not in jax_glue.registered_backends() \
-                and platform not in xla_bridge._backend_factories:
+                and platform not in xla_bridge._backend_factories:  # noqa: SLF001
             jax_glue.register_backend(backend)
         jax.config.update("jax_platforms", f"{platform},{REFERENCE_PLATFORM}")
     missing = []
@@ -75,7 +76,7 @@ class JaxTarget:
             self.reference = jax.devices(REFERENCE_PLATFORM)[0]
         self._jitted: dict[str, Callable] = {}
 
-    def jitted(self, case: "Case") -> Callable:
+    def jitted(self, case: Case) -> Callable:
         """One jitted function per case, shared by both devices (JAX caches per placement)."""
         import jax
 
@@ -84,24 +85,6 @@ class JaxTarget:
             fn = case.fn if case.prejitted else jax.jit(case.fn, **case.jit_kwargs)
             self._jitted[case.id] = fn
         return fn
-
-
-@dataclasses.dataclass(frozen=True)
-class Case:
-    """One row of the table. ``make_args(rng)`` returns NumPy inputs (possibly non-contiguous);
-    ``fn`` is a JAX function of them. ``loosen`` multiplies the tolerance (say why where set).
-    ``donate``: argument 0 is donated and must read as deleted afterwards on the device under
-    test. ``prejitted``: ``fn`` is already a jitted function (jit of grad/vmap cases)."""
-
-    id: str
-    family: str
-    fn: Callable
-    make_args: Callable[[np.random.Generator], tuple]
-    loosen: float = 1.0
-    donate: bool = False
-    prejitted: bool = False
-    jit_kwargs: dict = dataclasses.field(default_factory=dict)
-    description: str = ""
 
 
 def _summary(value: np.ndarray) -> str:
@@ -191,9 +174,7 @@ def _as_check(case: Case) -> Check:
 
 
 def register_cases() -> list[Case]:
-    from pjrtkit.testing.conformance import jax_cases
-
-    cases = jax_cases.all_cases()
+    cases = all_cases()
     register_generated(_as_check(c) for c in cases)
     return cases
 

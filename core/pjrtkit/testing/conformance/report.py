@@ -12,7 +12,7 @@ import shlex
 from typing import Any
 
 from pjrtkit.testing.conformance.checks import LAYERS, Outcome
-from pjrtkit.testing.conformance.runner import SuiteResult
+from pjrtkit.testing.conformance.results import SuiteResult
 
 SECTIONS = ("Summary", "Capabilities", "Failures", "How to rerun one check", "All checks")
 

@@ -26,8 +26,10 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from pjrtkit.testing.conformance import report
 from pjrtkit.testing.conformance.checks import (LAYERS, REGISTRY, Check, CheckResult, Outcome,
                                                 run_check)
+from pjrtkit.testing.conformance.results import SuiteResult, results_from_json
 
 PACKAGE = "pjrtkit.testing.conformance"
 LAYER_MODULES = {"abi": "abi_checks", "hooks": "hooks_checks", "jax": "jax_checks"}
@@ -177,7 +179,7 @@ class Session:
         if layer not in self._contexts:
             try:
                 self._contexts[layer] = (self._build(layer), None)
-            except Exception as exc:  # reported on every check of the layer
+            except Exception as exc:  # noqa: BLE001 - reported on every check of the layer
                 self._contexts[layer] = (None, f"{type(exc).__name__}: {exc}")
         return self._contexts[layer]
 
@@ -218,78 +220,6 @@ class Session:
                 pass
 
 
-# ---- results ----------------------------------------------------------------------------------
-
-@dataclasses.dataclass
-class SuiteResult:
-    info: dict[str, Any]
-    results: list[CheckResult]
-    durations: dict[str, float]
-    duration_seconds: float
-    layers: tuple[str, ...]
-    missing_layers: dict[str, str] = dataclasses.field(default_factory=dict)
-    rerun_name: str | None = None
-
-    def count(self, outcome: Outcome, layer: str | None = None) -> int:
-        return sum(r.outcome == outcome and (layer is None or r.layer == layer)
-                   for r in self.results)
-
-    @property
-    def failed(self) -> list[CheckResult]:
-        return [r for r in self.results if r.outcome == Outcome.FAIL]
-
-    @property
-    def exit_status(self) -> int:
-        return 1 if self.failed else 0
-
-    def summary(self) -> dict[str, int]:
-        return {"pass": self.count(Outcome.PASS), "fail": self.count(Outcome.FAIL),
-                "unsupported": self.count(Outcome.UNSUPPORTED), "skip": self.count(Outcome.SKIP),
-                "total": len(self.results)}
-
-    def capabilities(self) -> list[dict[str, Any]]:
-        """One row per optional capability: present, absent (UNSUPPORTED), broken (FAIL) or
-        unknown (only skipped)."""
-        rows: dict[str, dict[str, Any]] = {}
-        for r in self.results:
-            if not r.capability:
-                continue
-            row = rows.setdefault(r.capability, {"capability": r.capability, "layer": r.layer,
-                                                 "checks": 0, "pass": 0, "fail": 0,
-                                                 "unsupported": 0, "skip": 0})
-            row["checks"] += 1
-            row[r.outcome.value.lower()] += 1
-        for row in rows.values():
-            if row["fail"]:
-                row["status"] = "broken"
-            elif row["unsupported"] and not row["pass"]:
-                row["status"] = "absent"
-            elif row["unsupported"]:
-                row["status"] = "partial"
-            elif row["pass"]:
-                row["status"] = "present"
-            else:
-                row["status"] = "unknown"
-            row["present"] = {"present": True, "absent": False}.get(row["status"])
-        order = {layer: i for i, layer in enumerate(LAYERS)}
-        return sorted(rows.values(), key=lambda row: (order[row["layer"]], row["capability"]))
-
-    def as_json(self) -> dict[str, Any]:
-        checks = []
-        for r in self.results:
-            entry = r.as_json()
-            entry["duration_seconds"] = round(self.durations.get(r.id, 0.0), 4)
-            checks.append(entry)
-        by_layer = {layer: {"pass": self.count(Outcome.PASS, layer),
-                            "fail": self.count(Outcome.FAIL, layer),
-                            "unsupported": self.count(Outcome.UNSUPPORTED, layer),
-                            "skip": self.count(Outcome.SKIP, layer)} for layer in self.layers}
-        return {"summary": self.summary(), "layers": by_layer, "target": self.info,
-                "capabilities": self.capabilities(), "missing_layers": self.missing_layers,
-                "rerun_name": self.rerun_name,
-                "duration_seconds": round(self.duration_seconds, 3), "checks": checks}
-
-
 def run_suite(target: Target, *, layers: Sequence[str] | None = None,
               check_ids: Iterable[str] | None = None,
               progress: Callable[[CheckResult], None] | None = None) -> SuiteResult:
@@ -320,14 +250,6 @@ def run_suite(target: Target, *, layers: Sequence[str] | None = None,
     return SuiteResult(info=info, results=results, durations=durations,
                        duration_seconds=time.perf_counter() - start, layers=layers,
                        missing_layers=missing, rerun_name=target.name)
-
-
-def results_from_json(data: dict[str, Any]) -> list[CheckResult]:
-    """CheckResults read back from a report (the pytest plugin's subprocess runs)."""
-    return [CheckResult(id=c["id"], layer=c["layer"], outcome=Outcome(c["outcome"]),
-                        detail=c.get("detail", ""), expected=c.get("expected"),
-                        actual=c.get("actual"), capability=c.get("capability"),
-                        description=c.get("description", "")) for c in data["checks"]]
 
 
 def run_in_subprocess(backend_name: str, check_ids: Sequence[str], layers: Sequence[str],
@@ -363,8 +285,6 @@ def add_arguments(parser) -> None:
 
 def run_and_report(target: Target, args) -> int:
     """Run, print a summary, write the reports; exit status 1 only when a check FAILed."""
-    from pjrtkit.testing.conformance import report
-
     def progress(r: CheckResult) -> None:
         if r.outcome == Outcome.FAIL and not args.quiet:
             print(f"FAIL {r.id}: {r.detail}"[:400], file=sys.stderr, flush=True)

@@ -1,0 +1,17 @@
+"""The cpu plugin declares its capabilities (pjrtkit_capabilities) from its rule registry, so
+the declaration cannot drift from what compiles."""
+from pjrtkit.discovery import load_backend
+from pjrtkit.types import FEATURES
+
+
+def test_pjrtkit_capabilities_of_cpu_come_from_its_registry():
+    from pjrtkit_cpu.lowering import RULES
+
+    caps = load_backend("cpu").capabilities()
+    assert caps.dtypes == {dtype.name for dtype in RULES.dtypes}
+    assert {"float32", "bfloat16", "int64", "bool"} <= caps.dtypes
+    assert "complex64" not in caps.dtypes  # no complex kernels: not declared
+    assert caps.ops == {name for name in RULES.rules if not name.startswith("pjrtkit_cpu.")}
+    assert {"stablehlo.add", "stablehlo.while", "stablehlo.dot_general"} <= caps.ops
+    assert "Sharding" in caps.custom_call_targets
+    assert caps.features == {"compile_only_topologies", "multiple_devices"} <= FEATURES
