@@ -16,10 +16,8 @@ import numpy as np
 from pjrtkit import profiling
 from pjrtkit.errors import Internal, PjrtError, Unimplemented
 from pjrtkit.lowering.registry import Kernel, LoweringRegistry
-from pjrtkit.stablehlo.ir import Block, Op, Program, Region, TensorType, Value
-
-# Terminators hand their operands back to the caller of the block instead of running a kernel.
-TERMINATORS = frozenset({"stablehlo.return", "func.return", "sdy.return"})
+from pjrtkit.stablehlo.ir import (TERMINATORS, Block, Op, Program, Region, TensorType, Value,
+                                  free_values)
 
 _CHECK_KERNELS = os.environ.get("PJRTKIT_CHECK_KERNELS", "") not in ("", "0")
 
@@ -98,10 +96,7 @@ class PlanBuilder:
     def captures(self, op: Op) -> tuple[Value, ...]:
         """Values defined outside ``op`` that its regions use, in a fixed order. The kernel of
         ``op`` receives them after its operands: ``kernel(*operands, *captures)``."""
-        found: dict[int, Value] = {}
-        defined: set[int] = set()
-        _collect_free(op.regions, defined, found)
-        return tuple(found.values())
+        return free_values(op)
 
     def compile_function(self, name: str) -> Kernel:
         if name in self._functions:
@@ -235,7 +230,8 @@ def _generate(name, arg_slots, steps, result_slots, constants, codes=None):
         try:
             call = f"k{index}({', '.join(names[s] for s in ins)})"
         except KeyError as exc:
-            raise Internal(f"plan {name}: step {index} reads slot {exc} before it is defined")
+            raise Internal(f"plan {name}: step {index} reads slot {exc} before it is defined"
+                           ) from None
         for slot in outs:
             names[slot] = f"v{slot}"
         targets = ", ".join(names[s] for s in outs)
@@ -255,18 +251,6 @@ def _generate(name, arg_slots, steps, result_slots, constants, codes=None):
             codes[(name, source)] = code
     exec(code, namespace)  # noqa: S102 - our own generated code, no user input in it
     return namespace["run"], source
-
-
-def _collect_free(regions, defined: set[int], found: dict[int, Value]) -> None:
-    for region in regions:
-        for block in region.blocks:
-            defined.update(v.id for v in block.arguments)
-            for op in block.ops:
-                for v in op.operands:
-                    if v.id not in defined:
-                        found.setdefault(v.id, v)
-                _collect_free(op.regions, defined, found)
-                defined.update(v.id for v in op.results)
 
 
 def _checked(kernel: Kernel, op: Op) -> Kernel:
