@@ -17,7 +17,9 @@ to the local ``Element.result``. The semantics are XLA's CPU backend's, as the N
 
 Each rule declares the dtypes it has code for (``OpRule.dtypes``, of the operand named by
 ``OpRule.typed_operand``; every operand and result must also be one of ``values.DTYPES``).
-An op or dtype the table lacks gives ``None``: the driver declines to the NumPy rule, it never
+Constants are not in the table: fused groups read them as literal inputs (``values.literal``)
+and native loops bind them as literals or constant arguments. An op or dtype the table lacks
+gives ``None``: the driver declines to the NumPy rule, it never
 emits code it is not sure of. ``OpRule.libm_dtypes`` are the dtypes for which the rule calls
 libm once per element (float64 transcendentals; float32 sine/cosine/tan/cbrt): measured 5-60x
 slower than NumPy's SIMD loops, so fused loops (``vectorized=True``) decline them, while native
@@ -353,27 +355,16 @@ def _convert(name, e):
     return [f"{r} = {t}({x})"]  # int->int wraps, int->float and float->float round once
 
 
-@_rule("constant", DTYPES, (0,), same_operand_dtypes=False)
-def _constant(name, e):
-    """A rank-0 constant (splat constants enter fused groups as these, broadcast)."""
-    value = e.attributes.get("value")
-    if value is None or np.shape(value) != ():
-        return None
-    return [f"{e.result} = {literal(value, e.out)}"]
-
-
 # -- the entry point -------------------------------------------------------------------------
 
 def rule_for(op: Op, vectorized: bool = True) -> OpRule | None:
     """The rule emitting ``op``, or None when the table has no code for it (its name, arity,
-    dtypes, shape of a constant, or, with ``vectorized``, a per-element libm call)."""
+    dtypes, or, with ``vectorized``, a per-element libm call)."""
     rule = OP_TABLE.get(op.name)
     if rule is None or len(op.operands) not in rule.arity or len(op.results) != 1 or op.regions:
         return None
     types = [v.type for v in (*op.operands, *op.results)]
     if not all(isinstance(t, TensorType) and t.dtype in DTYPES for t in types):
-        return None
-    if op.name == PREFIX + "constant" and op.results[0].type.shape != ():
         return None
     dtype = (op.operands[rule.typed_operand] if op.operands else op.results[0]).type.dtype
     if dtype not in rule.dtypes or (vectorized and dtype in rule.libm_dtypes):
