@@ -1,21 +1,29 @@
 """Where a value lives in generated code, and the formatting every driver shares.
 
-One description of a value's home in a generated Numba function (``Home``):
+One description of a value's home in a generated Numba function, for every driver:
 
 - ``array``: a flat C-contiguous array argument or buffer, read at the loop's flat index (a
-  fused group's full-shape input, a native loop's carries, captures, constants and buffers);
+  fused group's ``full`` input kind; a native loop's carries, captures, constants and
+  per-iteration buffers, Val kind ``array``);
 - ``broadcast``: an array of lower rank read with stride 0 along the dimensions it repeats
-  (a fused group's absorbed ``broadcast_in_dim``);
-- ``strided``: an array read with other element strides (a fused group's absorbed transpose);
-- ``scalar``: one Numba local standing for every element (a rank-0 value, a splat, a
-  broadcast scalar; read once, outside the innermost loop);
-- ``literal``: a constant expression folded into the code (``literal`` below);
-- ``per_row``: a local holding one row's element, set once per row (row programs' statistics);
-- ``row_buffer``: a buffer holding the current row of a full-shape value (row programs);
-- ``carry``: a native loop's carried value, updated at the end of each iteration.
+  (a fused group's absorbed ``broadcast_in_dim``, input kind ``broadcast``);
+- ``strided``: an array read with other element strides (a fused group's absorbed transpose,
+  input kind ``strided``);
+- ``scalar``: one Numba local or expression standing for every element, read once outside the
+  innermost loop (rank-0 values: input kind ``scalar``, Val kind ``scalar``; a value of any
+  shape whose elements are all one scalar: Val kind ``splat``, so ops on it run once);
+- ``literal``: a constant folded into the code by ``literal`` below (a fused group's
+  ``literals``, a native loop's uniform constants and iotas of one element);
+- ``per_row``: a local holding one row's element, set once per row (row programs' statistics
+  and a stage's per-row inputs, source ``local``);
+- ``row_buffer``: a buffer holding the current row of a full-shape value another stage reads
+  (row programs, source ``rowbuf``);
+- ``carry``: a native loop's carried value: an array updated in place at the end of each
+  iteration, or a local for a rank-0 carry.
 
 The op rules (``optable``) only ever see scalar expressions: a driver turns each operand's
-home into the expression of one element and hands the rule those.
+home into the expression of one element (``x[k]``, ``x[p + c]``, a local, a literal) and
+hands the rule those.
 """
 from __future__ import annotations
 
@@ -30,10 +38,6 @@ BOOL = np.dtype(np.bool_)
 # Every dtype the emitter has code for; any other (complex, float16, bfloat16, fp8) makes a
 # driver decline to the NumPy rules.
 DTYPES = FLOAT_DTYPES | INT_DTYPES | {BOOL}
-
-HOMES = frozenset({"array", "broadcast", "strided", "scalar", "literal", "per_row",
-                   "row_buffer", "carry"})
-
 
 def scalar_type(dtype: np.dtype) -> str:
     """The NumPy scalar constructor that casts (and, for integers, wraps) to ``dtype``."""
