@@ -22,10 +22,9 @@ from pjrtkit import profiling
 from pjrtkit.errors import Internal, PjrtError, Unimplemented
 from pjrtkit.lowering.payloads import Payloads
 from pjrtkit.lowering.registry import Kernel, LoweringContext, LoweringRegistry
-from pjrtkit.stablehlo.ir import Block, Op, Program, Region, TensorType, Value
+from pjrtkit.stablehlo.ir import (TERMINATORS, Block, Op, Program, Region, TensorType, Value,
+                                  free_values)
 
-# Terminators hand their operands back to the caller of the block instead of running a kernel.
-TERMINATORS = frozenset({"stablehlo.return", "func.return", "sdy.return"})
 # Constants are not rules: the backend's payloads make them (``Payloads.make_constant``).
 CONSTANT = "stablehlo.constant"
 
@@ -107,10 +106,7 @@ class PlanBuilder:
     def captures(self, op: Op) -> tuple[Value, ...]:
         """Values defined outside ``op`` that its regions use, in a fixed order. The kernel of
         ``op`` receives them after its operands: ``kernel(*operands, *captures)``."""
-        found: dict[int, Value] = {}
-        defined: set[int] = set()
-        _collect_free(op.regions, defined, found)
-        return tuple(found.values())
+        return free_values(op)
 
     def compile_function(self, name: str) -> Kernel:
         if name in self._functions:
@@ -245,8 +241,8 @@ def _generate(name, arg_slots, steps, result_slots, constants, codes=None):
         try:
             call = f"k{index}({', '.join(names[s] for s in ins)})"
         except KeyError as exc:
-            raise Internal(f"plan {name}: step {index} reads slot {exc} before it is defined") \
-                from None
+            raise Internal(f"plan {name}: step {index} reads slot {exc} before it is defined"
+                           ) from None
         for slot in outs:
             names[slot] = f"v{slot}"
         targets = ", ".join(names[s] for s in outs)
@@ -266,18 +262,6 @@ def _generate(name, arg_slots, steps, result_slots, constants, codes=None):
             codes[(name, source)] = code
     exec(code, namespace)  # noqa: S102 - our own generated code, no user input in it
     return namespace["run"], source
-
-
-def _collect_free(regions, defined: set[int], found: dict[int, Value]) -> None:
-    for region in regions:
-        for block in region.blocks:
-            defined.update(v.id for v in block.arguments)
-            for op in block.ops:
-                for v in op.operands:
-                    if v.id not in defined:
-                        found.setdefault(v.id, v)
-                _collect_free(op.regions, defined, found)
-                defined.update(v.id for v in op.results)
 
 
 def _checked(kernel: Kernel, op: Op, payloads: Payloads) -> Kernel:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import heapq
+import itertools
 import math
 from typing import TYPE_CHECKING, Any
 
@@ -140,3 +142,116 @@ def walk_ops(program: Program):
 
     for function in program.functions.values():
         yield from walk_region(function.body)
+
+
+# -- IR utilities every pass needs -----------------------------------------------------------
+
+# Terminators hand their operands back to whoever runs the block (a plan's caller, a loop, a
+# branch) instead of computing anything.
+TERMINATORS = frozenset({"stablehlo.return", "func.return", "sdy.return"})
+
+# Values made by passes after loading (inlined calls, fused regions) get ids from one counter
+# that starts far above anything the loader assigns, so they never clash with a program's own
+# ids and two passes never hand out the same id. (``next`` on a count is atomic under the GIL.)
+FRESH_ID_START = 1 << 44
+_fresh_ids = itertools.count(FRESH_ID_START)
+
+
+def fresh_value(like: Value | TensorType | TokenType | TupleType) -> Value:
+    """A new Value, unique in every program of this process, of ``like``'s type (or of
+    ``like`` itself when it is a type)."""
+    return Value(next(_fresh_ids), like.type if isinstance(like, Value) else like)
+
+
+def free_values(op: Op) -> tuple[Value, ...]:
+    """Values defined outside ``op``'s regions that the regions read (at any depth), in order
+    of first use: what a kernel of ``op`` must receive besides its operands."""
+    found: dict[int, Value] = {}
+    defined: set[int] = set()
+
+    def walk(regions) -> None:
+        for region in regions:
+            for block in region.blocks:
+                defined.update(v.id for v in block.arguments)
+                for inner in block.ops:
+                    for v in inner.operands:
+                        if v.id not in defined:
+                            found.setdefault(v.id, v)
+                    walk(inner.regions)
+                    defined.update(v.id for v in inner.results)
+
+    walk(op.regions)
+    return tuple(found.values())
+
+
+def free_uses(op: Op) -> set[int]:
+    """Ids of every value defined outside ``op`` that ``op`` reads: its operands and what its
+    regions read from outside. An op depends on exactly these."""
+    uses = {v.id for v in op.operands}
+    if op.regions:
+        uses.update(v.id for v in free_values(op))
+    return uses
+
+
+def topological_order(ops: list[Op], effectful: frozenset[str] = frozenset()
+                      ) -> list[Op] | None:
+    """``ops`` in dependency order, as close to the given order as possible: among ops that
+    are ready, the earliest in ``ops`` comes first. Ops named in ``effectful`` and terminators
+    keep their order among themselves, and a terminator stays after everything before it.
+    None when the ops depend on each other in a cycle."""
+    producer: dict[int, int] = {}
+    for i, op in enumerate(ops):
+        for r in op.results:
+            producer[r.id] = i
+    users: list[list[int]] = [[] for _ in ops]
+    waiting = []
+    last_effect = None
+    for i, op in enumerate(ops):
+        deps = {producer[u] for u in free_uses(op) if u in producer and producer[u] != i}
+        if op.name in TERMINATORS:
+            deps |= set(range(i))
+        if op.name in effectful or op.name in TERMINATORS:
+            if last_effect is not None:
+                deps.add(last_effect)
+            last_effect = i
+        waiting.append(len(deps))
+        for j in deps:
+            users[j].append(i)
+    ready = [i for i, w in enumerate(waiting) if w == 0]
+    heapq.heapify(ready)
+    out = []
+    while ready:
+        i = heapq.heappop(ready)
+        out.append(ops[i])
+        for j in users[i]:
+            waiting[j] -= 1
+            if waiting[j] == 0:
+                heapq.heappush(ready, j)
+    return out if len(out) == len(ops) else None
+
+
+def clone_ops(ops, renamed: dict[int, Value]) -> list[Op]:
+    """Copies of ``ops`` reading ``renamed[id]`` instead of each value whose id is a key, with
+    fresh values for their results (added to ``renamed``, so later ops read the copies).
+    Nested regions are copied with their outside reads renamed; values defined inside them
+    keep their ids (a region is its own scope)."""
+    out = []
+    for op in ops:
+        operands = tuple(renamed.get(v.id, v) for v in op.operands)
+        results = tuple(fresh_value(r) for r in op.results)
+        renamed.update((old.id, new) for old, new in zip(op.results, results))
+        out.append(dataclasses.replace(op, operands=operands, results=results,
+                                       regions=tuple(rename_reads(r, renamed)
+                                                     for r in op.regions)))
+    return out
+
+
+def rename_reads(region: Region, renamed: dict[int, Value]) -> Region:
+    """``region`` with its reads of each value whose id is a key of ``renamed`` replaced."""
+    blocks = []
+    for block in region.blocks:
+        ops = [dataclasses.replace(op, operands=tuple(renamed.get(v.id, v) for v in op.operands),
+                                   regions=tuple(rename_reads(r, renamed) for r in op.regions))
+               for op in block.ops]
+        blocks.append(Block(block.arguments, ops))
+    return Region(blocks)

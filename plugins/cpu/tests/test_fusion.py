@@ -193,7 +193,12 @@ def test_compare_select_chain(check_fused, rng):
     check_fused(fn, x, i)
 
 
-def test_inside_while_loop(check_fused, rng):
+def test_inside_while_loop(check_fused, rng, monkeypatch):
+    # (with native loops the whole loop is compiled, fused group included: test_loops_native;
+    # here the interpreted loop runs the group's own fused kernel)
+    from pjrtkit_cpu.loops import native
+
+    monkeypatch.setattr(native, "ENABLED", False)
     x = _normal(rng, ROWS, COLS)
 
     def fn(x):
@@ -263,3 +268,24 @@ def test_group_around_an_outside_reduce_is_reordered(check_fused, rng):
         return (c + r) * 0.5 - a, c
 
     check_fused(fn, x)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.uint8])
+def test_clamp_fuses(check_fused, rng, dtype):
+    """clamp(lo, x, hi) is one op of the group, with max/min's NaN and signed-zero rules."""
+    if np.dtype(dtype).kind == "f":
+        x = _normal(rng, ROWS, COLS, dtype=dtype) * 2
+        x[0, :4] = [np.nan, -0.0, 0.0, np.inf]
+        low, high = dtype(-1.0), dtype(0.5)
+    else:
+        x = rng.integers(0, 100, (ROWS, COLS)).astype(dtype)
+        low, high = dtype(10), dtype(50)
+    check_fused(lambda x: jax.lax.clamp(low, x * dtype(3), high) + dtype(1), x,
+                inside={"clamp"})
+
+
+def test_saturating_convert_to_uint64_matches_xla(check_fused, rng):
+    # the largest uint64 is the bound a too-large float saturates to (one literal formatter)
+    x = _normal(rng, ROWS, COLS) * np.float32(1e19)
+    x[0, :3] = [np.inf, np.nan, -np.inf]
+    check_fused(lambda x: (x * 2).astype(jnp.uint64), x)

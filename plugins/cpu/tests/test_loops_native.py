@@ -347,3 +347,42 @@ def test_cond_and_switch_inside_the_loop(check_native, rng):
         return lax.fori_loop(0, 7, body, (x, np.int32(0)))
 
     check_native(fn, x)
+
+
+# -- fused groups inside loop bodies ------------------------------------------------------------
+def _fused_bodies(fn, *args):
+    from pjrtkit.stablehlo.ir import walk_ops
+
+    from pjrtkit_cpu.fusion import FUSED_OP
+
+    program = maybe_fuse(lower_program(fn, *args))
+    return program, [op for op in walk_ops(program) if op.name == FUSED_OP]
+
+
+@pytest.mark.parametrize("case", ["splats", "broadcast_capture", "transpose", "reduction"])
+def test_fused_groups_in_the_body_compile_natively(registry, rng, monkeypatch, case):
+    """With fusion on, a loop over a carry big enough to fuse (fusion rewrites its body into
+    fused groups) still compiles natively: each group is one loop over its elements."""
+    import pjrtkit_cpu.fusion as fusion
+
+    monkeypatch.setattr(fusion, "ENABLED", True)
+    shape = (128, 128) if case == "transpose" else (64, 512)
+    x = rng.standard_normal(shape).astype(np.float32)
+    w = rng.standard_normal(shape[-1:]).astype(np.float32)
+
+    def body(i, c):
+        step = i.astype(jnp.float32) * 1e-3
+        if case == "splats":
+            return c * 0.999 + jnp.tanh(c) * 1e-3 + step
+        if case == "broadcast_capture":
+            return c * 0.9 + jnp.tanh(w + step) * 0.1  # (contracting: errors do not grow)
+        if case == "transpose":
+            return c * 0.5 + c.T * 0.25 + step
+        return c - jnp.max(c, axis=-1, keepdims=True) * 0.5 + step
+
+    def fn(x, w):
+        return lax.fori_loop(0, 50, body, x)
+
+    program, fused = _fused_bodies(fn, x, w)
+    assert fused, "fusion made no group in the loop body"
+    _run_both(build_plan(program, registry), [x, w], run_on_xla_cpu(fn, (x, w)), True)

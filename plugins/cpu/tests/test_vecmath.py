@@ -18,7 +18,7 @@ from numba import njit, types
 from pjrtkit.testing.tolerances import assert_close
 
 from pjrtkit_cpu import vecmath
-from pjrtkit_cpu.fusion import codegen
+from pjrtkit_cpu.loopnest import optable
 
 EDGES = np.array([
     0.0, -0.0, np.inf, -np.inf, np.nan, -np.nan, 1.0, -1.0, 0.5, 2.0,
@@ -186,4 +186,4 @@ def test_loops_calling_them_are_vector_code(name):
 
 def test_codegen_table_names_these_functions():
     assert {op: fn.py_func.__name__ for op, fn in vecmath.FLOAT32_FUNCTIONS.items()} == \
-        codegen.FLOAT32_TRANSCENDENTALS
+        optable.FLOAT32_TRANSCENDENTALS

@@ -1,275 +1,37 @@
-"""Numba source for one fused elementwise group: one loop, every op as scalar code.
+"""The fused-group driver's loop nest: one loop over a group's elements (or rows), every op of
+the group as scalar code from the op table (``pjrtkit_cpu.loopnest.optable``).
 
-Each op is emitted as statements assigning one local per result, with the semantics XLA's CPU
-backend defines and ``lowering/elementwise_tables.py`` implements for whole arrays: integer
-results are cast back to their declared dtype after every op (Numba promotes small integers to
-64 bits, so the cast is what makes arithmetic wrap in the declared width), shift amounts are read
-as unsigned and amounts >= the width give 0 (or the sign fill), float->int conversion saturates
-with NaN -> 0, maximum/minimum propagate NaN and order -0.0 below +0.0. float16/bfloat16 are not
-fused at all (XLA rounds through f32 once per op; the unfused kernels already do that). float32
-transcendentals call ``pjrtkit_cpu.vecmath`` (float64 ones stay unfused). Choices between
-computed values are ``vecmath.select`` (an LLVM select), not branches, so loops vectorize.
+``kernel.stage_parts`` turns a fused op's region into body statements with the op table;
+``generate`` wraps them in the loop (inputs read per their ``InputKind``, outputs stored,
+reductions over the innermost dimension by ``rowreduce``) and ``loopnest.module`` makes the
+module. ``stage_row`` is one row of such a loop, which row programs (``rows``) chain.
+float16/bfloat16 are not fused (XLA rounds through f32 once per op; the unfused kernels already
+do that), nor per-element libm calls (``optable`` rules' ``libm_dtypes``).
 
-``supports(op)`` says whether an op can be emitted; ``generate(...)`` returns the module source.
+``supports(op)`` says whether an op can be a member of a fused group.
 """
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import importlib.util
-from pathlib import Path
 
 import numpy as np
 
 from pjrtkit.stablehlo.ir import Op, TensorType
 
-PREFIX = "stablehlo."
+from pjrtkit_cpu.loopnest import module, optable
+from pjrtkit_cpu.loopnest.values import FLOAT_DTYPES, scalar_type, strides
+
 BROADCAST = "stablehlo.broadcast_in_dim"
 TRANSPOSE = "stablehlo.transpose"
 # Ops a group absorbs: no code, their operand is read with other strides (see InputKind).
 ABSORBED = frozenset({BROADCAST, TRANSPOSE})
-
-FLOAT_DTYPES = frozenset(np.dtype(d) for d in (np.float32, np.float64))
-INT_DTYPES = frozenset(np.dtype(d) for d in (np.int8, np.int16, np.int32, np.int64,
-                                             np.uint8, np.uint16, np.uint32, np.uint64))
-BOOL = np.dtype(np.bool_)
-DTYPES = FLOAT_DTYPES | INT_DTYPES | {BOOL}
-
-
-def _nb(dtype: np.dtype) -> str:
-    """The NumPy scalar constructor that casts (and, for integers, wraps) to ``dtype``."""
-    return "bool" if dtype == BOOL else f"np.{dtype.name}"
-
-
-def _unsigned(dtype: np.dtype) -> np.dtype:
-    return np.dtype(f"u{dtype.itemsize}")
-
-
-def _signed(dtype: np.dtype) -> np.dtype:
-    return np.dtype(f"i{dtype.itemsize}")
-
-
-# -- per-op emitters: (result name, operand names, operand dtype, op) -> lines -------------------
-# Float ops whose NumPy scalar function matches the array kernel in elementwise_tables. Only
-# ops that are one or a few instructions: Numba calls libm per element for transcendentals
-# (exp, log, tanh, sin, ...), measured 5-60x slower than NumPy's SIMD loops. float32
-# transcendentals with a vectorizable version in ``pjrtkit_cpu.vecmath`` call that (the
-# generated module imports it as ``vm_<name>``); the others stay unfused and split groups.
-# (Names, not the functions: importing vecmath imports Numba, which only the background compile
-# thread's preparation may do. A test checks this table against vecmath.FLOAT32_FUNCTIONS.)
-FLOAT32_TRANSCENDENTALS = {
-    "exponential": "exp_f32", "log": "log_f32", "log_plus_one": "log1p_f32",
-    "exponential_minus_one": "expm1_f32", "tanh": "tanh_f32", "logistic": "logistic_f32",
-}
-_FLOAT_UNARY_CALLS = {
-    "floor": "np.floor", "ceil": "np.ceil", "round_nearest_even": "np.rint",
-    "sqrt": "np.sqrt",
-}
-_FLOAT_BINARY_OPERATORS = {"add": "+", "subtract": "-", "multiply": "*", "divide": "/"}
-_INT_BINARY_OPERATORS = {"add": "+", "subtract": "-", "multiply": "*",
-                         "and": "&", "or": "|", "xor": "^"}
-_BOOL_BINARY = {"add": "or", "multiply": "and", "maximum": "or", "minimum": "and",
-                "and": "and", "or": "or", "xor": "!="}
-_COMPARISONS = {"EQ": "==", "NE": "!=", "LT": "<", "LE": "<=", "GT": ">", "GE": ">="}
-
-
-def _float_op(name: str, r: str, a: list[str], t: str) -> list[str] | None:
-    if name in FLOAT32_TRANSCENDENTALS:
-        return [f"{r} = vm_{name}({a[0]})"] if t == "np.float32" else None
-    if name in _FLOAT_UNARY_CALLS:
-        return [f"{r} = {t}({_FLOAT_UNARY_CALLS[name]}({a[0]}))"]
-    if name in _FLOAT_BINARY_OPERATORS:
-        return [f"{r} = {t}({a[0]} {_FLOAT_BINARY_OPERATORS[name]} {a[1]})"]
-    x = a[0]
-    if name == "abs":
-        return [f"{r} = {t}(abs({x}))"]
-    if name == "negate":
-        return [f"{r} = -{x}"]
-    if name == "sign":  # keeps -0.0 and NaN, like XLA
-        return [f"{r} = {x} if ({x} == 0 or {x} != {x}) else ({t}(1) if {x} > 0 else {t}(-1))"]
-    if name == "round_nearest_afz":
-        return [f"{r} = np.trunc({x})",
-                f"if abs({x} - {r}) >= 0.5:",
-                f"    {r} = {t}({r} + math.copysign(1.0, {x}))"]
-    if name == "rsqrt":
-        return [f"{r} = {t}({t}(1) / {t}(np.sqrt({x})))"]
-    if name in ("maximum", "minimum"):
-        y = a[1]
-        bigger, smaller = (x, y) if name == "maximum" else (y, x)
-        # Equal values: only zeros can differ (in sign); maximum prefers +0, minimum -0, and
-        # for zeros x + y is +0 unless both are -0 (so -(-x - y) is -0 unless both are +0).
-        tie = f"{x} + {y}" if name == "maximum" else f"-(-{x} - {y})"
-        # Selects, not branches: see vecmath.select.
-        return [f"{r}_t = select({x} == 0, {tie}, {x})",
-                f"{r} = select({x} != {x}, {x}, select({y} != {y}, {y}, select({x} > {y}, "
-                f"{bigger}, select({y} > {x}, {smaller}, {r}_t))))"]
-    return None
-
-
-def _int_op(name: str, r: str, a: list[str], dtype: np.dtype) -> list[str] | None:
-    t = _nb(dtype)
-    u = _nb(_unsigned(dtype))
-    s = _nb(_signed(dtype))
-    width = 8 * dtype.itemsize
-    signed = dtype.kind == "i"
-    x = a[0]
-    # Numba marks signed arithmetic no-signed-wrap (LLVM may then assume it never overflows),
-    # so wrapping arithmetic runs on the unsigned type of the same width and is cast back.
-    if name in ("add", "subtract", "multiply"):
-        return [f"{r} = {t}({u}({u}({x}) {_INT_BINARY_OPERATORS[name]} {u}({a[1]})))"]
-    if name in _INT_BINARY_OPERATORS:
-        return [f"{r} = {t}({x} {_INT_BINARY_OPERATORS[name]} {a[1]})"]
-    negated = f"{t}({u}({u}(0) - {u}({x})))"
-    if name == "negate":
-        return [f"{r} = {negated}"]
-    if name == "abs":  # INT_MIN stays INT_MIN
-        return [f"{r} = {negated} if {x} < 0 else {x}" if signed else f"{r} = {x}"]
-    if name == "not":
-        return [f"{r} = {t}(~{x})"]
-    if name == "sign":
-        if signed:
-            return [f"{r} = {t}(1) if {x} > 0 else ({t}(-1) if {x} < 0 else {t}(0))"]
-        return [f"{r} = {t}(1) if {x} > 0 else {t}(0)"]
-    if name in ("maximum", "minimum"):
-        cmp = ">" if name == "maximum" else "<"
-        return [f"{r} = {x} if {x} {cmp} {a[1]} else {a[1]}"]
-    if len(a) != 2:
-        return None
-    y = a[1]
-    all_ones = f"{t}({u}({(1 << width) - 1}))"
-    if name == "divide":  # truncating; x/0 = -1 (all ones); INT_MIN/-1 wraps
-        if not signed:
-            return [f"{r} = {all_ones} if {y} == 0 else {t}({x} // {y})"]
-        return [f"if {y} == 0:", f"    {r} = {t}(-1)",
-                f"elif {y} == -1:", f"    {r} = {negated}",
-                "else:", f"    {r}_q = {x} // {y}",
-                f"    if {x} % {y} != 0 and (({x} < 0) != ({y} < 0)):",
-                f"        {r}_q += 1",
-                f"    {r} = {t}({r}_q)"]
-    if name == "remainder":  # sign of the dividend; x%0 = x; INT_MIN%-1 = 0
-        if not signed:
-            return [f"{r} = {x} if {y} == 0 else {t}({x} % {y})"]
-        return [f"if {y} == 0:", f"    {r} = {x}",
-                f"elif {y} == -1:", f"    {r} = {t}(0)",
-                "else:", f"    {r}_m = {x} % {y}",
-                f"    if {r}_m != 0 and (({r}_m < 0) != ({x} < 0)):",
-                f"        {r}_m -= {y}",
-                f"    {r} = {t}({r}_m)"]
-    # Shifts: selects rather than branches (see vecmath.select), and the amount masked to
-    # the width so the unselected shift is defined too.
-    if name in ("shift_left", "shift_right_logical"):
-        op = "<<" if name == "shift_left" else ">>"
-        return [f"{r}_n = {u}({y})",
-                f"{r} = select({r}_n >= {width}, {t}(0), "
-                f"{t}({u}({u}({x}) {op} ({r}_n & {u}({width - 1})))))"]
-    if name == "shift_right_arithmetic":  # amounts >= width fill with the sign bit
-        return [f"{r}_n = {u}({y})",
-                f"{r}_n = select({r}_n > {width - 1}, {u}({width - 1}), {r}_n)",
-                f"{r} = {t}({s}({s}({x}) >> np.int64({r}_n)))"]
-    return None
-
-
-def _convert(r: str, x: str, source: np.dtype, target: np.dtype) -> list[str] | None:
-    t = _nb(target)
-    if target == BOOL:
-        return [f"{r} = {x} != 0"]  # NaN -> True, like XLA
-    if source == BOOL:
-        return [f"{r} = {t}(1) if {x} else {t}(0)"]
-    if source in FLOAT_DTYPES and target in INT_DTYPES:
-        info = np.iinfo(target)
-        width = 8 * target.itemsize
-        low = -(2.0 ** (width - 1)) if target.kind == "i" else 0.0
-        high = 2.0 ** (width - (1 if target.kind == "i" else 0))
-        return [f"if {x} != {x}:", f"    {r} = {t}(0)",
-                f"elif {x} <= {low!r}:", f"    {r} = {t}({info.min})",
-                f"elif {x} >= {high!r}:", f"    {r} = {t}({info.max})",
-                "else:", f"    {r} = {t}({x})"]
-    return [f"{r} = {t}({x})"]  # int->int wraps, int->float and float->float round once
-
-
-def literal(value, dtype: np.dtype) -> str:
-    """A Numba expression of exactly ``value`` in ``dtype``."""
-    dtype = np.dtype(dtype)
-    if dtype == BOOL:
-        return "True" if bool(value) else "False"
-    if dtype in INT_DTYPES:
-        return f"{_nb(dtype)}({int(value)})"
-    v = float(value)
-    if v != v:
-        return f"{_nb(dtype)}(np.nan)"
-    if v in (float("inf"), float("-inf")):
-        return f"{_nb(dtype)}({'-' if v < 0 else ''}np.inf)"
-    return f"{_nb(dtype)}({v!r})"  # repr round-trips the float64 holding the value exactly
-
-
-def emit(op: Op, names: list[str], result: str) -> list[str] | None:
-    """Statements computing ``op``'s result into ``result`` from operand locals ``names``;
-    None when the op (or its dtypes/attributes) cannot be fused."""
-    if len(op.results) != 1:
-        return None
-    out_type = op.results[0].type
-    if not isinstance(out_type, TensorType) or out_type.dtype not in DTYPES:
-        return None
-    for v in op.operands:
-        if not isinstance(v.type, TensorType) or v.type.dtype not in DTYPES:
-            return None
-    if not op.name.startswith(PREFIX):
-        return None
-    name = op.name[len(PREFIX):]
-    dtype = op.operands[0].type.dtype if op.operands else out_type.dtype
-    if name == "constant":  # rank 0 only (splat constants enter groups as these, broadcast)
-        value = op.attributes.get("value")
-        if out_type.shape != () or value is None or np.shape(value) != ():
-            return None
-        return [f"{result} = {literal(value, out_type.dtype)}"]
-    if name == "convert":
-        return _convert(result, names[0], dtype, out_type.dtype)
-    if name == "select":
-        t = _nb(out_type.dtype)
-        return [f"{result} = select({names[0]}, {t}({names[1]}), {t}({names[2]}))"]
-    if name == "compare":
-        direction = op.attributes.get("comparison_direction")
-        compare_type = op.attributes.get("compare_type", "NOTYPE")
-        if direction not in _COMPARISONS or compare_type not in (
-                "NOTYPE", "FLOAT", "SIGNED", "UNSIGNED"):
-            return None
-        a, b = names
-        if compare_type in ("SIGNED", "UNSIGNED") and dtype in INT_DTYPES:
-            view = _nb(_signed(dtype) if compare_type == "SIGNED" else _unsigned(dtype))
-            a, b = f"{view}({a})", f"{view}({b})"
-        elif compare_type in ("SIGNED", "UNSIGNED") and dtype != BOOL:
-            return None
-        elif compare_type == "FLOAT" and dtype not in FLOAT_DTYPES:
-            return None
-        return [f"{result} = {a} {_COMPARISONS[direction]} {b}"]
-    if name == "is_finite":
-        return [f"{result} = ({names[0]} - {names[0]}) == 0"] if dtype in FLOAT_DTYPES else None
-    if name == "clamp":
-        low, x, high = names
-        dtype = op.operands[1].type.dtype
-        if dtype == BOOL:
-            return None
-        fake_max = dataclasses.replace(op, name=PREFIX + "maximum")
-        fake_min = dataclasses.replace(op, name=PREFIX + "minimum")
-        first = emit(fake_max, [x, low], f"{result}_c")
-        second = emit(fake_min, [f"{result}_c", high], result)
-        return None if first is None or second is None else first + second
-    if len(op.operands) not in (1, 2) or any(v.type.dtype != dtype for v in op.operands):
-        return None
-    if dtype in FLOAT_DTYPES:
-        return _float_op(name, result, names, _nb(dtype))
-    if dtype in INT_DTYPES:
-        return _int_op(name, result, names, dtype)
-    if name == "not":
-        return [f"{result} = not {names[0]}"]
-    if name in _BOOL_BINARY:
-        return [f"{result} = {names[0]} {_BOOL_BINARY[name]} {names[1]}"]
-    return None
+# The table this driver emits with (a test checks every driver names the same one).
+OP_TABLE = optable.OP_TABLE
 
 
 def supports(op: Op) -> bool:
-    names = [f"a{i}" for i in range(len(op.operands))]
-    return emit(op, names, "r") is not None
+    """Whether the op table emits ``op`` as vectorizable code (no per-element libm call)."""
+    return optable.supports(op, vectorized=True)
 
 
 # -- the kernel ----------------------------------------------------------------------------------
@@ -283,28 +45,6 @@ class InputKind:
 
     kind: str
     aligned: tuple[int, ...] = ()
-
-
-def _module_digest(module: str) -> str:
-    source = Path(importlib.util.find_spec(module).origin)
-    return hashlib.sha256(source.read_bytes()).hexdigest()[:16]
-
-
-def _module_imports() -> list[str]:
-    """Import lines for the generated modules, with digests of the helper modules' sources:
-    Numba's disk cache of a kernel is keyed by the kernel file alone, so a change to vecmath or
-    rowreduce must change the kernel source (and so its file name, see ``cache``)."""
-    names = ", ".join(f"{fn} as vm_{op}" for op, fn in sorted(FLOAT32_TRANSCENDENTALS.items()))
-    return [f"# pjrtkit_cpu.vecmath {_module_digest('pjrtkit_cpu.vecmath')}",
-            f"# pjrtkit_cpu.fusion.rowreduce {_module_digest('pjrtkit_cpu.fusion.rowreduce')}",
-            f"from pjrtkit_cpu.vecmath import select, {names}",
-            "from pjrtkit_cpu.fusion import rowreduce"]
-
-
-# Lines every generated module starts with after the numpy/numba imports (helpers that
-# ``emit`` may call: vecmath's select and transcendentals, rowreduce's reductions).
-MODULE_IMPORTS = _module_imports()
-_VECMATH_IMPORTS = MODULE_IMPORTS  # the name the native-loop emitter reads
 
 
 # -- reductions ----------------------------------------------------------------------------------
@@ -354,28 +94,22 @@ class Reduction:
 
 
 def _combine(reduction: Reduction, row_value: str, result: str) -> list[str]:
-    t = _nb(reduction.dtype)
-    if reduction.kind == "add":
-        return [f"{result} = {t}({reduction.init} + {row_value})"]
-    return _float_op(reduction.kind, result, [reduction.init, row_value], t)
+    """The row's reduced value combined with the init value, by the table's rule of the
+    reduction's op (so max/min keep their NaN and signed-zero semantics)."""
+    rule = optable.OP_TABLE[f"stablehlo.{reduction.kind}"]
+    element = optable.Element((reduction.init, row_value), (reduction.dtype,) * 2,
+                              reduction.dtype, result, {})
+    return rule.emit(element)
 
 
 def _row_reduce_call(reduction: Reduction, buffer: str) -> str:
     if reduction.kind == "add":
-        return f"rowreduce.sum_row({buffer}, {_nb(reduction.dtype)}(0))"
+        return f"rowreduce.sum_row({buffer}, {scalar_type(reduction.dtype)}(0))"
     width = 8 * reduction.dtype.itemsize
     return f"rowreduce.{'max' if reduction.kind == 'maximum' else 'min'}_row_f{width}({buffer})"
 
 
 # -- the loop ------------------------------------------------------------------------------------
-
-def _strides(shape: tuple[int, ...]) -> list[int]:
-    out, step = [], 1
-    for size in reversed(shape):
-        out.append(step)
-        step *= size
-    return out[::-1]
-
 
 def generate(shape: tuple[int, ...], inputs: list[InputKind], body: list[str],
              results: list[str], input_locals: list[str],
@@ -397,10 +131,7 @@ def generate(shape: tuple[int, ...], inputs: list[InputKind], body: list[str],
     """
     reductions = reductions or {}
     args = [f"in{i}" for i in range(len(inputs))] + [f"out{j}" for j in range(len(results))]
-    lines = ["import math", "import numpy as np", "from numba import njit", *MODULE_IMPORTS,
-             "", "",
-             '@njit(cache=True, error_model="numpy", nogil=True, boundscheck=False)',
-             f"def kernel({', '.join(args)}):"]
+    lines = [f"def kernel({', '.join(args)}):"]
     ind = "    "
     for i, kind in enumerate(inputs):
         if kind.kind == "scalar":
@@ -418,7 +149,7 @@ def generate(shape: tuple[int, ...], inputs: list[InputKind], body: list[str],
                      if k.kind == "full")
         lines.extend(pad + line for line in body)
         lines.extend(f"{pad}out{j}[k] = {name}" for j, name in enumerate(results))
-        return "\n".join(lines) + "\n"
+        return module.kernel_module(lines)
     lines.append(f"{ind}for r in range({int(np.prod(shape[:-1]))}):")
     sources = [("array", f"in{i}") for i in range(len(inputs))]
     targets = [[("array", f"out{j}")] for j in range(len(results))]
@@ -426,7 +157,7 @@ def generate(shape: tuple[int, ...], inputs: list[InputKind], body: list[str],
                            targets, ind * 2)
     lines[-1:-1] = [ind + line for line in setup]
     lines.extend(row)
-    return "\n".join(lines) + "\n"
+    return module.kernel_module(lines)
 
 
 def stage_row(shape: tuple[int, ...], inputs: list[InputKind], body: list[str],
@@ -445,7 +176,7 @@ def stage_row(shape: tuple[int, ...], inputs: list[InputKind], body: list[str],
     the row. ``tag`` prefixes the names this row introduces (several stages in one kernel).
     """
     n = shape[-1]
-    below = _strides(shape[:-1])  # rows per step of each leading dimension
+    below = strides(shape[:-1])  # rows per step of each leading dimension
     setup: list[str] = []
     # A reduction of an input as it is reads that input's row in place; others store the
     # reduced value into a row buffer.
@@ -468,7 +199,7 @@ def stage_row(shape: tuple[int, ...], inputs: list[InputKind], body: list[str],
             direct[name] = row_of_input[reductions[name].operand]
         else:
             buffers[name] = f"{tag}row{j}"
-            setup.append(f"{tag}row{j} = np.empty({n}, {_nb(reductions[name].dtype)})")
+            setup.append(f"{tag}row{j} = np.empty({n}, {scalar_type(reductions[name].dtype)})")
     lines = [f"{pad}o = r * {n}"]
     inner_stride = {}
     for i, (where, name) in enumerate(sources):
@@ -480,14 +211,14 @@ def stage_row(shape: tuple[int, ...], inputs: list[InputKind], body: list[str],
         if where != "array" or inputs[i].kind not in ("broadcast", "strided"):
             continue
         aligned = inputs[i].aligned
-        strides = (list(aligned) if inputs[i].kind == "strided" else
-                   [0 if a == 1 and size != 1 else st
-                    for a, size, st in zip(aligned, shape, _strides(aligned))])
-        terms = [f"((r // {below[d]}) % {shape[d]}) * {strides[d]}"
-                 for d in range(len(shape) - 1) if strides[d]]
+        steps = (list(aligned) if inputs[i].kind == "strided" else
+                 [0 if a == 1 and size != 1 else st
+                  for a, size, st in zip(aligned, shape, strides(aligned))])
+        terms = [f"((r // {below[d]}) % {shape[d]}) * {steps[d]}"
+                 for d in range(len(shape) - 1) if steps[d]]
         lines.append(f"{pad}{tag}p{i} = {' + '.join(terms) if terms else '0'}")
-        inner_stride[i] = strides[-1]
-        if not strides[-1]:  # constant along the row: loaded once per row
+        inner_stride[i] = steps[-1]
+        if not steps[-1]:  # constant along the row: loaded once per row
             lines.append(f"{pad}{input_locals[i]} = {name}[{tag}p{i}]")
     lines.append(f"{pad}for c in range({n}):")
     inner = pad + "    "

@@ -24,9 +24,10 @@ import dataclasses
 
 import numpy as np
 
-from pjrtkit.stablehlo.ir import Block, Op, TensorType, Value
+from pjrtkit.stablehlo.ir import Block, Op, TensorType, Value, free_uses
 
 from pjrtkit_cpu.fusion import codegen
+from pjrtkit_cpu.loopnest.values import BOOL, DTYPES
 
 # A fused loop pays ~10 us of dispatch and a compile; below this many elements NumPy's
 # per-op passes are cheap enough (measured: layernorm rows of 16k f32 elements break even).
@@ -85,13 +86,13 @@ def splat_value(op: Op):
     value = op.attributes.get("value")
     if not isinstance(value, np.ndarray) or value.size < 1:
         return None
-    if value.dtype not in codegen.DTYPES:
+    if value.dtype not in DTYPES:
         return None
     cached = _splat_cache.get(id(op))
     if cached is not None and cached[0] is value:
         return cached[1]
     flat = value.reshape(-1)
-    bits = flat.view(np.dtype(f"u{value.dtype.itemsize}")) if value.dtype != codegen.BOOL else flat
+    bits = flat.view(np.dtype(f"u{value.dtype.itemsize}")) if value.dtype != BOOL else flat
     result = np.array(flat[0]) if bool((bits == bits[0]).all()) else None
     _splat_cache[id(op)] = (value, result)
     return result
@@ -108,7 +109,7 @@ def _member_shape(op: Op) -> tuple[int, ...] | None:
     if len(op.results) != 1 or op.regions:
         return None
     shape = _shape_of(op.results[0])
-    if not shape or op.results[0].type.dtype not in codegen.DTYPES:
+    if not shape or op.results[0].type.dtype not in DTYPES:
         return None
     if op.name == codegen.TRANSPOSE:  # absorbed: its operand is read with permuted strides
         perm = tuple(op.attributes.get("permutation", ()))
@@ -119,7 +120,7 @@ def _member_shape(op: Op) -> tuple[int, ...] | None:
     if op.name == codegen.BROADCAST:
         operand = op.operands[0].type
         dims = tuple(op.attributes.get("broadcast_dimensions", ()))
-        if (operand.dtype not in codegen.DTYPES or operand.shape == shape
+        if (operand.dtype not in DTYPES or operand.shape == shape
                 or len(dims) != operand.rank
                 or list(dims) != sorted(set(dims))
                 or any(operand.shape[i] not in (1, shape[d]) for i, d in enumerate(dims))):
@@ -130,15 +131,6 @@ def _member_shape(op: Op) -> tuple[int, ...] | None:
         if s is None or (s != shape and s != ()):
             return None
     return shape if codegen.supports(op) else None
-
-
-def free_uses(op: Op, out: set[int]) -> None:
-    """Ids of values used by ``op``'s regions (at any depth)."""
-    for region in op.regions:
-        for block in region.blocks:
-            for inner in block.ops:
-                out.update(v.id for v in inner.operands)
-                free_uses(inner, out)
 
 
 def find_groups(block: Block) -> list[Group]:
@@ -217,9 +209,7 @@ def find_groups(block: Block) -> list[Group]:
             full = set()
             for v in op.operands:
                 full |= everything(v)
-            used: set[int] = set()
-            free_uses(op, used)
-            for vid in used:
+            for vid in free_uses(op):
                 full |= set(indirect.get(vid, ()))
                 if vid in group_of_value:
                     full.add(group_of_value[vid])

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from pjrtkit.lowering.plan import TERMINATORS
-from pjrtkit.stablehlo.ir import Op
+from pjrtkit.stablehlo.ir import TERMINATORS, Op
 
 from pjrtkit_cpu.fusion import cache, codegen
+from pjrtkit_cpu.loopnest import optable
+from pjrtkit_cpu.loopnest.values import literal
 
 # Calls served by the fused loop vs by the unfused plan (tests and profiling read these).
 STATS = {"fused": 0, "unfused": 0}
@@ -34,7 +35,7 @@ def stage_parts(op: Op, tag: str = ""):
     # Inputs that are constants (see rewrite): the loop uses the value itself.
     for i, value in op.attributes.get("literals", ()):
         arg = block.arguments[i]
-        body.append(f"{local[arg.id]} = {codegen.literal(value, arg.type.dtype)}")
+        body.append(f"{local[arg.id]} = {literal(value, arg.type.dtype)}")
     results: list[str] = []
     reductions: dict[str, codegen.Reduction] = {}
     for n, inner in enumerate(block.ops):
@@ -52,7 +53,7 @@ def stage_parts(op: Op, tag: str = ""):
                                                  operand, init)
             local[inner.results[0].id] = name
             continue
-        lines = codegen.emit(inner, [local[v.id] for v in inner.operands], name)
+        lines = optable.emit(inner, [local[v.id] for v in inner.operands], name)
         if lines is None:
             raise ValueError(f"cannot fuse {inner.describe()}")
         body.extend(lines)
@@ -76,9 +77,7 @@ class FusedKernel(cache.BackgroundCompiled):
         size = int(np.prod(shape))
         self._prepare = tuple(_preparer(kind, aligned, size)
                               for kind, aligned in op.attributes["input_kinds"])
-        signature = []
-        for (kind, _), v in zip(op.attributes["input_kinds"], op.operands):
-            signature.append((v.type.dtype, 1, True))
+        signature = [(v.type.dtype, 1, True) for v in op.operands]
         signature += [(dtype, 1, False) for dtype, _, _ in self._outputs]
         self._compile_in_background(kernel_source(op), signature)
 

@@ -19,14 +19,13 @@ rewritten the same way. The input Program is not modified.
 from __future__ import annotations
 
 import dataclasses
-import heapq
-import itertools
 
-from pjrtkit.lowering.plan import TERMINATORS
-from pjrtkit.stablehlo.ir import Block, Op, Program, Region, TensorType, Value, walk_ops
+from pjrtkit.stablehlo.ir import (Block, Op, Program, Region, TensorType, Value, free_uses,
+                                  fresh_value, topological_order)
 
 from pjrtkit_cpu.fusion import codegen, rows
-from pjrtkit_cpu.fusion.groups import EFFECTFUL, Group, free_uses, find_groups
+from pjrtkit_cpu.fusion.groups import EFFECTFUL, Group, find_groups
+from pjrtkit_cpu.loopnest.values import strides
 
 FUSED_OP = "pjrtkit_cpu.fused_elementwise"
 
@@ -34,8 +33,7 @@ FUSED_OP = "pjrtkit_cpu.fused_elementwise"
 def fuse_program(program: Program) -> Program:
     """A new Program with every fusable group replaced by one fused op (or ``program`` itself
     when nothing is fusable)."""
-    ids = itertools.count(_max_value_id(program) + 1)
-    rewriter = _Rewriter(ids)
+    rewriter = _Rewriter()
     functions = {}
     for name, function in program.functions.items():
         body = rewriter.region(function.body)
@@ -46,21 +44,8 @@ def fuse_program(program: Program) -> Program:
     return dataclasses.replace(program, functions=functions)
 
 
-def _max_value_id(program: Program) -> int:
-    top = 0
-    for function in program.functions.values():
-        top = max([top, *(v.id for v in function.arguments)])
-    for op in walk_ops(program):
-        top = max([top, *(v.id for v in op.results)])
-        for region in op.regions:
-            for block in region.blocks:
-                top = max([top, *(v.id for v in block.arguments)])
-    return top
-
-
 class _Rewriter:
-    def __init__(self, ids):
-        self.ids = ids
+    def __init__(self):
         self.changed = False
 
     def region(self, region: Region) -> Region:
@@ -88,7 +73,7 @@ class _Rewriter:
             return block
         self.changed = True
         if rows.ENABLED:
-            fused = rows.group_rows(fused, FUSED_OP, self.ids)
+            fused = rows.group_rows(fused, FUSED_OP)
         return fused
 
     # -- one block ---------------------------------------------------------------------------
@@ -98,9 +83,7 @@ class _Rewriter:
         users: dict[int, set] = {}
         for op in block.ops:
             owner = group_of_op.get(id(op))
-            uses = {v.id for v in op.operands}
-            free_uses(op, uses)
-            for vid in uses:
+            for vid in free_uses(op):
                 users.setdefault(vid, set()).add(None if owner is None else id(owner))
         replacement: dict[int, Op] = {}  # id(first member) -> fused op
         kept_broadcasts: set[int] = set()
@@ -132,7 +115,7 @@ class _Rewriter:
                 continue  # a splat constant every user now reads as a literal
             if id(op) not in group_of_op or id(op) in kept_broadcasts:
                 nodes.append(op)
-        ordered = _topological(nodes)
+        ordered = topological_order(nodes, EFFECTFUL)
         return None if ordered is None else Block(block.arguments, ordered)
 
     def _fused_op(self, group: Group, outside_uses: set[int]
@@ -145,15 +128,12 @@ class _Rewriter:
         arg_of: dict[tuple, Value] = {}
         inner: dict[int, Value] = {}
 
-        def new_value(like: Value) -> Value:
-            return Value(next(self.ids), like.type)
-
         def input_arg(v: Value, kind: tuple) -> Value:
             key = (v.id, kind)
             if key not in arg_of:
                 inputs.append(v)
                 kinds.append(kind)
-                arg_of[key] = new_value(v)
+                arg_of[key] = fresh_value(v)
             return arg_of[key]
 
         body: list[Op] = []
@@ -168,13 +148,13 @@ class _Rewriter:
                 value = group.splats[v.id]
                 source = v
                 if v.type.shape:
-                    source = Value(next(self.ids), TensorType((), v.type.dtype))
+                    source = fresh_value(TensorType((), v.type.dtype))
                     constants.append(Op("stablehlo.constant", (), (source,), {"value": value}))
                 arg = input_arg(source, ("scalar", ()))
                 literals[inputs.index(source)] = value
                 splat_of[v.id] = arg
                 if v.type.shape:
-                    splat_of[v.id] = new_value(v)
+                    splat_of[v.id] = fresh_value(v)
                     body.append(Op(codegen.BROADCAST, (arg,), (splat_of[v.id],),
                                    {"broadcast_dimensions": ()}))
             return splat_of[v.id]
@@ -188,7 +168,7 @@ class _Rewriter:
                     operands.append(splat(v))
                 elif op.name == codegen.TRANSPOSE:
                     perm = op.attributes["permutation"]
-                    source = _element_strides(v.type.shape)
+                    source = strides(v.type.shape)
                     operands.append(input_arg(v, ("strided", tuple(source[p] for p in perm))))
                 elif v.type.shape == group.shape:
                     operands.append(input_arg(v, ("full", ())))
@@ -199,7 +179,7 @@ class _Rewriter:
                     for src, dst in enumerate(op.attributes["broadcast_dimensions"]):
                         aligned[dst] = v.type.shape[src]
                     operands.append(input_arg(v, ("broadcast", tuple(aligned))))
-            results = tuple(new_value(r) for r in op.results)
+            results = tuple(fresh_value(r) for r in op.results)
             inner.update((old.id, new) for old, new in zip(op.results, results))
             body.append(dataclasses.replace(op, operands=tuple(operands), results=results,
                                             location=op.location))
@@ -214,49 +194,3 @@ class _Rewriter:
                   {"shape": group.shape, "input_kinds": tuple(kinds),
                    "literals": tuple(sorted(literals.items()))}, (region,),
                   location=group.members[-1].location), constants
-
-
-def _element_strides(shape: tuple[int, ...]) -> list[int]:
-    out, step = [], 1
-    for size in reversed(shape):
-        out.append(step)
-        step *= size
-    return out[::-1]
-
-
-def _topological(nodes: list[Op]) -> list[Op] | None:
-    """``nodes`` in dependency order, as close to the given order as possible; effectful ops
-    stay in their order and the terminator stays last. None if there is a cycle."""
-    producer: dict[int, int] = {}
-    for i, op in enumerate(nodes):
-        for r in op.results:
-            producer[r.id] = i
-    deps: list[set[int]] = []
-    last_effect = None
-    for i, op in enumerate(nodes):
-        uses = {v.id for v in op.operands}
-        free_uses(op, uses)
-        d = {producer[u] for u in uses if u in producer and producer[u] != i}
-        if op.name in TERMINATORS:
-            d |= set(range(i))
-        if op.name in EFFECTFUL or op.name in TERMINATORS:
-            if last_effect is not None:
-                d.add(last_effect)
-            last_effect = i
-        deps.append(d)
-    users: list[list[int]] = [[] for _ in nodes]
-    waiting = [len(d) for d in deps]
-    for i, d in enumerate(deps):
-        for j in d:
-            users[j].append(i)
-    ready = [i for i, w in enumerate(waiting) if w == 0]
-    heapq.heapify(ready)
-    out = []
-    while ready:
-        i = heapq.heappop(ready)
-        out.append(nodes[i])
-        for j in users[i]:
-            waiting[j] -= 1
-            if waiting[j] == 0:
-                heapq.heappush(ready, j)
-    return out if len(out) == len(nodes) else None

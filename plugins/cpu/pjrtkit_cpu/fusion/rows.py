@@ -22,7 +22,8 @@ regions): planned by the ordinary rules it is the fallback that runs until the r
 compiled (``lowering.fused``), exactly as a fused group falls back to its region.
 
 Full-shape stage outputs read only by later stages live in a row buffer; per-row values are
-locals. Per-op semantics and the row reductions are those of ``codegen``/``rowreduce``.
+locals. Per-op code comes from the op table (``loopnest.optable``), the row loop of each stage
+from ``codegen.stage_row``, reductions from ``rowreduce``.
 """
 from __future__ import annotations
 
@@ -31,17 +32,21 @@ import os
 
 import numpy as np
 
-from pjrtkit.lowering.plan import TERMINATORS
-from pjrtkit.stablehlo.ir import Block, Op, Region, TensorType, Value
+from pjrtkit.stablehlo.ir import (TERMINATORS, Block, Op, Region, TensorType, Value,
+                                  clone_ops, free_uses, fresh_value, topological_order)
 
 from pjrtkit_cpu.fusion import cache, codegen
-from pjrtkit_cpu.fusion.groups import free_uses
+from pjrtkit_cpu.fusion.groups import EFFECTFUL
 from pjrtkit_cpu.fusion.kernel import STATS as kernel_stats
+from pjrtkit_cpu.loopnest import module, optable
+from pjrtkit_cpu.loopnest.values import DTYPES, scalar_type
 
 ROWS_OP = "pjrtkit_cpu.fused_rows"
 ENABLED = os.environ.get("PJRTKIT_CPU_FUSION_ROWS", "1") not in ("", "0")
 MIN_STAGES = 2
 RESHAPE = "stablehlo.reshape"
+# The table this driver emits with (a test checks every driver names the same one).
+OP_TABLE = optable.OP_TABLE
 
 PREFETCH_BYTES = 16 << 10          # how far ahead rows are prefetched (4 rows of f32[1024])
 PREFETCH_MAX_ROW_BYTES = 64 << 10  # longer rows: the hardware prefetcher sees enough misses
@@ -74,7 +79,7 @@ def _per_row_op(op: Op, shape) -> bool:
     if len(op.results) != 1 or op.regions:
         return False
     result = op.results[0]
-    if (not isinstance(result.type, TensorType) or result.type.dtype not in codegen.DTYPES
+    if (not isinstance(result.type, TensorType) or result.type.dtype not in DTYPES
             or not _per_row(result.type.shape, shape)):
         return False
     if op.name in (codegen.BROADCAST, RESHAPE):
@@ -143,8 +148,7 @@ def find_row_programs(block: Block, fused_op: str) -> list[list[Op]]:
             programs.append(current)
 
     for op in block.ops:
-        uses = {v.id for v in op.operands}
-        free_uses(op, uses)
+        uses = free_uses(op)
         shape = _stage_shape(op, fused_op)
         if shape is not None:
             if current is not None and current.shape == shape and current.stage_can_join(op):
@@ -168,23 +172,18 @@ def find_row_programs(block: Block, fused_op: str) -> list[list[Op]]:
     return [p.members for p in programs]
 
 
-def group_rows(block: Block, fused_op: str, ids) -> Block:
-    """``block`` with its row programs as ``ROWS_OP`` ops (``block`` itself if none).
-    ``ids`` yields fresh value ids."""
-    from pjrtkit_cpu.fusion.rewrite import _topological  # (rewrite imports this module)
-
+def group_rows(block: Block, fused_op: str) -> Block:
+    """``block`` with its row programs as ``ROWS_OP`` ops (``block`` itself if none)."""
     programs = find_row_programs(block, fused_op)
     if not programs:
         return block
     used_by: dict[int, set] = {}
     for op in block.ops:
-        uses = {v.id for v in op.operands}
-        free_uses(op, uses)
-        for vid in uses:
+        for vid in free_uses(op):
             used_by.setdefault(vid, set()).add(id(op))
     replaced: dict[int, Op | None] = {}
     for members in programs:
-        op = _program_op(members, used_by, ids)
+        op = _program_op(members, used_by)
         if op is None:
             continue
         replaced[id(members[0])] = op
@@ -198,46 +197,34 @@ def group_rows(block: Block, fused_op: str, ids) -> Block:
             nodes.append(op)
         elif replaced[id(op)] is not None:
             nodes.append(replaced[id(op)])
-    ordered = _topological(nodes)
+    ordered = topological_order(nodes, EFFECTFUL)
     return block if ordered is None else Block(block.arguments, ordered)
 
 
-def _program_op(members: list[Op], used_by: dict, ids) -> Op | None:
+def _program_op(members: list[Op], used_by: dict) -> Op | None:
     member_ids = {id(m) for m in members}
     defined = {r.id for m in members for r in m.results}
     inputs: list[Value] = []
-    arg_of: dict[int, Value] = {}
-    inner: dict[int, Value] = {}
-    body = []
-    for m in members:
-        operands = []
+    renamed: dict[int, Value] = {}  # an input's id -> its block argument; a member's result
+    for m in members:                # id -> the copy's result
         for v in m.operands:
-            if v.id in defined:
-                operands.append(inner[v.id])
-                continue
-            if v.id not in arg_of:
+            if v.id not in defined and v.id not in renamed:
                 inputs.append(v)
-                arg_of[v.id] = Value(next(ids), v.type)
-            operands.append(arg_of[v.id])
-        results = tuple(Value(next(ids), r.type) for r in m.results)
-        inner.update((old.id, new) for old, new in zip(m.results, results))
-        body.append(dataclasses.replace(m, operands=tuple(operands), results=results))
+                renamed[v.id] = fresh_value(v)
+    arguments = tuple(renamed[v.id] for v in inputs)
+    body = clone_ops(members, renamed)
     outputs = [r for m in members for r in m.results
                if used_by.get(r.id, set()) - member_ids]
     if not outputs:
         return None
-    body.append(Op("stablehlo.return", tuple(inner[r.id] for r in outputs), (), {}))
-    region = Region([Block(tuple(arg_of[v.id] for v in inputs), body)])
+    body.append(Op("stablehlo.return", tuple(renamed[r.id] for r in outputs), (), {}))
+    region = Region([Block(arguments, body)])
     shape = tuple(members[0].attributes["shape"])
     return Op(ROWS_OP, tuple(inputs), tuple(outputs), {"shape": shape}, (region,),
               location=members[-1].location)
 
 
 # -- the kernel ----------------------------------------------------------------------------------
-
-# (with the helper's digest: see codegen._module_imports)
-_ROWMEM_IMPORT = (f"from pjrtkit_cpu.fusion.rowmem import prefetch  "
-                  f"# {codegen._module_digest('pjrtkit_cpu.fusion.rowmem')}")  # noqa: SLF001
 
 def _flat(shape) -> int:
     return int(np.prod(shape))
@@ -309,7 +296,7 @@ def kernel_source(op: Op, fused_op: str, stage_parts) -> str:
                 elif readers.get(r.id):
                     if not where:
                         where = [("rowbuf", f"{tag}t{j}")]
-                        dtype = codegen._nb(r.type.dtype)  # noqa: SLF001
+                        dtype = scalar_type(r.type.dtype)
                         prologue.append(f"{tag}t{j} = np.empty({n}, {dtype})")
                     full[r.id] = where[0]
                 targets.append(where)
@@ -323,7 +310,7 @@ def kernel_source(op: Op, fused_op: str, stage_parts) -> str:
         if m.name in (codegen.BROADCAST, RESHAPE):
             row.append(f"{pad}{name} = {row_value(m.operands[0])}")
         else:
-            lines = codegen.emit(m, [row_value(v) for v in m.operands], name)
+            lines = optable.emit(m, [row_value(v) for v in m.operands], name)
             if lines is None:
                 raise ValueError(f"cannot fuse {m.describe()}")
             row.extend(pad + line for line in lines)
@@ -343,14 +330,11 @@ def kernel_source(op: Op, fused_op: str, stage_parts) -> str:
         row[:0] = fetch
     args = [f"in{i}" for i in range(len(block.arguments))] + [
         f"out{j}" for j in range(len(terminator.operands))]
-    lines = ["import math", "import numpy as np", "from numba import njit",
-             *codegen.MODULE_IMPORTS, _ROWMEM_IMPORT, "", "",
-             '@njit(cache=True, error_model="numpy", nogil=True, boundscheck=False)',
-             f"def kernel({', '.join(args)}):"]
+    lines = [f"def kernel({', '.join(args)}):"]
     lines.extend("    " + line for line in prologue)
     lines.append(f"    for r in range({rows}):")
     lines.extend(row)
-    return "\n".join(lines) + "\n"
+    return module.kernel_module(lines)
 
 
 class RowKernel(cache.BackgroundCompiled):

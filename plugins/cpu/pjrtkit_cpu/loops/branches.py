@@ -8,10 +8,9 @@ sends an out-of-range index to the last branch, as the spec and XLA do.
 """
 from __future__ import annotations
 
-from pjrtkit.lowering.plan import TERMINATORS
-from pjrtkit.stablehlo.ir import Op
+from pjrtkit.stablehlo.ir import TERMINATORS, Op
 
-from pjrtkit_cpu.loops.emitter import I, LoopSource, Unsupported, Val, tensor_type
+from pjrtkit_cpu.loops.emitter import INDENT, LoopSource, Unsupported, Val, tensor_type
 
 
 def if_(src: LoopSource, op: Op, lines: list[str]) -> None:
@@ -31,8 +30,6 @@ def case(src: LoopSource, op: Op, lines: list[str]) -> None:
 
 
 def _arms(src: LoopSource, op: Op, heads: list[str], lines: list[str]) -> None:
-    from pjrtkit_cpu.loops.ops import emit_op  # (ops dispatches here: import when used)
-
     homes = []
     for v in op.results:
         t = tensor_type(v)
@@ -46,7 +43,7 @@ def _arms(src: LoopSource, op: Op, heads: list[str], lines: list[str]) -> None:
         arm: list[str] = []
         block = region.entry
         for inner in block.ops[:-1]:
-            emit_op(src, inner, arm)
+            src.emit_op(src, inner, arm)
         terminator = block.ops[-1]
         if terminator.name not in TERMINATORS:
             raise Unsupported("branch without a terminator")
@@ -55,8 +52,9 @@ def _arms(src: LoopSource, op: Op, heads: list[str], lines: list[str]) -> None:
             if home.kind == "scalar":
                 arm.append(f"{home.expr} = {val.expr}")
             else:
-                arm += [f"for q in range({home.size}):", f"{I}{home.expr}[q] = {val.element('q')}"]
+                arm += [f"for q in range({home.size}):",
+                        f"{INDENT}{home.expr}[q] = {val.element('q')}"]
         lines.append(head)
-        lines.extend(I + line for line in arm or ["pass"])
+        lines.extend(INDENT + line for line in arm or ["pass"])
     for v, home in zip(op.results, homes):
         src.bind(v, home)

@@ -20,12 +20,12 @@ import numpy as np
 
 from pjrtkit.stablehlo.ir import Op
 
-from pjrtkit_cpu.loops.emitter import LoopSource, Unsupported, Val, nb_type, tensor_type
+from pjrtkit_cpu.loopnest.values import scalar_type, strides
+from pjrtkit_cpu.loops.emitter import INDENT, LoopSource, Unsupported, Val, tensor_type
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 # Larger contractions belong to BLAS (the interpreted loop's np.matmul).
 MAX_FLOPS = 1 << 22
-I = "    "
 
 
 def _block(t: str, rows: int, cols: int, n: int, k: int, i: str, j: str, pad: str) -> list[str]:
@@ -35,7 +35,7 @@ def _block(t: str, rows: int, cols: int, n: int, k: int, i: str, j: str, pad: st
     sums = [[f"s{r}{c}" for c in range(cols)] for r in range(rows)]
     lines += [f"{pad}{name} = {t}(0)" for row in sums for name in row]
     lines.append(f"{pad}for p in range({k}):")
-    inner = pad + I
+    inner = pad + INDENT
     lines += [f"{inner}a{r} = a[ai + {r * k} + p]" for r in range(rows)]
     lines += [f"{inner}b{c} = b[bj + {c * k} + p]" for c in range(cols)]
     lines += [f"{inner}s{r}{c} += a{r} * b{c}" for r in range(rows) for c in range(cols)]
@@ -48,21 +48,21 @@ def _helper(name: str, dtype: np.dtype, batch: int, m: int, n: int, k: int) -> s
     """Blocks of 2 rows x 4 columns (0.54 us on the 8x64x64 f32 dot, against 0.83 us for
     1 x 4 and 0.8 us for one output at a time); the rows and columns left over run in
     smaller blocks."""
-    t = nb_type(dtype)
+    t = scalar_type(dtype)
     m2, n4 = m - m % 2, n - n % 4
     lines = ["",
              '@njit(cache=True, error_model="numpy", nogil=True, boundscheck=False,',
              '      fastmath={"reassoc", "contract"})',
              f"def {name}(a, b, out):",
-             f"{I}for bb in range({batch}):",
-             f"{2 * I}abase = bb * {m * k}",
-             f"{2 * I}bbase = bb * {n * k}",
-             f"{2 * I}obase = bb * {m * n}"]
+             f"{INDENT}for bb in range({batch}):",
+             f"{2 * INDENT}abase = bb * {m * k}",
+             f"{2 * INDENT}bbase = bb * {n * k}",
+             f"{2 * INDENT}obase = bb * {m * n}"]
     for rows, row_range in ((2, f"range(0, {m2}, 2)"), (1, f"range({m2}, {m})")):
-        lines.append(f"{2 * I}for i in {row_range}:")
+        lines.append(f"{2 * INDENT}for i in {row_range}:")
         for cols, col_range in ((4, f"range(0, {n4}, 4)"), (1, f"range({n4}, {n})")):
-            lines.append(f"{3 * I}for j in {col_range}:")
-            lines += _block(t, rows, cols, n, k, "i", "j", 4 * I)
+            lines.append(f"{3 * INDENT}for j in {col_range}:")
+            lines += _block(t, rows, cols, n, k, "i", "j", 4 * INDENT)
     return "\n".join(lines) + "\n"
 
 
@@ -74,12 +74,7 @@ def permuted(src: LoopSource, x: Val, perm: list[int], invariant: bool,
         return x.expr
     target = src.prologue if invariant else lines
     out = src.buffer(x.shape, x.dtype)
-    strides = []
-    step = 1
-    for size in reversed(x.shape):
-        strides.append(step)
-        step *= size
-    strides = strides[::-1]
+    layout = strides(x.shape)
     counter = src.name("o")
     target.append(f"{counter} = 0")
     indent = ""
@@ -87,8 +82,8 @@ def permuted(src: LoopSource, x: Val, perm: list[int], invariant: bool,
     for d in perm:
         index = src.name("i")
         target.append(f"{indent}for {index} in range({x.shape[d]}):")
-        indent += I
-        terms.append(f"{index} * {strides[d]}")
+        indent += INDENT
+        terms.append(f"{index} * {layout[d]}")
     target.append(f"{indent}{out}[{counter}] = {x.expr}[{' + '.join(terms)}]")
     target.append(f"{indent}{counter} += 1")
     return out

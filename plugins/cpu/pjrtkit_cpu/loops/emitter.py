@@ -1,6 +1,6 @@
 """The state of one native loop being generated: how each IR value lives in the Numba code.
 
-Every tensor value is one of:
+A native loop's values use three of the homes of ``loopnest.values``:
 
 - ``scalar``: a rank-0 value, a Numba local (``expr`` is its name or a literal);
 - ``splat``: a value of any shape whose elements are all one scalar (a broadcast of a scalar,
@@ -8,52 +8,27 @@ Every tensor value is one of:
 - ``array``: a flat C-contiguous Numba array named ``expr`` (carries, captures, constants and
   the buffers of op results, allocated once before the loop and reused every iteration).
 
-Code goes to three places: ``prologue`` (before the loop: buffers, hoisted work),
-``loop`` (the body of ``while True``) and ``helpers`` (module-level functions, e.g. dots).
+Code goes to three places: ``prologue`` (before the loop: buffers, hoisted work), the lines
+each rule is handed (the cond or body of ``while True``, or an if/case arm) and ``helpers``
+(module-level functions, e.g. dots).
 """
 from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 
 import numpy as np
 
-from pjrtkit.stablehlo.ir import TensorType, Value
+from pjrtkit.stablehlo.ir import Op, TensorType, Value
 
-from pjrtkit_cpu.fusion import codegen
+from pjrtkit_cpu.loopnest import optable
+from pjrtkit_cpu.loopnest.values import DTYPES, scalar_type
 
 # Values computed per iteration are kept small: a native loop touches them element by element
 # in scalar-typed code, where NumPy's vectorized kernels would win on big arrays.
 MAX_ELEMENTS = 1 << 16
-I = "    "  # one level of indentation in generated code
-
-
-def strides(shape) -> list[int]:
-    """Row-major element strides of ``shape``."""
-    out, step = [], 1
-    for size in reversed(shape):
-        out.append(step)
-        step *= size
-    return out[::-1]
-
-
-def contiguous(shape, sizes) -> bool:
-    """Whether a box of ``sizes`` is one contiguous run of a row-major array of ``shape``."""
-    started = False
-    for dim, size in zip(shape, sizes):
-        if started and size != dim:
-            return False
-        if size != 1:
-            started = True
-    return True
-
-
-def module_header() -> list[str]:
-    """The imports of a generated module. ``fusion.codegen.emit`` may emit calls of helpers
-    its own modules import (vecmath's ``select`` and transcendentals), so its import lines are
-    copied; this is the one place that reaches into the fusion code generator's module text."""
-    return ["import math", "import numpy as np", "from numba import njit",
-            *getattr(codegen, "_VECMATH_IMPORTS", ())]
+INDENT = "    "  # one level of indentation in generated code
 
 
 class Unsupported(Exception):
@@ -88,42 +63,30 @@ class Val:
 
 def tensor_type(value: Value) -> TensorType:
     t = value.type
-    if not isinstance(t, TensorType) or t.dtype not in codegen.DTYPES:
+    if not isinstance(t, TensorType) or t.dtype not in DTYPES:
         raise Unsupported(f"value of type {t}")
     return t
 
 
-def nb_type(dtype: np.dtype) -> str:
-    return "np.bool_" if dtype == codegen.BOOL else f"np.{dtype.name}"
-
-
-def literal(value, dtype: np.dtype) -> str:
-    """A Numba expression of exactly ``value`` in ``dtype``."""
-    dtype = np.dtype(dtype)
-    if dtype == codegen.BOOL:
-        return "True" if bool(value) else "False"
-    if dtype.kind in "iu":
-        v = int(value)
-        if v > np.iinfo(np.int64).max:
-            v -= 1 << 64  # uint64 above int64's range: the cast wraps it back
-        return f"np.{dtype.name}({v})"
-    v = float(value)
-    if math.isnan(v):
-        text = "math.nan"
-    elif math.isinf(v):
-        text = "math.inf" if v > 0 else "-math.inf"
-    else:
-        text = repr(v)
-    return f"np.{dtype.name}({text})"
+def element_lines(op: Op, names: list[str], result: str) -> list[str]:
+    """The op table's statements for one element of ``op``; per-element libm calls are
+    allowed (``vectorized=False``: the alternative is the interpreted loop)."""
+    body = optable.emit(op, names, result, vectorized=False)
+    if body is None:
+        raise Unsupported(op.describe())
+    return body
 
 
 class LoopSource:
-    """Names, buffers and lines of one native loop (see the module docstring)."""
+    """Names, buffers and lines of one native loop (see the module docstring).
 
-    def __init__(self):
+    ``emit_op(src, op, lines)`` is the driver's dispatch: rules of ops with regions (if/case,
+    fused groups) emit their inner ops through it."""
+
+    def __init__(self, emit_op: Callable[[LoopSource, Op, list[str]], None]):
+        self.emit_op = emit_op
         self.vals: dict[int, Val] = {}
         self.prologue: list[str] = []
-        self.loop: list[str] = []
         self.helpers: dict[str, str] = {}
         self.constant_args: list[np.ndarray] = []
         self.invariant: set[int] = set()  # ids of values that never change during the loop
@@ -149,7 +112,7 @@ class LoopSource:
         if size > MAX_ELEMENTS:
             raise Unsupported(f"intermediate of {size} elements")
         name = self.name(prefix)
-        self.prologue.append(f"{name} = np.empty({size}, {nb_type(dtype)})")
+        self.prologue.append(f"{name} = np.empty({size}, {scalar_type(dtype)})")
         return name
 
     def constant(self, array: np.ndarray, dtype: np.dtype) -> str:
@@ -157,15 +120,6 @@ class LoopSource:
         name = f"k{len(self.constant_args)}"
         self.constant_args.append(np.ascontiguousarray(array, dtype=dtype).reshape(-1))
         return name
-
-    def materialize(self, val: Val, lines: list[str], indent: str) -> Val:
-        """``val`` as an array (splats and scalars are written out into a buffer)."""
-        if val.kind == "array":
-            return val
-        name = self.buffer(val.shape or (1,), val.dtype)
-        lines.append(f"{indent}for q in range({max(val.size, 1)}):")
-        lines.append(f"{indent}    {name}[q] = {val.expr}")
-        return Val("array", name, val.shape, val.dtype)
 
     def alias(self, val: Val, shape: tuple[int, ...], expr: str | None = None) -> Val:
         """An array value sharing ``val``'s storage (a reshape or a contiguous slice)."""

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pjrtkit.stablehlo.ir import Op
 
-from pjrtkit_cpu.loops.emitter import (I, LoopSource, Unsupported, Val, contiguous, strides,
-                                        tensor_type)
+from pjrtkit_cpu.loopnest.values import contiguous, strides
+from pjrtkit_cpu.loops.emitter import INDENT, LoopSource, Unsupported, Val, tensor_type
 from pjrtkit_cpu.loops.ownership import IN_PLACE_UPDATE
 
 
@@ -28,9 +28,9 @@ def _clamped_starts(src: LoopSource, op: Op, first: int, operand_shape, sizes,
         else:
             lines.append(f"{name} = np.int64({s.expr})")
             lines.append(f"if {name} < 0:")
-            lines.append(f"{I}{name} = np.int64(0)")
+            lines.append(f"{INDENT}{name} = np.int64(0)")
             lines.append(f"if {name} > {limit}:")
-            lines.append(f"{I}{name} = np.int64({limit})")
+            lines.append(f"{INDENT}{name} = np.int64({limit})")
         names.append(name)
     return names
 
@@ -51,7 +51,7 @@ def box(src: LoopSource, shape, sizes, starts: list[str], lines: list[str]):
             continue
         index = src.name("i")
         lines.append(f"{indent}for {index} in range({size}):")
-        indent += I
+        indent += INDENT
         terms.append(f"{index} * {layout[d]}")
     return indent, " + ".join(terms), counter
 
@@ -98,7 +98,7 @@ def dynamic_update_slice(src: LoopSource, op: Op, lines: list[str]) -> None:
     else:
         out = src.buffer(t.shape, t.dtype)
         lines.append(f"for q in range({t.size}):")
-        lines.append(f"{I}{out}[q] = {x.element('q')}")
+        lines.append(f"{INDENT}{out}[q] = {x.element('q')}")
     if out == x.expr and update.kind == "array" and update.storage == x.storage:
         raise Unsupported("in-place update read from the array it updates")
     indent, index, counter = box(src, t.shape, sizes, starts, lines)

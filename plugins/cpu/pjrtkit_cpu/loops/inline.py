@@ -13,19 +13,12 @@ in one block); ids start far above anything the loader assigns.
 from __future__ import annotations
 
 import dataclasses
-import itertools
 
-from pjrtkit.lowering.plan import TERMINATORS
-from pjrtkit.stablehlo.ir import Block, Op, Program, Region, Value
+from pjrtkit.stablehlo.ir import TERMINATORS, Block, Op, Program, Value, fresh_value, rename_reads
 
-_FRESH_IDS = itertools.count(1 << 44)  # (reduce specializations count from 1 << 40)
 # Calls whose callee (with its own inlined calls) has more ops than this stay calls: inlining
 # a large function into several loops would multiply compile work for little gain.
 MAX_INLINED_OPS = 500
-
-
-def fresh(value: Value) -> Value:
-    return Value(next(_FRESH_IDS), value.type)
 
 
 def inline_calls(block: Block, program: Program) -> Block:
@@ -59,9 +52,9 @@ def _splice(source_ops, subst: dict[int, Value], out: list[Op], program: Program
         if depth == 0 and not op.regions and operands == op.operands:
             out.append(op)  # untouched: keep the original op (and its value ids)
             continue
-        results = tuple(fresh(r) for r in op.results) if depth else op.results
+        results = tuple(fresh_value(r) for r in op.results) if depth else op.results
         subst.update((old.id, new) for old, new in zip(op.results, results))
-        regions = tuple(_rename_region(r, subst) for r in op.regions)
+        regions = tuple(rename_reads(r, subst) for r in op.regions)
         out.append(dataclasses.replace(op, operands=operands, results=results, regions=regions))
     return None
 
@@ -89,16 +82,3 @@ def _count_ops(block: Block, program: Program, depth: int) -> int:
                 total += _count_ops(callee.body.entry, program, depth + 1)
     return total
 
-
-def _rename_region(region: Region, subst: dict[int, Value]) -> Region:
-    """``region`` with its uses of outer values renamed (its own values keep their ids: they
-    are defined in its own scope, planned separately)."""
-    blocks = []
-    for block in region.blocks:
-        ops = []
-        for op in block.ops:
-            ops.append(dataclasses.replace(
-                op, operands=tuple(subst.get(v.id, v) for v in op.operands),
-                regions=tuple(_rename_region(r, subst) for r in op.regions)))
-        blocks.append(Block(block.arguments, ops))
-    return Region(blocks)

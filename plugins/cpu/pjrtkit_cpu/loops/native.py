@@ -19,20 +19,19 @@ import os
 
 import numpy as np
 
-from pjrtkit.lowering.plan import TERMINATORS
-from pjrtkit.stablehlo.ir import Block, Op
+from pjrtkit.stablehlo.ir import TERMINATORS, Block, Op
 
 from pjrtkit_cpu.fusion import cache
-from pjrtkit_cpu.loops.emitter import (LoopSource, Unsupported, Val, module_header,
-                                        tensor_type)
-from pjrtkit_cpu.loops.ops import emit_op
+from pjrtkit_cpu.loopnest import module
+from pjrtkit_cpu.loops.emitter import INDENT, LoopSource, Unsupported, Val, tensor_type
+from pjrtkit_cpu.loops.ops import OP_TABLE, emit_op
 
 log = logging.getLogger(__name__)
 
 ENABLED = os.environ.get("PJRTKIT_CPU_NATIVE_LOOPS", "1") not in ("", "0")
 # Calls served by native loops vs by the interpreted loop (tests and profiling read these).
 STATS = {"native": 0, "interpreted": 0}
-I = "    "
+__all__ = ["OP_TABLE", "STATS", "LoopSpec", "NativeLoopKernel", "native_loop"]
 
 
 def native_loop(op: Op, ctx, cond: Block, body: Block, owned, interpreted):
@@ -56,7 +55,7 @@ class LoopSpec:
     """The generated source and the calling convention of one native loop."""
 
     def __init__(self, op: Op, captures, cond: Block, body: Block):
-        src = LoopSource()
+        src = LoopSource(emit_op)
         terminator = body.ops[-1]
         if terminator.name not in TERMINATORS or cond.ops[-1].name not in TERMINATORS:
             raise Unsupported("blocks without a terminator")
@@ -97,19 +96,15 @@ class LoopSpec:
         self.constants = tuple(src.constant_args)
         params += [f"k{i}" for i in range(len(self.constants))]
         lines = [f"def kernel({', '.join(params)}):"]
-        lines += [I + line for line in src.prologue]
-        lines.append(f"{I}while True:")
-        lines += [2 * I + line for line in cond_lines]
-        lines.append(f"{2 * I}if not {pred.expr}:")
-        lines.append(f"{3 * I}break")
-        lines += [2 * I + line for line in body_lines]
-        lines += [f"{I}c{p}[0] = s_c{p}" for p, t in enumerate(self.types)
+        lines += [INDENT + line for line in src.prologue]
+        lines.append(f"{INDENT}while True:")
+        lines += [2 * INDENT + line for line in cond_lines]
+        lines.append(f"{2 * INDENT}if not {pred.expr}:")
+        lines.append(f"{3 * INDENT}break")
+        lines += [2 * INDENT + line for line in body_lines]
+        lines += [f"{INDENT}c{p}[0] = s_c{p}" for p, t in enumerate(self.types)
                   if not t.shape and p not in self.passthrough]
-        helpers = "".join(src.helpers.values())
-        self.source = "\n".join(
-            [*module_header(), "", helpers, "",
-             '@njit(cache=True, error_model="numpy", nogil=True, boundscheck=False)',
-             *lines]) + "\n"
+        self.source = module.kernel_module(lines, list(src.helpers.values()))
         self.signature = ([(t.dtype, 1, p in self.passthrough) for p, t in enumerate(self.types)]
                           + [(t.dtype, 1, True) for t in self.capture_types]
                           + [(c.dtype, 1, True) for c in self.constants])
@@ -129,9 +124,9 @@ class LoopSpec:
                 continue  # the carry itself (passed through or updated in place)
             if val.kind == "array" and val.storage in carries:
                 stage = src.buffer(t.shape, t.dtype)
-                staged += [f"for q in range({t.size}):", f"{I}{stage}[q] = {val.expr}[q]"]
+                staged += [f"for q in range({t.size}):", f"{INDENT}{stage}[q] = {val.expr}[q]"]
                 val = Val("array", stage, t.shape, t.dtype)
-            copies += [f"for q in range({t.size}):", f"{I}c{p}[q] = {val.element('q')}"]
+            copies += [f"for q in range({t.size}):", f"{INDENT}c{p}[q] = {val.element('q')}"]
         temps = [f"n_{target} = {expr}" for target, expr in new_scalars]
         assigns = [f"{target} = n_{target}" for target, _ in new_scalars]
         return temps + staged + copies + assigns

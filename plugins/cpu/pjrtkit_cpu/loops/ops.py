@@ -1,30 +1,35 @@
-"""Per-op code for native loops: the dispatch table, constants, elementwise ops and reductions
-(structural ops in ``shapes``, dynamic slices in ``indexing``, dots in ``dot``, if/case in
-``branches``). Each emitter binds the op's results in a ``LoopSource`` and appends the
+"""The native-loop driver's rules: elementwise ops from the op table, and the loop-nest rules
+of the ops that are not one element per element (constants, reductions; structural ops in
+``shapes``, dynamic slices in ``indexing``, dots in ``dot``, if/case in ``branches``, fused
+groups in ``fused``). Each rule binds the op's results in a ``LoopSource`` and appends the
 statements computing them to ``lines``; an op or shape it cannot express raises
 ``Unsupported``.
 
-Elementwise ops reuse the fused-loop code generator (``fusion.codegen.emit``), so they have
-exactly the same XLA semantics (integer wrap-around, shift and division edge cases, saturating
-float->int converts, NaN-propagating max/min) as fused groups, float32 transcendentals from
-``vecmath`` included; ``mathfns`` covers the transcendentals it leaves out. An elementwise op
+Elementwise ops are the op table's rules (``loopnest.optable``), the same objects fused groups
+and row programs use, so they have exactly the same XLA semantics; here per-element libm calls
+are allowed (``vectorized=False``: the alternative is the interpreted loop). An elementwise op
 whose operands are all scalars or splats runs once, not once per element.
 """
 from __future__ import annotations
 
-import dataclasses
 import math
 
 import numpy as np
 
 from pjrtkit.stablehlo.ir import Op
 
-from pjrtkit_cpu.fusion import codegen
-from pjrtkit_cpu.loops import branches, indexing, mathfns, shapes
+from pjrtkit_cpu.fusion.rewrite import FUSED_OP
+from pjrtkit_cpu.fusion.rows import ROWS_OP
+from pjrtkit_cpu.loopnest import optable
+from pjrtkit_cpu.loopnest.values import literal, strides
+from pjrtkit_cpu.loops import branches, fused, indexing, shapes
 from pjrtkit_cpu.loops.dot import dot_general
-from pjrtkit_cpu.loops.emitter import (I, LoopSource, Unsupported, Val, literal, strides,
+from pjrtkit_cpu.loops.emitter import (INDENT, LoopSource, Unsupported, Val, element_lines,
                                         tensor_type)
 from pjrtkit_cpu.loops.ownership import IN_PLACE_UPDATE
+
+# The table this driver emits elementwise ops with (a test checks every driver names the same).
+OP_TABLE = optable.OP_TABLE
 
 
 def constant(src: LoopSource, op: Op, lines: list[str]) -> None:
@@ -36,8 +41,7 @@ def constant(src: LoopSource, op: Op, lines: list[str]) -> None:
     flat = value.reshape(-1)
     uniform = (flat.view(np.uint8).reshape(flat.size, -1) == flat[:1].view(np.uint8)).all()
     if uniform:
-        kind = "scalar" if not t.shape else "splat"
-        src.bind(op.results[0], Val(kind, literal(flat[0], t.dtype), t.shape, t.dtype))
+        src.bind(op.results[0], Val.uniform(literal(flat[0], t.dtype), t))
     else:
         src.bind(op.results[0], Val("array", src.constant(flat, t.dtype), t.shape, t.dtype))
         src.invariant.add(op.results[0].id)
@@ -52,8 +56,7 @@ def elementwise(src: LoopSource, op: Op, lines: list[str]) -> None:
         tensor_type(v)
     result = src.name("t")
     if all(o.kind != "array" for o in operands):
-        body = _element_lines(op, [o.expr for o in operands], result)
-        lines.extend(body)
+        lines.extend(element_lines(op, [o.expr for o in operands], result))
         src.bind(op.results[0], Val.uniform(result, t))
         return
     out = src.buffer(t.shape, t.dtype)
@@ -66,36 +69,14 @@ def elementwise(src: LoopSource, op: Op, lines: list[str]) -> None:
         else:
             names.append(o.expr)
     lines.append(f"for q in range({t.size}):")
-    lines.extend(I + line for line in loads + _element_lines(op, names, result))
-    lines.append(f"{I}{out}[q] = {result}")
+    lines.extend(INDENT + line for line in loads + element_lines(op, names, result))
+    lines.append(f"{INDENT}{out}[q] = {result}")
     src.bind(op.results[0], Val("array", out, t.shape, t.dtype))
 
 
-def _element_lines(op: Op, names: list[str], result: str) -> list[str]:
-    body = codegen.emit(op, names, result)
-    if body is None and op.name == "stablehlo.clamp":
-        body = _clamp(op, names, result)
-    if body is None:
-        body = mathfns.emit(op, names, result)
-    if body is None:
-        raise Unsupported(op.describe())
-    return body
-
-
-def _clamp(op: Op, names: list[str], result: str) -> list[str] | None:
-    """clamp(lo, x, hi) = minimum(maximum(x, lo), hi), with both steps' XLA semantics (the
-    fused-loop generator's own clamp expects two operands per step and declines)."""
-    low, x, high = op.operands
-    upper = dataclasses.replace(op, name="stablehlo.maximum", operands=(x, low))
-    lower = dataclasses.replace(op, name="stablehlo.minimum", operands=(x, high))
-    first = codegen.emit(upper, [names[1], names[0]], f"{result}_c")
-    second = codegen.emit(lower, [f"{result}_c", names[2]], result)
-    return None if first is None or second is None else first + second
-
-
 def reduce(src: LoopSource, op: Op, lines: list[str]) -> None:
-    """One input, a scalar init and a body ``return op(a, b)``: the combine step is the body's
-    own op through the elementwise emitter, so max/min/NaN/wrap-around are XLA's."""
+    """One input, a scalar init and a body ``return op(a, b)``: the combine step is the op
+    table's rule of the body's op, so max/min/NaN/wrap-around are XLA's."""
     if len(op.operands) != 2 or len(op.regions) != 1:
         raise Unsupported("variadic reduce")
     block = op.regions[0].entry
@@ -127,16 +108,16 @@ def reduce(src: LoopSource, op: Op, lines: list[str]) -> None:
             continue
         index = src.name("i")
         lines.append(f"{indent}for {index} in range({x.shape[d]}):")
-        indent += I
+        indent += INDENT
         terms.append(f"{index} * {layout[d]}")
     if not reduced:
         lines.append(f"{indent}{acc} = {init.expr}")
     lines.append(f"{indent}{element} = {x.expr}[{' + '.join(terms)}]")
     names = [acc if v is block.arguments[0] else element for v in combine.operands]
-    lines.extend(indent + line for line in _element_lines(combine, names, step))
+    lines.extend(indent + line for line in element_lines(combine, names, step))
     lines.append(f"{indent}{acc} = {step}")
     if out is not None:
-        indent = I * sum(1 for d in kept if x.shape[d] != 1)
+        indent = INDENT * sum(1 for d in kept if x.shape[d] != 1)
         lines.append(f"{indent}{out}[{counter}] = {acc}")
         lines.append(f"{indent}{counter} += 1")
         src.bind(op.results[0], Val("array", out, t.shape, t.dtype))
@@ -144,7 +125,9 @@ def reduce(src: LoopSource, op: Op, lines: list[str]) -> None:
         src.bind(op.results[0], Val("scalar", acc, (), t.dtype))
 
 
-EMITTERS = {
+# Loop-nest rules of the ops that are not one element per element (none of them is in the op
+# table: a test checks that every op has exactly one rule).
+LOOP_NEST_RULES = {
     "stablehlo.constant": constant,
     "stablehlo.reduce": reduce,
     "stablehlo.broadcast_in_dim": shapes.broadcast_in_dim,
@@ -159,17 +142,21 @@ EMITTERS = {
     "stablehlo.dot_general": dot_general,
     "stablehlo.if": branches.if_,
     "stablehlo.case": branches.case,
+    FUSED_OP: fused.fused_elementwise,
+    ROWS_OP: fused.inline_region,
 }
-_WITH_REGIONS = frozenset({"stablehlo.reduce", "stablehlo.if", "stablehlo.case"})
+_WITH_REGIONS = frozenset({"stablehlo.reduce", "stablehlo.if", "stablehlo.case", FUSED_OP,
+                           ROWS_OP})
 
 
 def emit_op(src: LoopSource, op: Op, lines: list[str]) -> None:
-    emitter = EMITTERS.get(op.name)
-    if emitter is None or (op.regions and op.name not in _WITH_REGIONS):
-        if op.regions or not op.name.startswith(codegen.PREFIX):
+    """Appends ``op``'s code to ``lines`` (its rule by name, else the op table's)."""
+    rule = LOOP_NEST_RULES.get(op.name)
+    if rule is None or (op.regions and op.name not in _WITH_REGIONS):
+        if op.regions or op.name not in OP_TABLE:
             raise Unsupported(op.name)
-        emitter = elementwise
+        rule = elementwise
     for v in op.results:
         if math.prod(tensor_type(v).shape) == 0:
             raise Unsupported("empty tensor")
-    emitter(src, op, lines)
+    rule(src, op, lines)

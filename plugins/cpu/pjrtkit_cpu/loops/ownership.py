@@ -21,24 +21,10 @@ from __future__ import annotations
 
 import dataclasses
 
-from pjrtkit.lowering.plan import TERMINATORS
-from pjrtkit.stablehlo.ir import Block, Op
+from pjrtkit.stablehlo.ir import TERMINATORS, Block, free_uses
 
 DYNAMIC_UPDATE_SLICE = "stablehlo.dynamic_update_slice"
 IN_PLACE_UPDATE = "pjrtkit_cpu.dynamic_update_slice_in_place"
-
-
-def uses(op: Op) -> set[int]:
-    """Ids of every value ``op`` reads, in its operands or anywhere in its regions."""
-    found = {v.id for v in op.operands}
-    stack = list(op.regions)
-    while stack:
-        region = stack.pop()
-        for block in region.blocks:
-            for inner in block.ops:
-                found.update(v.id for v in inner.operands)
-                stack.extend(inner.regions)
-    return found
 
 
 def in_place_positions(body: Block) -> dict[int, int]:
@@ -49,7 +35,7 @@ def in_place_positions(body: Block) -> dict[int, int]:
     terminator = body.ops[-1]
     if terminator.name not in TERMINATORS:
         return {}
-    op_uses = [uses(op) for op in body.ops]
+    op_uses = [free_uses(op) for op in body.ops]
     last = len(body.ops) - 1
     found: dict[int, int] = {}
     for p, arg in enumerate(body.arguments):

@@ -9,12 +9,12 @@ import numpy as np
 from pjrtkit.stablehlo.ir import Op
 
 from pjrtkit_cpu.loops.dot import permuted
-from pjrtkit_cpu.loops.emitter import (I, LoopSource, Val, contiguous, literal, strides,
-                                        tensor_type)
+from pjrtkit_cpu.loopnest.values import contiguous, literal, strides
+from pjrtkit_cpu.loops.emitter import INDENT, LoopSource, Val, tensor_type
 from pjrtkit_cpu.loops.indexing import box
 
 
-def _gather(src: LoopSource, x: Val, t, base: int, step_of: list[int],
+def gather(src: LoopSource, x: Val, t, base: int, step_of: list[int],
             lines: list[str]) -> Val:
     """A buffer of type ``t`` holding x[base + sum(i_d * step_of[d])] in row-major order
     (a step of 0 repeats the element: broadcasting)."""
@@ -28,7 +28,7 @@ def _gather(src: LoopSource, x: Val, t, base: int, step_of: list[int],
             continue
         index = src.name("i")
         lines.append(f"{indent}for {index} in range({size}):")
-        indent += I
+        indent += INDENT
         if step_of[d]:
             terms.append(f"{index} * {step_of[d]}")
     lines.append(f"{indent}{out}[{counter}] = {x.expr}[{' + '.join(terms) or '0'}]")
@@ -51,7 +51,7 @@ def broadcast_in_dim(src: LoopSource, op: Op, lines: list[str]) -> None:
     for src_dim, dst_dim in enumerate(dims):
         if x.shape[src_dim] != 1:
             stride_of[dst_dim] = in_strides[src_dim]
-    src.bind(op.results[0], _gather(src, x, t, 0, stride_of, lines))
+    src.bind(op.results[0], gather(src, x, t, 0, stride_of, lines))
 
 
 def reshape(src: LoopSource, op: Op, lines: list[str]) -> None:
@@ -104,7 +104,7 @@ def slice_(src: LoopSource, op: Op, lines: list[str]) -> None:
         src.bind(op.results[0], src.alias(x, t.shape, view))
         return
     step_of = [layout[d] * steps[d] for d in range(len(t.shape))]
-    src.bind(op.results[0], _gather(src, x, t, base, step_of, lines))
+    src.bind(op.results[0], gather(src, x, t, base, step_of, lines))
 
 
 def transpose(src: LoopSource, op: Op, lines: list[str]) -> None:
