@@ -11,7 +11,9 @@ def test_pjrtkit_capabilities_of_cpu_come_from_its_registry():
     assert caps.dtypes == {dtype.name for dtype in RULES.dtypes}
     assert {"float32", "bfloat16", "int64", "bool"} <= caps.dtypes
     assert "complex64" not in caps.dtypes  # no complex kernels: not declared
-    assert caps.ops == {name for name in RULES.rules if not name.startswith("pjrtkit_cpu.")}
+    assert caps.ops == {name for name in RULES.op_names if not name.startswith("pjrtkit_cpu.")}
     assert {"stablehlo.add", "stablehlo.while", "stablehlo.dot_general"} <= caps.ops
+    assert not any("@" in name for name in caps.ops)  # custom-call target rules are not ops
+    assert caps.custom_call_targets == RULES.custom_call_targets
     assert "Sharding" in caps.custom_call_targets
     assert caps.features == {"compile_only_topologies", "multiple_devices"} <= FEATURES
