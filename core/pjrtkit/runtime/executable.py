@@ -35,7 +35,8 @@ def load_and_compile(backend, code: bytes, fmt: str, compile_options: bytes, dev
         raise InvalidArgument(f"{backend.platform_name}: program format {fmt!r} is not "
                               f"supported; expected 'mlir' (StableHLO)")
     options = parse_compile_options(compile_options)
-    program = load_program(code)
+    program = load_program(code, num_partitions=options.num_partitions,
+                           num_replicas=options.num_replicas)
     specs = device_specs_for(options)
     compiled = backend.compile(program=program, options=options, devices=specs)
     if not isinstance(compiled, CompiledProgram):

@@ -13,7 +13,7 @@ import numpy as np
 
 from pjrtkit.errors import InvalidArgument, Unimplemented
 from pjrtkit.stablehlo import attributes as A
-from pjrtkit.stablehlo import dense
+from pjrtkit.stablehlo import dense, one_device
 from pjrtkit.stablehlo.ir import (Block, Function, Op, Program, Region, TensorType, TokenType,
                                   TupleType, Value)
 
@@ -29,16 +29,35 @@ CONTEXT_REUSE_BYTES = 16 << 20
 _shared_context = None
 _shared_context_bytes = 0
 
+
 def element_dtype(element_type) -> np.dtype:
     """The NumPy dtype of an MLIR element type (a jaxlib ``ir.Type``)."""
     return dense.element_dtype(str(element_type))
 
 
-def load_program(code: bytes | str) -> Program:
+def load_program(code: bytes | str, *, num_partitions: int | None = None,
+                 num_replicas: int | None = None) -> Program:
     """Parse ``code`` (portable artifact, MLIR bytecode or MLIR text) and build a Program.
+
+    ``num_partitions`` and ``num_replicas`` are what the program is compiled for
+    (CompileOptions); None reads the module's ``mhlo.num_partitions`` / ``mhlo.num_replicas``
+    (JAX always sets them). On one partition the program's sharding annotations are removed,
+    and on one device its collectives over that device (``pjrtkit.stablehlo.one_device``).
 
     Raises InvalidArgument when jaxlib cannot parse it (truncated or foreign bytes).
     """
+    program = parse_program(code)
+    if num_partitions is None:
+        num_partitions = program.attributes.get("mhlo.num_partitions", 1)
+    if num_replicas is None:
+        num_replicas = program.attributes.get("mhlo.num_replicas", 1)
+    if num_partitions == 1:
+        one_device.resolve_for_one_device(program, one_replica=num_replicas == 1)
+    return program
+
+
+def parse_program(code: bytes | str) -> Program:
+    """The program as jaxlib parses it, every op kept (``load_program`` without the passes)."""
     from jax._src.interpreters import mlir as jax_mlir
     from jaxlib.mlir import ir
     from jaxlib.mlir.dialects import stablehlo
@@ -72,7 +91,7 @@ def load_program(code: bytes | str) -> Program:
                     try:
                         module = ir.Module.parse(code)
                     except Exception as exc:
-                        errors.append(f"as MLIR: {str(exc).splitlines()[0]}")
+                        errors.append(f"as MLIR: {' '.join(str(exc).split())}")
                 if module is None:
                     details = "; ".join([*errors, *dict.fromkeys(diagnostics)])
                     raise InvalidArgument(

@@ -40,7 +40,8 @@ def _constant_case(array: np.ndarray) -> Callable[[], tuple]:
 
         def check(program: Program) -> None:
             found = [c for c in _constants(program) if c.shape == array.shape]
-            assert found, f"no constant of shape {array.shape}: {[c.shape for c in _constants(program)]}"
+            shapes = [c.shape for c in _constants(program)]
+            assert found, f"no constant of shape {array.shape}: {shapes}"
             _same(found[0], array)
 
         return code, check
@@ -133,7 +134,8 @@ CASES.update({
     "dense-bool-array": _text_case("a = array<i1: true, false>", _expect("a", (True, False))),
     "unit-attr": _text_case("u", _expect("u", True)),
     "symbol-attr": _text_case("s = @main", _expect("s", "main")),
-    "nested-dict": _text_case('d = {x = {y = 3 : i32}, z = "w"}', _expect("d", {"x": {"y": 3}, "z": "w"})),
+    "nested-dict": _text_case('d = {x = {y = 3 : i32}, z = "w"}',
+                              _expect("d", {"x": {"y": 3}, "z": "w"})),
     "complex-in-array": _text_case(
         "a = [1 : i32, dense<(1.0,2.0)> : tensor<2xcomplex<f32>>, \"s\"]",
         _expect_nested("a", (1,), np.full(2, 1 + 2j, np.complex64))),
