@@ -126,9 +126,8 @@ def from_text(text: str) -> np.ndarray:
     if dtype.kind == "c":
         if len(tokens) % 2:
             raise InvalidArgument(f"complex constant with an odd number of parts: {text[:120]}")
-        parts = _literals(tokens, _component_dtype(dtype))
-        values = parts[0::2] + 1j * parts[1::2].astype(dtype)
-        values = values.astype(dtype)
+        # interleaved (real, imaginary) bits; arithmetic would turn inf parts into NaNs
+        values = np.ascontiguousarray(_literals(tokens, _component_dtype(dtype))).view(dtype)
     else:
         values = _literals(tokens, dtype)
     if not body.startswith("[") and values.size == 1:

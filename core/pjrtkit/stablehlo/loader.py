@@ -13,7 +13,7 @@ import numpy as np
 
 from pjrtkit.errors import InvalidArgument, Unimplemented
 from pjrtkit.stablehlo import attributes as A
-from pjrtkit.stablehlo import dense, one_device
+from pjrtkit.stablehlo import dense, isolation, one_device
 from pjrtkit.stablehlo.ir import (Block, Function, Op, Program, Region, TensorType, TokenType,
                                   TupleType, Value)
 
@@ -36,7 +36,7 @@ def element_dtype(element_type) -> np.dtype:
 
 
 def load_program(code: bytes | str, *, num_partitions: int | None = None,
-                 num_replicas: int | None = None) -> Program:
+                 num_replicas: int | None = None, isolated: bool = False) -> Program:
     """Parse ``code`` (portable artifact, MLIR bytecode or MLIR text) and build a Program.
 
     ``num_partitions`` and ``num_replicas`` are what the program is compiled for
@@ -44,9 +44,12 @@ def load_program(code: bytes | str, *, num_partitions: int | None = None,
     (JAX always sets them). On one partition the program's sharding annotations are removed,
     and on one device its collectives over that device (``pjrtkit.stablehlo.one_device``).
 
+    ``isolated`` parses in a child process (``pjrtkit.stablehlo.isolation``): the runtime
+    does so for every program it compiles, as jaxlib's parser can abort on damaged input.
+
     Raises InvalidArgument when jaxlib cannot parse it (truncated or foreign bytes).
     """
-    program = parse_program(code)
+    program = isolation.parse_isolated(code) if isolated else parse_program(code)
     if num_partitions is None:
         num_partitions = program.attributes.get("mhlo.num_partitions", 1)
     if num_replicas is None:
@@ -74,7 +77,12 @@ def parse_program(code: bytes | str) -> Program:
         diagnostics: list[str] = []
 
         def collect(diagnostic) -> bool:
-            diagnostics.append(f"{diagnostic.location}: {diagnostic.message}")
+            # An exception leaving this callback unwinds through C++ and aborts the process;
+            # a damaged program's diagnostic may not even convert to str (not UTF-8).
+            try:
+                diagnostics.append(f"{diagnostic.location}: {diagnostic.message}")
+            except (RuntimeError, UnicodeError, ValueError):
+                diagnostics.append("(a diagnostic that is not valid text)")
             return True
 
         handler = context.attach_diagnostic_handler(collect)
@@ -82,26 +90,60 @@ def parse_program(code: bytes | str) -> Program:
             with context, ir.Location.unknown():
                 module = None
                 errors = []
-                if isinstance(code, (bytes, bytearray)):
+                if _is_portable_artifact(code):
+                    # Never also tried as plain MLIR: for a damaged artifact that parser's
+                    # error carries the damaged bytes, and converting them to a Python
+                    # string throws inside C++ (an abort).
                     try:
                         module = stablehlo.deserialize_portable_artifact(context, bytes(code))
-                    except Exception as exc:  # jaxlib raises plain Exceptions
+                    except ValueError as exc:
                         errors.append(f"as a StableHLO portable artifact: {exc}")
-                if module is None:
+                else:
                     try:
-                        module = ir.Module.parse(code)
-                    except Exception as exc:
+                        module = ir.Module.parse(_as_bytecode_or_text(code))
+                    except (ir.MLIRError, ValueError) as exc:
                         errors.append(f"as MLIR: {' '.join(str(exc).split())}")
                 if module is None:
                     details = "; ".join([*errors, *dict.fromkeys(diagnostics)])
                     raise InvalidArgument(
                         f"could not parse the program ({details[:2000]}). Expected a StableHLO "
                         f"portable artifact, MLIR bytecode or MLIR text as produced by JAX.")
-                return _Walker().program(module)
+                try:
+                    return _Walker().program(module)
+                except RuntimeError as exc:
+                    if "conversion error" not in str(exc):
+                        raise
+                    # jaxlib could not turn a name or string of the program into Python text
+                    raise InvalidArgument(f"the program holds a name or string that is not "
+                                          f"UTF-8 ({exc}); it is damaged or not a program JAX "
+                                          f"produced") from None
         finally:
             handler.detach()
             if _shared_context_bytes >= CONTEXT_REUSE_BYTES:
                 _shared_context = None  # freed with the last module that references it
+
+
+_BYTECODE_MAGIC = b"ML\xefR"
+
+
+def _is_portable_artifact(code) -> bool:
+    """MLIR bytecode whose producer is StableHLO (``StableHLO_v1.13.7``): a portable artifact."""
+    return (isinstance(code, (bytes, bytearray)) and code[:4] == _BYTECODE_MAGIC
+            and b"StableHLO_v" in code[4:48])
+
+
+def _as_bytecode_or_text(code):
+    """MLIR bytecode as it is; anything else must be UTF-8 text (MLIR's error messages quote
+    the input, and quoting bytes that are not UTF-8 aborts the process)."""
+    if isinstance(code, str) or code[:4] == _BYTECODE_MAGIC:
+        return code
+    try:
+        return bytes(code).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidArgument(f"could not parse the program: it is neither MLIR bytecode nor "
+                              f"UTF-8 text (byte {exc.start} is {bytes(code)[exc.start]:#04x}). "
+                              f"Expected a StableHLO portable artifact, MLIR bytecode or MLIR "
+                              f"text as produced by JAX.") from None
 
 
 class _Walker:
