@@ -226,7 +226,8 @@ class _Walker:
         o = op.operation
         attrs = o.attributes
         name = self.attribute(attrs["sym_name"])
-        visibility = self.attribute(attrs["sym_visibility"]) if "sym_visibility" in attrs else "public"
+        visibility = (self.attribute(attrs["sym_visibility"]) if "sym_visibility" in attrs
+                      else "public")
         region = self.region(o.regions[0])
         ftype = self.ir.FunctionType(self.ir.TypeAttr(attrs["function_type"]).value)
         result_types = tuple(self.decode_type(t) for t in ftype.results)

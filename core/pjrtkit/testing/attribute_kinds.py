@@ -173,7 +173,8 @@ def run_cases(names: list[str], timeout: float = 600) -> dict[str, str]:
     while pending:
         # 64-bit cases need JAX's x64 mode to stay 64-bit in the program
         env = {**os.environ, "JAX_ENABLE_X64": "1"}
-        child = subprocess.run([sys.executable, "-m", "pjrtkit.testing.attribute_kinds", *pending], capture_output=True,
+        child = subprocess.run([sys.executable, "-m", "pjrtkit.testing.attribute_kinds",
+                                *pending], capture_output=True,
                                text=True, timeout=timeout, env=env)
         started = None
         for line in child.stdout.splitlines():

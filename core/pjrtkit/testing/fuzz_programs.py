@@ -6,8 +6,9 @@ PjrtError with a code (INVALID_ARGUMENT for a malformed program), and the proces
 case that raises anything else is a bug; a decoded constant that differs from the array it was
 made from is a bug; a process that dies is an abort, one that stops answering a hang. With the
 runtime's isolated parser (the default), a parser crash or hang is contained and reported as
-INVALID_ARGUMENT; the summary counts those as "crash-contained" and "hang-contained". Cases run in batches in child processes,
-so an abort is counted (and the batch goes on after it) instead of ending the campaign.
+INVALID_ARGUMENT; the summary counts those as "crash-contained" and "hang-contained". Cases
+run in batches in child processes, so an abort is counted (and the batch goes on after it)
+instead of ending the campaign.
 
 Targets:
   artifact   real programs' portable artifacts, truncated, bit-flipped, overwritten, spliced
@@ -257,8 +258,12 @@ class Runner:
 
 def _child(target: str, seed: int, start: int, stop: int, isolated: bool) -> None:
     runner = Runner(isolated)
+    # the harness's own test: this case kills its process, as a parser abort would
+    abort_at = os.environ.get("PJRTKIT_FUZZ_ABORT_AT")
     for index in range(start, stop):
         print(json.dumps({"start": index}), flush=True)
+        if abort_at is not None and index == int(abort_at):
+            os.abort()
         print(json.dumps({"index": index, "outcome": runner.run(target, seed, index)}),
               flush=True)
 
