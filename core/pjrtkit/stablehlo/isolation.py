@@ -17,6 +17,7 @@ in-process instead (faster first compile; a damaged program can then abort or ha
 from __future__ import annotations
 
 import atexit
+import collections
 import os
 import pickle
 import selectors
@@ -78,6 +79,8 @@ class ParserProcess:
     def __init__(self):
         self._lock = threading.Lock()
         self._child: subprocess.Popen | None = None
+        self._owner_pid = os.getpid()
+        self._stderr_tail = collections.deque(maxlen=20)
 
     def parse(self, code: bytes | str) -> Program:
         with self._lock:
@@ -109,18 +112,25 @@ class ParserProcess:
                 child.kill()
 
     def _running_child(self) -> subprocess.Popen:
+        if self._owner_pid != os.getpid():
+            # this process was forked: the pipes belong to the parent's child; leave them
+            self._child, self._owner_pid = None, os.getpid()
         if self._child is not None and self._child.poll() is None:
             return self._child
         if not sys.executable:
             raise Internal("cannot start the program parser: sys.executable is unknown; set "
                            "PJRTKIT_ISOLATED_PARSER=0 to parse in this process")
+        # the child imports the pjrtkit and jaxlib this process imported
+        path = os.pathsep.join(p for p in sys.path if isinstance(p, str) and p)
+        self._stderr_tail.clear()
         self._child = subprocess.Popen(
             [sys.executable, "-m", "pjrtkit.stablehlo.parser_child"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            env={**os.environ, "PYTHONPATH": path},
             # the child must not take the terminal's Ctrl-C meant for the user's program
             start_new_session=True)
-        threading.Thread(target=_drain, args=(self._child.stderr,), daemon=True,
-                         name="pjrtkit-parser-stderr").start()
+        threading.Thread(target=_drain, args=(self._child.stderr, self._stderr_tail),
+                         daemon=True, name="pjrtkit-parser-stderr").start()
         return self._child
 
     def _read_reply(self, child: subprocess.Popen) -> bytes | None:
@@ -151,16 +161,20 @@ class ParserProcess:
                 how = f"signal {signal.Signals(-status).name}"
             except ValueError:
                 pass
+        time.sleep(0.05)  # let the drain thread read the child's last words
+        said = b"".join(self._stderr_tail).decode("utf-8", "replace").strip()[-600:]
         return InvalidArgument(
             f"the program crashed jaxlib's StableHLO parser ({how}); it is damaged or not a "
             f"program JAX produced. The parser ran in a child process, so this process is "
-            f"unaffected; the next compile starts a new parser.")
+            f"unaffected; the next compile starts a new parser."
+            + (f" The parser's last output: {said}" if said else ""))
 
 
-def _drain(stream) -> None:
-    """Keep the child's stderr (MLIR diagnostics, crash reports) from filling its pipe."""
-    for _ in iter(lambda: stream.read(65536), b""):
-        pass
+def _drain(stream, tail) -> None:
+    """Keep the child's stderr (MLIR diagnostics, crash reports) from filling its pipe, and
+    its last lines for the error message."""
+    for line in iter(stream.readline, b""):
+        tail.append(line)
 
 
 _PARSER = ParserProcess()
