@@ -81,3 +81,29 @@ def test_errors_keep_their_class_and_message():
     with pytest.raises(InvalidArgument) as isolated:
         load_program(garbage, isolated=True)
     assert isolated.value.message == local.value.message
+
+
+def test_a_program_that_hangs_the_parser_is_stopped_and_invalid():
+    """A damaged artifact that sends jaxlib's deserializer into an endless loop (found by the
+    fuzz harness): the parse is stopped after PJRTKIT_PARSER_TIMEOUT_S."""
+    path = os.path.join(DATA, "damaged_artifact_hangs_parser.mlirbc")
+    script = textwrap.dedent(f"""
+        import numpy as np
+        from pjrtkit.errors import InvalidArgument
+        from pjrtkit.stablehlo.loader import load_program
+        from pjrtkit.testing.programs import portable_artifact
+        try:
+            load_program(open({path!r}, "rb").read(), isolated=True)
+            print("loaded")
+        except InvalidArgument as exc:
+            print("INVALID_ARGUMENT", exc.message)
+        program = load_program(portable_artifact(lambda x: x + 1, np.ones(2)), isolated=True)
+        print("next parse", program.main.name)
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=300, env={**os.environ, "PJRTKIT_PARSER_TIMEOUT_S": "5"})
+    lines = out.stdout.splitlines()
+    assert out.returncode == 0 and lines[-1] == "next parse main", out.stderr[-2000:]
+    assert lines[0].startswith("INVALID_ARGUMENT"), lines
+    if jaxlib.__version__ == "0.10.2":  # the version this hang was found with
+        assert "took longer than 5 s" in lines[0], lines
