@@ -9,9 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-jax.config.update("jax_platforms", "pjrtkit_cpu,cpu")
-
-from pjrtkit.testing.tolerances import assert_close  # noqa: E402 - after choosing platforms
+from pjrtkit.testing.tolerances import assert_close
 
 
 def adam_step(params, grads, m, v, t):
@@ -118,6 +116,8 @@ def run(name: str) -> dict:
 
 
 if __name__ == "__main__":
+    # only when run as a script: the test imports PROGRAMS and must leave its JAX untouched
+    jax.config.update("jax_platforms", "pjrtkit_cpu,cpu")
     for name in sys.argv[1:] or PROGRAMS:
         try:
             record = run(name)
