@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.pjrtkit-installed
 
-.PHONY: demo test install bench conformance clean
+.PHONY: demo test install bench conformance fuzz clean
 
 $(STAMP): pyproject.toml setup.py constraints.txt plugins/cpu/pyproject.toml core/pjrtkit/abi/_build.py $(wildcard core/pjrtkit/abi/*.h)
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON) (Python 3.11) on PATH, or run: make PYTHON=/path/to/python3.11"; exit 1; }
@@ -40,6 +40,16 @@ conformance: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks
+
+# The program fuzz harness: FUZZ_CASES cases per target (damaged artifacts, mutated ops, random
+# constants), each batch in a child process; prints cases, aborts and bugs per target and
+# fails on any abort or bug. 500 per target is the CI form (about a minute per target).
+FUZZ_CASES ?= 500
+FUZZ_SEED ?= 0
+fuzz: $(STAMP)
+	@mkdir -p build
+	$(BIN)/python -m pjrtkit.testing.fuzz_programs --cases $(FUZZ_CASES) --seed $(FUZZ_SEED) \
+		--json build/fuzz.json
 
 clean:
 	rm -rf $(VENV) build core/*.egg-info plugins/*/*.egg-info core/pjrtkit/abi/_pjrt_cffi*

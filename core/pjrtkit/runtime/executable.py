@@ -14,6 +14,7 @@ from pjrtkit.runtime.buffer import Buffer
 from pjrtkit.runtime.compile_options import parse_compile_options
 from pjrtkit.runtime.event import Event, when_all
 from pjrtkit.stablehlo.ir import Program, TensorType
+from pjrtkit.stablehlo import isolation
 from pjrtkit.stablehlo.loader import load_program
 from pjrtkit.types import CompiledProgram, CompileOptions
 
@@ -35,7 +36,8 @@ def load_and_compile(backend, code: bytes, fmt: str, compile_options: bytes, dev
         raise InvalidArgument(f"{backend.platform_name}: program format {fmt!r} is not "
                               f"supported; expected 'mlir' (StableHLO)")
     options = parse_compile_options(compile_options)
-    program = load_program(code)
+    program = load_program(code, num_partitions=options.num_partitions,
+                           num_replicas=options.num_replicas, isolated=isolation.ENABLED)
     specs = device_specs_for(options)
     compiled = backend.compile(program=program, options=options, devices=specs)
     if not isinstance(compiled, CompiledProgram):

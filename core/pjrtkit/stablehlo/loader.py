@@ -6,15 +6,14 @@ returns, no MLIR object is referenced from the result.
 """
 from __future__ import annotations
 
-import re
 import threading
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 
 from pjrtkit.errors import InvalidArgument, Unimplemented
 from pjrtkit.stablehlo import attributes as A
+from pjrtkit.stablehlo import dense, isolation, one_device
 from pjrtkit.stablehlo.ir import (Block, Function, Op, Program, Region, TensorType, TokenType,
                                   TupleType, Value)
 
@@ -30,38 +29,38 @@ CONTEXT_REUSE_BYTES = 16 << 20
 _shared_context = None
 _shared_context_bytes = 0
 
-_ELEMENT_TYPES = {
-    "i1": np.dtype(np.bool_), "i2": np.dtype(ml_dtypes.int2), "i4": np.dtype(ml_dtypes.int4),
-    "i8": np.dtype(np.int8), "i16": np.dtype(np.int16), "i32": np.dtype(np.int32),
-    "i64": np.dtype(np.int64),
-    "ui2": np.dtype(ml_dtypes.uint2), "ui4": np.dtype(ml_dtypes.uint4),
-    "ui8": np.dtype(np.uint8), "ui16": np.dtype(np.uint16), "ui32": np.dtype(np.uint32),
-    "ui64": np.dtype(np.uint64),
-    "f16": np.dtype(np.float16), "bf16": np.dtype(ml_dtypes.bfloat16),
-    "f32": np.dtype(np.float32), "f64": np.dtype(np.float64),
-    "complex<f32>": np.dtype(np.complex64), "complex<f64>": np.dtype(np.complex128),
-    "f8E4M3FN": np.dtype(ml_dtypes.float8_e4m3fn), "f8E5M2": np.dtype(ml_dtypes.float8_e5m2),
-    "f8E4M3": np.dtype(ml_dtypes.float8_e4m3), "f8E3M4": np.dtype(ml_dtypes.float8_e3m4),
-    "f8E4M3FNUZ": np.dtype(ml_dtypes.float8_e4m3fnuz),
-    "f8E5M2FNUZ": np.dtype(ml_dtypes.float8_e5m2fnuz),
-    "f8E4M3B11FNUZ": np.dtype(ml_dtypes.float8_e4m3b11fnuz),
-    "f8E8M0FNU": np.dtype(ml_dtypes.float8_e8m0fnu), "f4E2M1FN": np.dtype(ml_dtypes.float4_e2m1fn),
-}
-
 
 def element_dtype(element_type) -> np.dtype:
-    key = str(element_type)
-    try:
-        return _ELEMENT_TYPES[key]
-    except KeyError:
-        raise Unimplemented(f"element type {key} is not supported by pjrtkit") from None
+    """The NumPy dtype of an MLIR element type (a jaxlib ``ir.Type``)."""
+    return dense.element_dtype(str(element_type))
 
 
-def load_program(code: bytes | str) -> Program:
+def load_program(code: bytes | str, *, num_partitions: int | None = None,
+                 num_replicas: int | None = None, isolated: bool = False) -> Program:
     """Parse ``code`` (portable artifact, MLIR bytecode or MLIR text) and build a Program.
+
+    ``num_partitions`` and ``num_replicas`` are what the program is compiled for
+    (CompileOptions); None reads the module's ``mhlo.num_partitions`` / ``mhlo.num_replicas``
+    (JAX always sets them). On one partition the program's sharding annotations are removed,
+    and on one device its collectives over that device (``pjrtkit.stablehlo.one_device``).
+
+    ``isolated`` parses in a child process (``pjrtkit.stablehlo.isolation``): the runtime
+    does so for every program it compiles, as jaxlib's parser can abort on damaged input.
 
     Raises InvalidArgument when jaxlib cannot parse it (truncated or foreign bytes).
     """
+    program = isolation.parse_isolated(code) if isolated else parse_program(code)
+    if num_partitions is None:
+        num_partitions = program.attributes.get("mhlo.num_partitions", 1)
+    if num_replicas is None:
+        num_replicas = program.attributes.get("mhlo.num_replicas", 1)
+    if num_partitions == 1:
+        one_device.resolve_for_one_device(program, one_replica=num_replicas == 1)
+    return program
+
+
+def parse_program(code: bytes | str) -> Program:
+    """The program as jaxlib parses it, every op kept (``load_program`` without the passes)."""
     from jax._src.interpreters import mlir as jax_mlir
     from jaxlib.mlir import ir
     from jaxlib.mlir.dialects import stablehlo
@@ -78,7 +77,12 @@ def load_program(code: bytes | str) -> Program:
         diagnostics: list[str] = []
 
         def collect(diagnostic) -> bool:
-            diagnostics.append(f"{diagnostic.location}: {diagnostic.message}")
+            # An exception leaving this callback unwinds through C++ and aborts the process;
+            # a damaged program's diagnostic may not even convert to str (not UTF-8).
+            try:
+                diagnostics.append(f"{diagnostic.location}: {diagnostic.message}")
+            except (RuntimeError, UnicodeError, ValueError):
+                diagnostics.append("(a diagnostic that is not valid text)")
             return True
 
         handler = context.attach_diagnostic_handler(collect)
@@ -86,26 +90,60 @@ def load_program(code: bytes | str) -> Program:
             with context, ir.Location.unknown():
                 module = None
                 errors = []
-                if isinstance(code, (bytes, bytearray)):
+                if _is_portable_artifact(code):
+                    # Never also tried as plain MLIR: for a damaged artifact that parser's
+                    # error carries the damaged bytes, and converting them to a Python
+                    # string throws inside C++ (an abort).
                     try:
                         module = stablehlo.deserialize_portable_artifact(context, bytes(code))
-                    except Exception as exc:  # jaxlib raises plain Exceptions
+                    except ValueError as exc:
                         errors.append(f"as a StableHLO portable artifact: {exc}")
-                if module is None:
+                else:
                     try:
-                        module = ir.Module.parse(code)
-                    except Exception as exc:
-                        errors.append(f"as MLIR: {str(exc).splitlines()[0]}")
+                        module = ir.Module.parse(_as_bytecode_or_text(code))
+                    except (ir.MLIRError, ValueError) as exc:
+                        errors.append(f"as MLIR: {' '.join(str(exc).split())}")
                 if module is None:
                     details = "; ".join([*errors, *dict.fromkeys(diagnostics)])
                     raise InvalidArgument(
                         f"could not parse the program ({details[:2000]}). Expected a StableHLO "
                         f"portable artifact, MLIR bytecode or MLIR text as produced by JAX.")
-                return _Walker().program(module)
+                try:
+                    return _Walker().program(module)
+                except RuntimeError as exc:
+                    if "conversion error" not in str(exc):
+                        raise
+                    # jaxlib could not turn a name or string of the program into Python text
+                    raise InvalidArgument(f"the program holds a name or string that is not "
+                                          f"UTF-8 ({exc}); it is damaged or not a program JAX "
+                                          f"produced") from None
         finally:
             handler.detach()
             if _shared_context_bytes >= CONTEXT_REUSE_BYTES:
                 _shared_context = None  # freed with the last module that references it
+
+
+_BYTECODE_MAGIC = b"ML\xefR"
+
+
+def _is_portable_artifact(code) -> bool:
+    """MLIR bytecode whose producer is StableHLO (``StableHLO_v1.13.7``): a portable artifact."""
+    return (isinstance(code, (bytes, bytearray)) and code[:4] == _BYTECODE_MAGIC
+            and b"StableHLO_v" in code[4:48])
+
+
+def _as_bytecode_or_text(code):
+    """MLIR bytecode as it is; anything else must be UTF-8 text (MLIR's error messages quote
+    the input, and quoting bytes that are not UTF-8 aborts the process)."""
+    if isinstance(code, str) or code[:4] == _BYTECODE_MAGIC:
+        return code
+    try:
+        return bytes(code).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidArgument(f"could not parse the program: it is neither MLIR bytecode nor "
+                              f"UTF-8 text (byte {exc.start} is {bytes(code)[exc.start]:#04x}). "
+                              f"Expected a StableHLO portable artifact, MLIR bytecode or MLIR "
+                              f"text as produced by JAX.") from None
 
 
 class _Walker:
@@ -188,7 +226,8 @@ class _Walker:
         o = op.operation
         attrs = o.attributes
         name = self.attribute(attrs["sym_name"])
-        visibility = self.attribute(attrs["sym_visibility"]) if "sym_visibility" in attrs else "public"
+        visibility = (self.attribute(attrs["sym_visibility"]) if "sym_visibility" in attrs
+                      else "public")
         region = self.region(o.regions[0])
         ftype = self.ir.FunctionType(self.ir.TypeAttr(attrs["function_type"]).value)
         result_types = tuple(self.decode_type(t) for t in ftype.results)
@@ -200,7 +239,10 @@ class _Walker:
     def _per_position(self, attrs, key, n) -> tuple[dict[str, Any], ...]:
         if key not in attrs:
             return tuple({} for _ in range(n))
-        return tuple(dict(self.attribute(d)) for d in self.ir.ArrayAttr(attrs[key]))
+        decoded = self.array_elements(self.ir.ArrayAttr(attrs[key]))
+        if len(decoded) != n or not all(isinstance(d, dict) for d in decoded):
+            raise InvalidArgument(f"{key} holds {len(decoded)} entries for {n} positions")
+        return decoded
 
     def region(self, region) -> Region:
         return Region([self.block(b) for b in region.blocks])
@@ -224,13 +266,41 @@ class _Walker:
 
     # -- attributes -----------------------------------------------------------------------------
     def attributes(self, attrs) -> dict[str, Any]:
+        """Decode an op's attribute map or a DictAttr.
+
+        Each attribute is fetched by name, never through ``NamedAttribute.attr``: for an
+        attribute jaxlib cannot hand to Python (a complex constant) that property raises inside
+        C++ and aborts the process, while lookup by name raises a TypeError we can catch; such
+        an attribute is decoded from its printed form instead.
+        """
         out = {}
         decoder_for = self.decoders.decoder_for
         for i in range(len(attrs)):
             named = attrs[i]
-            attr = named.attr
-            out[named.name] = decoder_for(attr)(self, attr)
+            name = named.name
+            try:
+                attr = attrs[name]
+            except (TypeError, ValueError):  # jaxlib's cast to a Python class failed
+                out[name] = _decode_printed(_named_attribute_text(str(named), name))
+                continue
+            out[name] = decoder_for(attr)(self, attr)
         return out
+
+    def array_elements(self, array) -> tuple[Any, ...]:
+        """Decode every element of an ArrayAttr, each fetched by index (see ``attributes``)."""
+        out = []
+        texts = None
+        for i in range(len(array)):
+            try:
+                element = array[i]
+            except (TypeError, ValueError):  # an element jaxlib cannot hand to Python
+                if texts is None:
+                    texts = split_top_level(str(array)[1:-1])
+                out.append(_decode_printed(texts[i]) if i < len(texts) else
+                           A.OpaqueAttribute(str(array)[:200]))
+                continue
+            out.append(self.attribute(element))
+        return tuple(out)
 
     def attribute(self, attr) -> Any:
         return self.decoders.decoder_for(attr)(self, attr)
@@ -364,7 +434,7 @@ def _decode_symbol(walker, attr):
 
 
 def _decode_array(walker, attr):
-    return tuple(walker.attribute(a) for a in walker.ir.ArrayAttr(attr))
+    return walker.array_elements(walker.ir.ArrayAttr(attr))
 
 
 def _decode_dict(walker, attr):
@@ -439,95 +509,67 @@ def _is(obj, cls) -> bool:
 
 
 def _dense_to_numpy(attr, walker: _Walker) -> np.ndarray:
-    t = walker.ir.ShapedType(attr.type)
-    dtype = element_dtype(t.element_type)
-    shape = tuple(t.shape)
-    if attr.is_splat:
-        scalar = _splat_value(attr.get_splat_value(), dtype, walker)
-        return np.full(shape, scalar, dtype=dtype)
-    if dtype == np.bool_:
-        # i1 data is bit-packed in the raw buffer; go element by element through the attribute.
-        return np.array([bool(x) for x in _iter_elements(attr, walker)], dtype=dtype).reshape(shape)
-    raw = np.frombuffer(bytes(memoryview(attr)), dtype=np.uint8) if _has_buffer(attr) else None
-    if raw is not None and raw.size == dtype.itemsize * int(np.prod(shape, dtype=np.int64)):
-        return raw.view(dtype).reshape(shape).copy()
+    """Raw storage through the buffer protocol where jaxlib offers it (it checks the format),
+    the printed form otherwise (bf16, fp8, int4, ...). Never an element accessor."""
+    shaped = walker.ir.ShapedType(attr.type)
+    shape = tuple(shaped.shape)
+    element = str(shaped.element_type)
+    dtype = dense.element_dtype(element)
     try:
-        elements = _iter_elements(attr, walker)
-    except _HexConstant as hex_constant:
-        return np.frombuffer(hex_constant.data, dtype=dtype).reshape(shape).copy()
-    if elements and isinstance(elements[0], _Token):
-        return _materialise(elements, dtype, shape)
-    return np.array(elements, dtype=dtype).reshape(shape)
+        view = memoryview(attr)
+    except (TypeError, BufferError, ValueError):
+        view = None
+    if view is not None and view.itemsize == dtype.itemsize and element != "f4E2M1FN":
+        raw = view.tobytes()
+        if len(raw) == dtype.itemsize * int(np.prod(shape, dtype=np.int64)):
+            return dense.from_storage(raw, element, shape)
+    return dense.from_text(str(attr))
 
 
-def _has_buffer(attr) -> bool:
-    try:
-        memoryview(attr)
-        return True
-    except (TypeError, BufferError):
-        return False
+def _decode_printed(text: str) -> Any:
+    """An attribute jaxlib could not hand to Python, from its printed form: dense constants
+    are decoded; anything else is kept as text."""
+    if text.startswith("dense<"):
+        return dense.from_text(text)
+    return A.OpaqueAttribute(text)
 
 
-def _iter_elements(attr, walker):
-    ir = walker.ir
-    if isinstance(attr, ir.DenseIntElementsAttr):
-        return [attr[i] for i in range(len(attr))]
-    try:
-        return [attr[i] for i in range(len(attr))]
-    except TypeError:
-        pass  # bf16/f8 elements have no Python accessor; read the printed form below
-    return _elements_from_text(str(attr))
+def _named_attribute_text(text: str, name: str) -> str:
+    """``NamedAttribute(name=VALUE)`` -> ``VALUE``."""
+    for spelled in (name, f'"{name}"'):
+        prefix = f"NamedAttribute({spelled}="
+        if text.startswith(prefix) and text.endswith(")"):
+            return text[len(prefix):-1]
+    return text
 
 
-_TOKEN = re.compile(r'0x[0-9A-Fa-f]+|[-+]?(?:inf|nan)|[-+]?[0-9.]+(?:[eE][-+]?[0-9]+)?|true|false')
+_OPENERS = {"(": ")", "[": "]", "{": "}", "<": ">"}
 
 
-def _elements_from_text(text: str):
-    body = text[text.index("<") + 1: text.rindex(">")]
-    body = body.rsplit(":", 1)[0] if "dense<" not in body else body
-    if body.startswith('"0x'):
-        raise _HexConstant(bytes.fromhex(body[3:body.index('"', 1)]))
-    return [_Token(t) for t in _TOKEN.findall(body.split(">")[0])]
-
-
-class _HexConstant(Exception):
-    def __init__(self, data: bytes):
-        self.data = data
-
-
-class _Token(str):
-    """A printed element; hex tokens are bit patterns of the element type."""
-
-
-def _materialise(tokens, dtype: np.dtype, shape) -> np.ndarray:
-    out = np.empty(len(tokens), dtype=dtype)
-    bits = out.view(np.dtype(f"u{dtype.itemsize}")) if dtype.itemsize in (1, 2, 4, 8) else None
-    for i, tok in enumerate(tokens):
-        if isinstance(tok, _Token) and tok.startswith("0x") and bits is not None:
-            bits[i] = int(tok, 16)
-        elif tok in ("true", "false"):
-            out[i] = tok == "true"
-        else:
-            out[i] = float(tok) if dtype.kind in "fcV" or dtype.name.startswith(("bfloat", "float")) else int(tok)
-    return out.reshape(shape)
-
-
-def _splat_value(value_attr, dtype, walker):
-    ir = walker.ir
-    if _is(value_attr, ir.BoolAttr):
-        return bool(ir.BoolAttr(value_attr).value)
-    if _is(value_attr, ir.IntegerAttr):
-        v = int(ir.IntegerAttr(value_attr).value)
-        if dtype == np.bool_:
-            return bool(v)
-        if dtype.kind == "u" and v < 0:
-            v += 1 << (8 * dtype.itemsize)
-        return v
-    if _is(value_attr, ir.FloatAttr):
-        return float(ir.FloatAttr(value_attr).value)
-    text = str(value_attr)
-    # complex splats print as `(re, im)`
-    raise Unimplemented(f"splat constant {text[:200]} of dtype {dtype} cannot be decoded")
+def split_top_level(text: str) -> list[str]:
+    """Split printed attributes at the commas outside brackets and strings."""
+    parts, depth, start, quoted, i = [], [], 0, False, 0
+    while i < len(text):
+        c = text[i]
+        if quoted:
+            if c == "\\":
+                i += 1
+            elif c == '"':
+                quoted = False
+        elif c == '"':
+            quoted = True
+        elif c in _OPENERS:
+            depth.append(_OPENERS[c])
+        elif depth and c == depth[-1]:
+            depth.pop()
+        elif c == "," and not depth:
+            parts.append(text[start:i].strip())
+            start = i + 1
+        i += 1
+    tail = text[start:].strip()
+    if tail or parts:
+        parts.append(tail)
+    return parts
 
 
 def _short_location(location) -> str:

@@ -1,0 +1,186 @@
+"""Parse programs in a child process, so that a parser crash cannot take the user's process down.
+
+jaxlib's StableHLO deserializer is not safe on damaged input: a flipped bit in a portable
+artifact made it corrupt the heap ("free(): corrupted unsorted chunks") or throw through C++
+while reporting a diagnostic that is not UTF-8, and either aborts the process. No check we can
+make beforehand rules that out, so the runtime hands every program it compiles to a child
+interpreter (``python -m pjrtkit.stablehlo.parser_child``) that parses it with the ordinary
+loader and sends the plain-Python Program back, pickled. MLIR never runs in the user's process
+on that path. If the child dies, the program is reported as INVALID_ARGUMENT naming the
+signal, and the next compile starts a fresh child.
+
+One child per process, started at the first compile (about a second: it imports jaxlib) and
+kept; requests are serialized (the loader serializes parses anyway). A parse that outlasts
+``PJRTKIT_PARSER_TIMEOUT_S`` (default 600) is stopped. ``PJRTKIT_ISOLATED_PARSER=0`` parses
+in-process instead (faster first compile; a damaged program can then abort or hang).
+"""
+from __future__ import annotations
+
+import atexit
+import collections
+import os
+import pickle
+import selectors
+import signal
+import struct
+import subprocess
+import sys
+import threading
+import time
+
+from pjrtkit.errors import ErrorCode, Internal, InvalidArgument, PjrtError
+from pjrtkit.stablehlo.ir import Program
+
+ENABLED = os.environ.get("PJRTKIT_ISOLATED_PARSER", "1") != "0"
+
+# A parse that takes longer than this is treated as a hang (damaged artifacts can send jaxlib's
+# deserializer into an endless loop): the child is killed and the program is INVALID_ARGUMENT.
+PARSE_TIMEOUT_S = float(os.environ.get("PJRTKIT_PARSER_TIMEOUT_S", "600"))
+
+_HEADER = struct.Struct("<Q")
+
+
+def write_message(stream, payload: bytes) -> None:
+    stream.write(_HEADER.pack(len(payload)))
+    stream.write(payload)
+    stream.flush()
+
+
+def read_message(stream) -> bytes | None:
+    """One length-prefixed message, or None at end of stream."""
+    header = stream.read(_HEADER.size)
+    if len(header) < _HEADER.size:
+        return None
+    (size,) = _HEADER.unpack(header)
+    payload = stream.read(size)
+    return payload if len(payload) == size else None
+
+
+def error_reply(exc: BaseException) -> tuple:
+    """What the child sends for a failed parse: the PJRT code and the message."""
+    if isinstance(exc, PjrtError):
+        return ("error", int(exc.code), exc.message)
+    return ("error", int(ErrorCode.INTERNAL), f"{type(exc).__name__}: {exc}")
+
+
+def _error_class(code: int) -> type[PjrtError]:
+    pending = [PjrtError]
+    while pending:
+        cls = pending.pop()
+        if cls is not PjrtError and cls.code == code:
+            return cls
+        pending.extend(cls.__subclasses__())
+    return PjrtError
+
+
+class ParserProcess:
+    """The child that parses programs for this process (see the module docstring)."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._child: subprocess.Popen | None = None
+        self._owner_pid = os.getpid()
+        self._stderr_tail = collections.deque(maxlen=20)
+
+    def parse(self, code: bytes | str) -> Program:
+        with self._lock:
+            child = self._running_child()
+            try:
+                write_message(child.stdin, pickle.dumps(code, protocol=pickle.HIGHEST_PROTOCOL))
+                reply = self._read_reply(child)
+            except (BrokenPipeError, OSError):
+                reply = None
+            if reply is None:
+                raise self._crashed(child)
+        status, *rest = pickle.loads(reply)
+        if status == "ok":
+            return rest[0]
+        code_value, message = rest
+        cls = _error_class(code_value)
+        if cls is PjrtError:
+            raise PjrtError(message, code=ErrorCode(code_value))
+        raise cls(message)
+
+    def close(self) -> None:
+        with self._lock:
+            child, self._child = self._child, None
+        if child is not None and child.poll() is None:
+            try:
+                child.stdin.close()
+                child.wait(timeout=5)
+            except (OSError, subprocess.TimeoutExpired):
+                child.kill()
+
+    def _running_child(self) -> subprocess.Popen:
+        if self._owner_pid != os.getpid():
+            # this process was forked: the pipes belong to the parent's child; leave them
+            self._child, self._owner_pid = None, os.getpid()
+        if self._child is not None and self._child.poll() is None:
+            return self._child
+        if not sys.executable:
+            raise Internal("cannot start the program parser: sys.executable is unknown; set "
+                           "PJRTKIT_ISOLATED_PARSER=0 to parse in this process")
+        # the child imports the pjrtkit and jaxlib this process imported
+        path = os.pathsep.join(p for p in sys.path if isinstance(p, str) and p)
+        self._stderr_tail.clear()
+        self._child = subprocess.Popen(
+            [sys.executable, "-m", "pjrtkit.stablehlo.parser_child"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            env={**os.environ, "PYTHONPATH": path},
+            # the child must not take the terminal's Ctrl-C meant for the user's program
+            start_new_session=True)
+        threading.Thread(target=_drain, args=(self._child.stderr, self._stderr_tail),
+                         daemon=True, name="pjrtkit-parser-stderr").start()
+        return self._child
+
+    def _read_reply(self, child: subprocess.Popen) -> bytes | None:
+        deadline = time.monotonic() + PARSE_TIMEOUT_S
+        with selectors.DefaultSelector() as selector:
+            selector.register(child.stdout, selectors.EVENT_READ)
+            while not selector.select(timeout=min(1.0, max(0.0, deadline - time.monotonic()))):
+                if child.poll() is not None:
+                    return None
+                if time.monotonic() >= deadline:
+                    child.kill()
+                    child.wait()
+                    self._child = None
+                    raise InvalidArgument(f"parsing the program took longer than "
+                                          f"{PARSE_TIMEOUT_S:.0f} s; the parser was stopped")
+        return read_message(child.stdout)
+
+    def _crashed(self, child: subprocess.Popen) -> InvalidArgument:
+        try:
+            status = child.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            status = child.wait()
+        self._child = None
+        how = f"exit status {status}"
+        if status < 0:
+            try:
+                how = f"signal {signal.Signals(-status).name}"
+            except ValueError:
+                pass
+        time.sleep(0.05)  # let the drain thread read the child's last words
+        said = b"".join(self._stderr_tail).decode("utf-8", "replace").strip()[-600:]
+        return InvalidArgument(
+            f"the program crashed jaxlib's StableHLO parser ({how}); it is damaged or not a "
+            f"program JAX produced. The parser ran in a child process, so this process is "
+            f"unaffected; the next compile starts a new parser."
+            + (f" The parser's last output: {said}" if said else ""))
+
+
+def _drain(stream, tail) -> None:
+    """Keep the child's stderr (MLIR diagnostics, crash reports) from filling its pipe, and
+    its last lines for the error message."""
+    for line in iter(stream.readline, b""):
+        tail.append(line)
+
+
+_PARSER = ParserProcess()
+atexit.register(_PARSER.close)
+
+
+def parse_isolated(code: bytes | str) -> Program:
+    """Parse ``code`` in the child process (``pjrtkit.stablehlo.loader.parse_program`` there)."""
+    return _PARSER.parse(code)

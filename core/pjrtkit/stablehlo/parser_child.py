@@ -1,0 +1,33 @@
+"""The child side of ``pjrtkit.stablehlo.isolation``: parse programs sent on stdin, send each
+Program (or the error) back pickled on the original stdout. Run as
+``python -m pjrtkit.stablehlo.parser_child``; it exits when its stdin closes."""
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+import sys
+
+from pjrtkit.stablehlo.isolation import error_reply, read_message, write_message
+from pjrtkit.stablehlo.loader import parse_program
+
+
+def main() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when the child stops
+    requests = sys.stdin.buffer
+    # Replies go to a private copy of stdout; anything printed (by jaxlib or us) goes to stderr.
+    replies = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+    while True:
+        request = read_message(requests)
+        if request is None:
+            return
+        try:
+            reply = ("ok", parse_program(pickle.loads(request)))
+        except Exception as exc:  # noqa: BLE001 - every failure goes back to the parent
+            reply = error_reply(exc)
+        write_message(replies, pickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,109 @@
+"""The runtime's isolated parser (pjrtkit.stablehlo.isolation): programs that crash jaxlib's
+deserializer (found by the program fuzz harness, kept in tests/data) become INVALID_ARGUMENT
+and the process lives; the next parse works; the IR that comes back is the in-process IR."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import jaxlib
+import numpy as np
+import pytest
+
+from pjrtkit.errors import InvalidArgument
+from pjrtkit.stablehlo.ir import walk_ops
+from pjrtkit.stablehlo.loader import load_program
+from pjrtkit.testing.programs import portable_artifact
+
+DATA = os.path.join(os.path.dirname(__file__), "data")
+CRASHERS = ["damaged_artifact_aborts_parser.mlirbc", "damaged_artifact_segfaults_parser.mlirbc"]
+
+
+def _program(x, w):
+    import jax
+    return jax.nn.relu(x @ w).sum(axis=0), np.full((3, 4), 0.5, np.float32) * x
+
+
+@pytest.mark.parametrize("name", CRASHERS)
+def test_a_program_that_crashes_the_parser_is_invalid_and_the_process_lives(name):
+    """Run in a child so that, were the isolation broken, the abort would fail this test
+    instead of killing pytest."""
+    script = textwrap.dedent(f"""
+        from pjrtkit.errors import InvalidArgument
+        from pjrtkit.stablehlo.loader import load_program
+        code = open({os.path.join(DATA, name)!r}, "rb").read()
+        for attempt in range(2):
+            try:
+                load_program(code, isolated=True)
+                print("loaded")
+            except InvalidArgument as exc:
+                print("INVALID_ARGUMENT", exc.message)
+        print("alive")
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=300)
+    lines = out.stdout.splitlines()
+    assert out.returncode == 0 and lines[-1] == "alive", out.stderr[-2000:]
+    assert all(line.startswith("INVALID_ARGUMENT") for line in lines[:-1]), lines
+    if jaxlib.__version__ == "0.10.2":  # the version these crashes were found with
+        assert all("crashed jaxlib's StableHLO parser" in line for line in lines[:-1]), lines
+
+
+def test_the_same_program_crashes_a_process_that_parses_in_process():
+    """The fixture really is a crasher: without isolation the process dies."""
+    if jaxlib.__version__ != "0.10.2":
+        pytest.skip(f"the crash was found with jaxlib 0.10.2, this is {jaxlib.__version__}")
+    script = (f"from pjrtkit.stablehlo.loader import load_program\n"
+              f"load_program(open({os.path.join(DATA, CRASHERS[0])!r}, 'rb').read())\n")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=300)
+    assert out.returncode < 0, out.stderr[-2000:]
+
+
+def test_isolated_and_in_process_loads_give_the_same_ir():
+    code = portable_artifact(_program, np.ones((3, 4), np.float32), np.ones((4, 2), np.float32))
+    isolated, local = load_program(code, isolated=True), load_program(code)
+    assert [(op.name, [v.id for v in op.operands], [v.type for v in op.results])
+            for op in walk_ops(isolated)] == [
+        (op.name, [v.id for v in op.operands], [v.type for v in op.results])
+        for op in walk_ops(local)]
+    constants = [(op.attributes["value"].dtype, op.attributes["value"].tobytes())
+                 for p in (isolated, local) for op in walk_ops(p)
+                 if op.name == "stablehlo.constant"]
+    assert constants[:len(constants) // 2] == constants[len(constants) // 2:]
+
+
+def test_errors_keep_their_class_and_message():
+    garbage = "func.func @main( {"
+    with pytest.raises(InvalidArgument) as local:
+        load_program(garbage)
+    with pytest.raises(InvalidArgument) as isolated:
+        load_program(garbage, isolated=True)
+    assert isolated.value.message == local.value.message
+
+
+def test_a_program_that_hangs_the_parser_is_stopped_and_invalid():
+    """A damaged artifact that sends jaxlib's deserializer into an endless loop (found by the
+    fuzz harness): the parse is stopped after PJRTKIT_PARSER_TIMEOUT_S."""
+    path = os.path.join(DATA, "damaged_artifact_hangs_parser.mlirbc")
+    script = textwrap.dedent(f"""
+        import numpy as np
+        from pjrtkit.errors import InvalidArgument
+        from pjrtkit.stablehlo.loader import load_program
+        from pjrtkit.testing.programs import portable_artifact
+        try:
+            load_program(open({path!r}, "rb").read(), isolated=True)
+            print("loaded")
+        except InvalidArgument as exc:
+            print("INVALID_ARGUMENT", exc.message)
+        program = load_program(portable_artifact(lambda x: x + 1, np.ones(2)), isolated=True)
+        print("next parse", program.main.name)
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=300, env={**os.environ, "PJRTKIT_PARSER_TIMEOUT_S": "5"})
+    lines = out.stdout.splitlines()
+    assert out.returncode == 0 and lines[-1] == "next parse main", out.stderr[-2000:]
+    assert lines[0].startswith("INVALID_ARGUMENT"), lines
+    if jaxlib.__version__ == "0.10.2":  # the version this hang was found with
+        assert "took longer than 5 s" in lines[0], lines
