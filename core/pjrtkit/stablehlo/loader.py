@@ -62,14 +62,15 @@ def load_program(code: bytes | str) -> Program:
 
     Raises InvalidArgument when jaxlib cannot parse it (truncated or foreign bytes).
     """
-    from jax._src.interpreters import mlir as jax_mlir
     from jaxlib.mlir import ir
     from jaxlib.mlir.dialects import stablehlo
+
+    from pjrtkit import jax_compat
 
     global _shared_context, _shared_context_bytes
     with _LOCK:
         if _shared_context is None:
-            _shared_context = jax_mlir.make_ir_context()
+            _shared_context = jax_compat.make_ir_context()
             _shared_context_bytes = 0
         context = _shared_context
         _shared_context_bytes += len(code)
