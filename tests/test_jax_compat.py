@@ -136,7 +136,8 @@ def test_each_allowlist_is_where_we_say_and_still_names_cpu(allowlist):
         assert "cpu" in target
     else:
         source = inspect.getsource(target)
-        assert re.search(r"[\[{(][^\]})]*\"cpu\"", source), f"no platform literal in {allowlist.where}"
+        literal = re.search(r"[\[{(][^\]})]*\"cpu\"", source)
+        assert literal, f"no platform literal in {allowlist.where}"
 
 
 def test_xla_client_protos_round_trip():
