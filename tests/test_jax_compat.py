@@ -41,6 +41,13 @@ def test_every_release_names_a_constraints_file_that_pins_it():
         assert f"jaxlib=={release.jax}" in pins, release
 
 
+def test_pjrtkit_list_names_the_installed_jax():
+    out = subprocess.run([sys.executable, "-m", "pjrtkit.cli", "list"], capture_output=True,
+                         text=True, check=True).stdout
+    first = out.splitlines()[0]
+    assert first.startswith(f"jax {jax.__version__}, jaxlib ") and "tested release line" in first
+
+
 def test_version_tuple_and_support_problem():
     assert jax_compat.version_tuple("0.12.0.1") == (0, 12, 0, 1)
     assert jax_compat.version_tuple("0.13.0rc1") == (0, 13, 0)
