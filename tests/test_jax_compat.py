@@ -41,6 +41,12 @@ def test_every_release_names_a_constraints_file_that_pins_it():
         assert f"jaxlib=={release.jax}" in pins, release
 
 
+def test_the_readme_documents_every_pinned_set():
+    readme = (ROOT / "README.md").read_text()
+    for release in jax_compat.SUPPORTED_JAX.values():
+        assert release.constraints in readme and release.jax in readme, release
+
+
 def test_pjrtkit_list_names_the_installed_jax():
     out = subprocess.run([sys.executable, "-m", "pjrtkit.cli", "list"], capture_output=True,
                          text=True, check=True).stdout
