@@ -165,6 +165,9 @@ def test_xla_client_protos_round_trip():
 # -- nothing else reaches into JAX ------------------------------------------------------------
 
 SHIPPED = ["core/pjrtkit", "plugins/*/pjrtkit_*", "examples", "benchmarks"]
+# The modules allowed to name JAX's private modules. Another entry needs a reason in its
+# docstring and its own checks here; prefer adding the access to jax_compat.
+MAY_USE_JAX_PRIVATES = {"core/pjrtkit/jax_compat.py"}
 
 
 def test_only_jax_compat_imports_private_jax_names():
@@ -172,7 +175,7 @@ def test_only_jax_compat_imports_private_jax_names():
     for pattern in SHIPPED:
         for folder in ROOT.glob(pattern):
             for path in folder.rglob("*.py"):
-                if path.name == "jax_compat.py":
+                if str(path.relative_to(ROOT)) in MAY_USE_JAX_PRIVATES:
                     continue
                 for number, line in enumerate(path.read_text().splitlines(), 1):
                     code = line.split("#")[0]
