@@ -1,20 +1,36 @@
 # Two commands do all the set-up on a fresh machine: `make demo` and `make test`.
-# Each creates .venv and installs the pinned dependencies when missing.
+# Each creates the virtual environment and installs the pinned dependencies when missing.
+#
+# JAX picks the pinned set: empty (default) is constraints.txt (jax 0.10.2, Python 3.11, in
+# .venv); JAX=0.11 or JAX=0.12 is constraints-jax$(JAX).txt (Python 3.12 or 3.13) in its own
+# .venv-jax$(JAX)-<python>, so every set can live beside the others. PYTHON picks the interpreter.
+JAX ?=
+ifeq ($(strip $(JAX)),)
 PYTHON ?= python3.11
-VENV := .venv
+CONSTRAINTS := constraints.txt
+VENV ?= .venv
+else
+PYTHON ?= python3.12
+CONSTRAINTS := constraints-jax$(JAX).txt
+VENV ?= .venv-jax$(JAX)-$(notdir $(PYTHON))
+endif
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.pjrtkit-installed
+SETS := $(patsubst constraints-jax%.txt,%,$(wildcard constraints-jax*.txt))
 
 .PHONY: demo test install bench conformance fuzz clean
 
-$(STAMP): pyproject.toml setup.py constraints.txt plugins/cpu/pyproject.toml core/pjrtkit/abi/_build.py $(wildcard core/pjrtkit/abi/*.h)
-	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON) (Python 3.11) on PATH, or run: make PYTHON=/path/to/python3.11"; exit 1; }
+$(STAMP): pyproject.toml setup.py $(CONSTRAINTS) plugins/cpu/pyproject.toml core/pjrtkit/abi/_build.py $(wildcard core/pjrtkit/abi/*.h)
+	@$(PYTHON) -c "" >/dev/null 2>&1 || { echo "cannot run $(PYTHON); run: make PYTHON=/path/to/python$(if $(JAX),3.12,3.11)$(if $(JAX), JAX=$(JAX))"; exit 1; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade "pip>=24" -c constraints.txt
-	$(BIN)/python -m pip install -q -c constraints.txt setuptools wheel cffi
-	$(BIN)/python -m pip install -q -c constraints.txt --no-build-isolation -e '.[test]'
-	$(BIN)/python -m pip install -q -c constraints.txt --no-build-isolation -e plugins/cpu
+	$(BIN)/python -m pip install -q --upgrade "pip>=24" -c $(CONSTRAINTS)
+	$(BIN)/python -m pip install -q -c $(CONSTRAINTS) setuptools wheel cffi
+	$(BIN)/python -m pip install -q -c $(CONSTRAINTS) --no-build-isolation -e '.[test]'
+	$(BIN)/python -m pip install -q -c $(CONSTRAINTS) --no-build-isolation -e plugins/cpu
 	touch $(STAMP)
+
+$(CONSTRAINTS):
+	@echo "no pinned set $(CONSTRAINTS): JAX= (empty, jax 0.10.2) or one of: $(SETS)"; exit 1
 
 install: $(STAMP)
 
@@ -52,4 +68,4 @@ fuzz: $(STAMP)
 		--json build/fuzz.json
 
 clean:
-	rm -rf $(VENV) build core/*.egg-info plugins/*/*.egg-info core/pjrtkit/abi/_pjrt_cffi*
+	rm -rf .venv .venv-jax* build core/*.egg-info plugins/*/*.egg-info core/pjrtkit/abi/_pjrt_cffi*

@@ -27,9 +27,9 @@ REFERENCE = "cpu"
 def enable_platforms() -> None:
     """Start pjrtkit_cpu and XLA's cpu side by side (whatever JAX_PLATFORMS says) with the
     persistent compilation cache off. Must run before anything starts a backend."""
-    from jax._src import xla_bridge  # no public way to ask whether backends have started
+    from pjrtkit import jax_compat
 
-    if xla_bridge.backends_are_initialized():
+    if jax_compat.backends_are_initialized():
         raise RuntimeError("benchmarks: JAX backends were started before the suite could "
                            f"enable {BACKEND!r} and {REFERENCE!r}")
     jax.config.update("jax_platforms", f"{BACKEND},{REFERENCE}")

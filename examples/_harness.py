@@ -75,9 +75,9 @@ def enable_platforms(backend: str) -> None:
 
     Must run before anything starts a backend: JAX ignores ``jax_platforms`` afterwards.
     """
-    from jax._src import xla_bridge  # no public way to ask whether backends have started
+    from pjrtkit import jax_compat
 
-    if xla_bridge.backends_are_initialized():
+    if jax_compat.backends_are_initialized():
         raise RuntimeError("JAX backends were started before enable_platforms(); "
                            "call it before any jax.devices(), jnp array or jit call")
     platforms = [backend] if backend == REFERENCE_PLATFORM else [backend, REFERENCE_PLATFORM]

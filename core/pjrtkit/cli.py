@@ -1,6 +1,7 @@
 """The ``pjrtkit`` command.
 
     pjrtkit list                    installed backends, versions, status, why a broken one failed
+                                    (and the installed jax, and whether it is a tested release)
     pjrtkit info BACKEND            platform, devices, memory spaces and declared capabilities
     pjrtkit topology BACKEND NAME   a compile-only topology (AOT) by name
     pjrtkit conformance BACKEND     the conformance suite on a backend (exit 1 only on FAIL)
@@ -23,17 +24,28 @@ def _cmd_list(args) -> int:
                            "distribution": s.distribution, "version": s.version,
                            "status": s.status, "reason": s.reason} for s in statuses], indent=2))
         return 0
+    print(_jax_line())
     if not statuses:
         print("no pjrtkit backends installed (install one, e.g. pjrtkit-cpu)")
         return 0
     print(f"{'backend':<10} {'JAX platform':<16} {'distribution':<16} {'version':<10} status")
     for s in statuses:
-        line = (f"{s.name:<10} {'pjrtkit_' + s.name:<16} {s.distribution:<16} {s.version:<10} "
-                f"{s.status}")
+        platform = "pjrtkit_" + s.name
+        line = f"{s.name:<10} {platform:<16} {s.distribution:<16} {s.version:<10} {s.status}"
         if s.reason:
             line += f" ({s.reason})"
         print(line)
     return 0
+
+
+def _jax_line() -> str:
+    """The installed jax/jaxlib and whether pjrtkit is tested with that release line."""
+    from pjrtkit import jax_compat
+
+    versions = jax_compat.installed_versions()
+    problem = jax_compat.support_problem()
+    return (f"jax {versions['jax']}, jaxlib {versions['jaxlib']}: "
+            + (f"warning: {problem}" if problem else "a tested release line"))
 
 
 def _describe(topology) -> list[str]:

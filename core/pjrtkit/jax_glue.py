@@ -4,13 +4,15 @@ JAX calls ``initialize()`` at the first use of a backend (not at ``import jax``)
 registers below XLA's cpu priority, so installing a plugin never changes JAX's default backend;
 users opt in with ``JAX_PLATFORMS=pjrtkit_cpu``.
 
-JAX keeps allowlists keyed by platform name that a new platform is missing from. They are
-extended here, in one place, and ``tests/test_jax_glue.py`` fails loudly when a JAX upgrade
-moves them.
+Every access to JAX beyond its public API (``register_plugin``, the donation allowlist) goes
+through ``pjrtkit.jax_compat``, which ``tests/test_jax_compat.py`` checks against the installed
+JAX release.
 """
 from __future__ import annotations
 
 import logging
+
+from pjrtkit import jax_compat
 
 log = logging.getLogger(__name__)
 
@@ -20,25 +22,15 @@ PRIORITY = -100
 _registered: dict[str, object] = {}
 
 
-def allow_donation(platform: str) -> None:
-    """Buffer donation: JAX only emits donation for platforms in this module-level list."""
-    from jax._src.interpreters import mlir
-
-    if platform not in mlir._platforms_with_donation:
-        mlir._platforms_with_donation.append(platform)
-
-
 def register_backend(backend) -> None:
     """Register one loaded backend with JAX under its platform name."""
-    from jax._src import xla_bridge
-
     from pjrtkit.abi.api import register_backend as make_c_api
 
     if backend.platform_name in _registered:
         return
     capsule, _slot = make_c_api(backend)
-    xla_bridge.register_plugin(backend.platform_name, priority=PRIORITY, c_api=capsule)
-    allow_donation(backend.platform_name)
+    jax_compat.register_plugin(backend.platform_name, priority=PRIORITY, c_api=capsule)
+    jax_compat.extend_allowlists(backend.platform_name)
     _registered[backend.platform_name] = backend
 
 
@@ -46,13 +38,16 @@ def initialize() -> None:
     """Called by JAX through the ``jax_plugins`` entry point."""
     from pjrtkit import discovery
 
+    problem = jax_compat.support_problem()
+    if problem:
+        log.warning("pjrtkit: %s", problem)
     for status in discovery.discover():
         if status.ok:
             try:
                 register_backend(status.backend)
             except Exception as exc:  # never break `import jax` for other users
                 log.warning("pjrtkit backend %r could not register with JAX: %s: %s",
-                            status.name, type(exc).__name__, exc)
+                            status.name, type(exc).__name__, exc, exc_info=True)
 
 
 def registered_backends() -> dict[str, object]:

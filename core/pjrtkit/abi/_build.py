@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import pathlib
 import re
+import sysconfig
 
 import cffi
 
@@ -275,9 +276,13 @@ SOURCE = (
 
 ffibuilder = cffi.FFI()
 ffibuilder.cdef(CDEF)
-ffibuilder.set_source("pjrtkit.abi._pjrt_cffi", SOURCE)
+# Tagged per Python version (not one limited-API .abi3.so): the virtual environments of the
+# pinned JAX sets (make JAX=...) share this source tree, and installing one must not overwrite
+# the module a process of another has loaded.
+ffibuilder.set_source("pjrtkit.abi._pjrt_cffi", SOURCE, py_limited_api=False)
 
 if __name__ == "__main__":
-    # Same file name as `pip install -e .` produces (cffi builds a limited-API module there);
-    # a differently tagged .so next to it would shadow it at import.
-    ffibuilder.compile(tmpdir=str(HERE.parent.parent), target="_pjrt_cffi.abi3.so", verbose=True)
+    # Same file name as `pip install -e .` produces; a differently tagged .so next to it would
+    # shadow it at import.
+    ffibuilder.compile(tmpdir=str(HERE.parent.parent),
+                       target="_pjrt_cffi" + sysconfig.get_config_var("EXT_SUFFIX"), verbose=True)

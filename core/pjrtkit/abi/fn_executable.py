@@ -4,8 +4,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
-
+from pjrtkit import jax_compat
 from pjrtkit.abi._cffi import ffi, lib
 from pjrtkit.abi.args import Args, int_list
 from pjrtkit.abi.dtypes import to_code
@@ -22,8 +21,7 @@ NULL = ffi.NULL
 
 def serialized_device_assignment(assignment: list[list[int]]) -> bytes:
     """DeviceAssignmentProto bytes for a replica x partition table of device ids."""
-    from jaxlib import xla_client  # jaxlib owns the proto; imported only when compiling
-    return xla_client.DeviceAssignment.create(np.array(assignment, dtype=np.int64)).serialize()
+    return jax_compat.serialized_device_assignment(assignment)
 
 
 def new_loaded_executable(loaded: Any, client: ClientRef) -> Any:

@@ -61,14 +61,15 @@ def load_program(code: bytes | str, *, num_partitions: int | None = None,
 
 def parse_program(code: bytes | str) -> Program:
     """The program as jaxlib parses it, every op kept (``load_program`` without the passes)."""
-    from jax._src.interpreters import mlir as jax_mlir
     from jaxlib.mlir import ir
     from jaxlib.mlir.dialects import stablehlo
+
+    from pjrtkit import jax_compat
 
     global _shared_context, _shared_context_bytes
     with _LOCK:
         if _shared_context is None:
-            _shared_context = jax_mlir.make_ir_context()
+            _shared_context = jax_compat.make_ir_context()
             _shared_context_bytes = 0
         context = _shared_context
         _shared_context_bytes += len(code)

@@ -21,13 +21,12 @@ def portable_artifact(fn: Callable, *args, static_argnums=()) -> bytes:
     """The bytes jaxlib hands a plugin: jaxlib's own serializer, which also legalizes CHLO
     ops (erf, asinh, ...) to StableHLO as it does for real PJRT plugins."""
     import jax
-    from jax._src.lib import _jax
-    from jaxlib.mlir.dialects import stablehlo
+
+    from pjrtkit import jax_compat
 
     # keep_unused: the plan is called with every argument, as run_with_registry passes them.
     lowered = jax.jit(fn, static_argnums=static_argnums, keep_unused=True).lower(*args)
-    return _jax.mlir.serialize_portable_artifact(lowered.as_text(), stablehlo.get_current_version(),
-                                                 False)
+    return jax_compat.serialize_portable_artifact(lowered.as_text())
 
 
 def lower_program(fn: Callable, *args, static_argnums=()) -> Program:

@@ -458,11 +458,12 @@ class AbiDriver:
                donate_argnums)
         if key not in self._cache:
             import jax
-            from jax._src.lib import _jax
+
+            from pjrtkit import jax_compat
 
             text = jax.jit(fn, donate_argnums=donate_argnums).lower(*example_args).as_text()
-            self._cache[key] = _jax.mlir.serialize_portable_artifact(
-                text, self.stablehlo_target(), False)
+            self._cache[key] = jax_compat.serialize_portable_artifact(
+                text, self.stablehlo_target())
         return self._cache[key]
 
     def compile_options(self, num_replicas: int = 1) -> bytes:

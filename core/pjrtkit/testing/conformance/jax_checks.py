@@ -33,15 +33,13 @@ def configure_jax(platform: str, backend=None) -> str | None:
     here, before JAX starts its platforms.
     """
     import jax
-    from jax._src import xla_bridge
 
-    from pjrtkit import jax_glue
+    from pjrtkit import jax_compat, jax_glue
 
-    initialized = xla_bridge.backends_are_initialized()
-    # JAX has no public way to ask whether a platform's plugin factory is registered.
+    initialized = jax_compat.backends_are_initialized()
     if not initialized:
         if backend is not None and platform not in jax_glue.registered_backends() \
-                and platform not in xla_bridge._backend_factories:  # noqa: SLF001
+                and not jax_compat.platform_is_registered(platform):
             jax_glue.register_backend(backend)
         jax.config.update("jax_platforms", f"{platform},{REFERENCE_PLATFORM}")
     missing = []
@@ -62,12 +60,12 @@ class JaxTarget:
     """The layer-3 context: the device under test and XLA's CPU device as the reference."""
 
     def __init__(self, platform: str, backend=None):
-        from jax._src import xla_bridge
+        from pjrtkit import jax_compat
 
         self.platform = platform
         # Started by someone else without our platforms: SKIP (rerun in a fresh process);
         # started here and the platform did not come up: the plugin's FAIL.
-        self.started_elsewhere = xla_bridge.backends_are_initialized()
+        self.started_elsewhere = jax_compat.backends_are_initialized()
         self.unavailable = configure_jax(platform, backend)
         if self.unavailable is None:
             import jax

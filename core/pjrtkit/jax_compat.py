@@ -1,0 +1,194 @@
+"""Everything pjrtkit needs from JAX that JAX does not promise to keep, in one place.
+
+pjrtkit supports more than one JAX release (``SUPPORTED_JAX``). Wherever it reaches past JAX's
+public API (``jax._src``, ``jaxlib``'s Python modules, the allowlists JAX keys by platform name)
+or depends on a fact that changes between releases (the PJRT C API minor jaxlib speaks, the
+StableHLO versions it reads and writes), the access lives here and nowhere else, so a JAX upgrade
+is one module to re-check. ``tests/test_jax_compat.py`` pins each fact and fails, naming the
+attribute, when a JAX release moves one.
+
+Imports of JAX happen inside the functions: ``pjrtkit list`` and the discovery of backends must
+work without starting JAX.
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib.metadata
+import re
+from typing import Any
+
+
+@dataclasses.dataclass(frozen=True)
+class Release:
+    """Facts of one tested JAX release that pjrtkit depends on (checked by the tests)."""
+
+    jax: str                 # jax == jaxlib version tested
+    python: str              # the Python versions it installs on
+    constraints: str         # the pinned set for it (make JAX=... picks it)
+    pjrt_minor: int          # the PJRT C API minor jaxlib itself speaks (it accepts older)
+    stablehlo_current: str   # the StableHLO version jaxlib's serializer writes by default
+
+
+# One release per supported (major, minor) line: the newest tested one. pjrtkit's own PJRT_Api
+# declares minor abi.api.API_VERSION (0.90), which every release here accepts.
+SUPPORTED_JAX = {
+    (0, 10): Release("0.10.2", "3.11", "constraints.txt", 112, "1.17.0"),
+    (0, 11): Release("0.11.2", "3.12, 3.13", "constraints-jax0.11.txt", 115, "1.20.0"),
+    (0, 12): Release("0.12.0.1", "3.12, 3.13", "constraints-jax0.12.txt", 116, "1.22.0"),
+}
+
+
+def version_tuple(text: str) -> tuple[int, ...]:
+    """'0.12.0.1' -> (0, 12, 0, 1); a suffix such as 'rc1' or '.dev2026' ends the number."""
+    leading = re.match(r"\d+(?:\.\d+)*", text)
+    return tuple(int(part) for part in leading.group().split(".")) if leading else ()
+
+
+def installed_versions() -> dict[str, str]:
+    """Versions of jax and jaxlib as installed (from package metadata: JAX is not imported)."""
+    found = {}
+    for name in ("jax", "jaxlib"):
+        try:
+            found[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            found[name] = "not installed"
+    return found
+
+
+def release_line(jax_version: str | None = None) -> Release | None:
+    """The SUPPORTED_JAX entry of the installed (or given) jax's release line, or None."""
+    text = jax_version if jax_version is not None else installed_versions()["jax"]
+    return SUPPORTED_JAX.get(version_tuple(text)[:2])
+
+
+def support_problem(jax_version: str | None = None) -> str | None:
+    """Why the installed (or given) jax is outside the tested release lines, or None."""
+    text = jax_version if jax_version is not None else installed_versions()["jax"]
+    if release_line(text) is not None:
+        return None
+    tested = ", ".join(release.jax for release in SUPPORTED_JAX.values())
+    return (f"jax {text} is not a release line pjrtkit is tested with ({tested}); "
+            "see 'JAX versions' in pjrtkit's README")
+
+
+# -- registering a platform ----------------------------------------------------------------
+
+
+def register_plugin(platform: str, *, priority: int, c_api: Any) -> None:
+    """Register a PJRT_Api capsule with JAX under ``platform``.
+
+    ``jax._src.xla_bridge.register_plugin`` is the only way to hand JAX a ``PJRT_Api`` made in
+    process (no shared library); same keyword arguments in every supported release.
+    """
+    from jax._src import xla_bridge
+
+    xla_bridge.register_plugin(platform, priority=priority, c_api=c_api)
+
+
+def backends_are_initialized() -> bool:
+    """Whether JAX has started its backends (after which ``jax_platforms`` is ignored).
+
+    JAX has no public way to ask this.
+    """
+    from jax._src import xla_bridge
+
+    return xla_bridge.backends_are_initialized()
+
+
+def platform_is_registered(platform: str) -> bool:
+    """Whether a backend factory is registered under ``platform`` (by us or anyone else)."""
+    from jax._src import xla_bridge
+
+    return platform in xla_bridge._backend_factories  # JAX keeps no public registry
+
+
+# -- JAX's allowlists keyed by platform name -------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Allowlist:
+    """One place where JAX decides by platform name, and what pjrtkit does about it."""
+
+    feature: str
+    where: str          # module and name in JAX
+    extended: bool      # pjrtkit adds its platforms to it
+    why: str
+
+
+ALLOWLISTS = (
+    Allowlist("buffer donation", "jax._src.interpreters.mlir._platforms_with_donation", True,
+              "a module-level list: JAX emits donation only for the platforms in it"),
+    Allowlist("Python host callbacks", "jax._src.callback.emit_python_callback", False,
+              "a set literal inside the function; the callback lowers to the custom call "
+              "xla_ffi_python_cpu_callback, which no pjrtkit plugin implements"),
+    Allowlist("persistent compilation cache", "jax._src.compilation_cache.is_cache_used", False,
+              "a list literal inside the function; pjrtkit platforms are not cached on disk"),
+)
+
+
+def platforms_with_donation() -> list[str]:
+    """JAX's donation allowlist itself (the list object JAX reads, not a copy)."""
+    from jax._src.interpreters import mlir
+
+    return mlir._platforms_with_donation  # the allowlist; no public API
+
+
+def allow_donation(platform: str) -> None:
+    """Let JAX emit buffer donation for ``platform`` (idempotent)."""
+    allowlist = platforms_with_donation()
+    if platform not in allowlist:
+        allowlist.append(platform)
+
+
+def extend_allowlists(platform: str) -> None:
+    """Add ``platform`` to every allowlist in ALLOWLISTS marked ``extended``."""
+    allow_donation(platform)
+
+
+# -- StableHLO and jaxlib's MLIR bindings -----------------------------------------------------
+
+
+def stablehlo_version_range() -> tuple[str, str]:
+    """(current, minimum) StableHLO versions jaxlib's bindings read and write, as 'a.b.c'.
+
+    jaxlib 0.10.2 writes 1.17.0, 0.11.2 1.20.0, 0.12.0.1 1.22.0 (SUPPORTED_JAX); pjrtkit reads
+    programs with the same bindings, so a plugin supports exactly this range.
+    """
+    from jaxlib.mlir.dialects import stablehlo
+
+    return stablehlo.get_current_version(), stablehlo.get_minimum_version()
+
+
+def make_ir_context():
+    """An MLIR context with every dialect JAX's programs use registered."""
+    from jax.interpreters import mlir
+
+    return mlir.make_ir_context()
+
+
+def serialize_portable_artifact(module_text: str, target_version: str | None = None) -> bytes:
+    """StableHLO text -> the portable artifact jaxlib hands a plugin (VHLO at ``target_version``,
+    default jaxlib's current). jaxlib's serializer also legalizes CHLO to StableHLO."""
+    from jax._src.lib import _jax
+
+    if target_version is None:
+        target_version = stablehlo_version_range()[0]
+    return _jax.mlir.serialize_portable_artifact(module_text, target_version, False)
+
+
+# -- jaxlib's XLA protos ---------------------------------------------------------------------
+
+
+def xla_client():
+    """jaxlib's ``xla_client`` module (CompileOptions, DeviceAssignment, DeviceList)."""
+    from jaxlib import xla_client as module
+
+    return module
+
+
+def serialized_device_assignment(assignment) -> bytes:
+    """A DeviceAssignmentProto for a (replicas, partitions) array of device ids."""
+    import numpy as np
+
+    array = np.array(assignment, dtype=np.int64)
+    return xla_client().DeviceAssignment.create(array).serialize()
