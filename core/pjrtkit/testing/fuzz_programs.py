@@ -80,16 +80,17 @@ class Programs:
 
     def __init__(self):
         import jax
-        from jax._src.lib import _jax
         from jaxlib.mlir.dialects import stablehlo
+
+        from pjrtkit import jax_compat
 
         self.artifacts: list[bytes] = []
         self.texts: list[str] = []
         for fn, args in _base_programs().values():
             text = jax.jit(fn).lower(*args).as_text()
             self.texts.append(text)
-            self.artifacts.append(_jax.mlir.serialize_portable_artifact(
-                text, stablehlo.get_current_version(), False))
+            self.artifacts.append(jax_compat.serialize_portable_artifact(
+                text, stablehlo.get_current_version()))
 
 
 # -- case generators ------------------------------------------------------------------------
