@@ -1,0 +1,44 @@
+"""A failure message -> the cause it is grouped under.
+
+Hundreds of failures usually have a handful of causes: one missing op fails every test that uses
+it, at every shape. The cause is the message's first line with what varies per test taken out:
+numbers (sizes, values, tolerances, counts) become ``N``, the dimensions of a tensor type go
+(``tensor<3x4xf32>`` -> ``tensor<f32>``), source locations and memory addresses go. Words stay,
+including dtype names with digits (``float32``, ``bf16``), so an UNIMPLEMENTED message still says
+which op on which dtype.
+"""
+from __future__ import annotations
+
+import re
+
+MAX_CAUSE_LENGTH = 240
+
+_REWRITES: tuple[tuple[re.Pattern, str], ...] = (
+    # MLIR locations: loc("file.py":12:3) or loc(callsite(...)) (one level of nesting)
+    (re.compile(r"\s*(?:at\s+)?loc\((?:[^()]|\([^()]*\))*\)"), ""),
+    (re.compile(r"0x[0-9a-fA-F]+"), "ADDR"),
+    # tensor<3x4xf32> -> tensor<f32>; tensor<?x4xi8> likewise
+    (re.compile(r"tensor<(?:[0-9?]+x)+"), "tensor<"),
+    # jaxpr-style shaped types: f32[3,4] -> f32[...]
+    (re.compile(r"\b([a-z]+[0-9]*)\[[0-9, ]*\]"), r"\1[...]"),
+    # a number not glued to a word (keeps float32, bf16, x64, gw0)
+    (re.compile(r"(?<![A-Za-z0-9_.])[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?(?![A-Za-z0-9_])"),
+     "N"),
+    (re.compile(r"\((?:N, )+N?\)|\(N,\)"), "(N...)"),
+    (re.compile(r"\[(?:N, ?)+N\]"), "[N...]"),
+    (re.compile(r"'[^']{60,}'"), "'...'"),  # long quoted values (arrays, programs)
+    (re.compile(r"\s+"), " "),
+)
+
+
+def cause_of(message: str) -> str:
+    """The normalised first line of ``message`` (see the module docstring)."""
+    line = next((line for line in message.splitlines() if line.strip()), "").strip()
+    if not line:
+        return "(no message)"
+    for pattern, replacement in _REWRITES:
+        line = pattern.sub(replacement, line)
+    line = line.strip()
+    if len(line) > MAX_CAUSE_LENGTH:
+        line = line[:MAX_CAUSE_LENGTH - 3] + "..."
+    return line
