@@ -27,7 +27,8 @@ def test_numbers_vanish_but_dtype_names_keep_their_digits():
     two = cause_of("AssertionError: Not equal to tolerance rtol=0.001, atol=5 for float32")
     assert one == two
     assert "float32" in one and "1e" not in one
-    assert cause_of("TypeError: shape (3, 4) vs (2,)") == cause_of("TypeError: shape (5, 1) vs (9,)")
+    assert (cause_of("TypeError: shape (3, 4) vs (2,)")
+            == cause_of("TypeError: shape (5, 1) vs (9,)"))
 
 
 def test_only_the_first_non_empty_line_counts():

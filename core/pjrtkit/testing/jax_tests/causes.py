@@ -14,8 +14,19 @@ import re
 MAX_CAUSE_LENGTH = 240
 
 _REWRITES: tuple[tuple[re.Pattern, str], ...] = (
+    # xdist's message names the test the dead worker ran; the cause is the death
+    (re.compile(r"^worker '\w+' crashed while running .*"),
+     "worker crashed while running the test (the process died)"),
+    # jax.errors.JaxRuntimeError -> JaxRuntimeError
+    (re.compile(r"^(?:[a-z_][a-z0-9_]*\.)+(?=[A-Z]\w*(?:Error|Exception|Warning)\b)"), ""),
+    # an op's source location runs to the end of the line: at "jit(f)"(callsite(...
+    (re.compile(r' at "[^"]*"\(.*'), ""),
     # MLIR locations: loc("file.py":12:3) or loc(callsite(...)) (one level of nesting)
     (re.compile(r"\s*(?:at\s+)?loc\((?:[^()]|\([^()]*\))*\)"), ""),
+    # pjrtkit's dtype errors list every supported dtype; the unsupported one is the cause
+    # pjrtkit's dtype errors list every supported dtype and the op's types; the op and the
+    # unsupported dtype are the cause
+    (re.compile(r"(on dtype \S+ is not supported); supported dtypes: .*"), r"\1"),
     (re.compile(r"0x[0-9a-fA-F]+"), "ADDR"),
     # tensor<3x4xf32> -> tensor<f32>; tensor<?x4xi8> likewise
     (re.compile(r"tensor<(?:[0-9?]+x)+"), "tensor<"),

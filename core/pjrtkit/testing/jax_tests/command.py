@@ -18,7 +18,7 @@ from pathlib import Path
 from pjrtkit.testing.jax_tests import expected, report
 from pjrtkit.testing.jax_tests.device_tag import device_tag_for
 from pjrtkit.testing.jax_tests.runner import (
-    DEFAULT_FILES, RunSettings, find_jax_tests_dir, run_file, run_side)
+    DEFAULT_FILES, RunSettings, find_jax_tests_dir, recorded_file, run_file, run_side)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -43,6 +43,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", metavar="PATH", help="write the report as JSON (rewritten "
                                                        "after each file)")
     parser.add_argument("--top", type=int, default=40, help="causes to print (default 40)")
+    parser.add_argument("--from-records", action="store_true",
+                        help="run nothing: report the runs recorded in --out earlier")
     parser.add_argument("--expected-passes", metavar="FILE",
                         help="CI form: run only the listed tests on the backend; exit 1 if one "
                              "does not pass or a worker dies")
@@ -73,6 +75,9 @@ def run_comparison(settings: RunSettings, args) -> int:
           f"JAX_ENABLE_X64={int(settings.x64)}; logs in {settings.out_dir}", flush=True)
     comparisons = []
     for name in files:
+        if args.from_records:
+            comparisons.append(recorded_file(settings, name))
+            continue
         comparison = run_file(settings, name)
         comparisons.append(comparison)
         print(f"  {comparison.file}: {comparison.backend_passed}/{comparison.reference_passed} "
@@ -115,7 +120,8 @@ def run_expected(settings: RunSettings, path: Path) -> int:
     for death in run.outcomes.dead_workers:
         print(f"  DEAD WORKER: {death}")
     if not run.outcomes.finished:
-        print("  the pytest run did not finish")
+        tail = run.log.read_text(errors="replace").strip().splitlines()[-5:]
+        print("  the pytest run did not finish; the end of its log:\n    " + "\n    ".join(tail))
     return 1 if failures or run.outcomes.dead_workers or not run.outcomes.finished else 0
 
 

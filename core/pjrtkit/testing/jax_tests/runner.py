@@ -134,16 +134,29 @@ def run_side(settings: RunSettings, side: str, label: str, targets: list[str]) -
     return SideRun(outcomes, time.monotonic() - start, log)
 
 
+def file_label(settings: RunSettings, target: str) -> str:
+    return Path(target).stem + ("_x64" if settings.x64 else "")
+
+
 def run_file(settings: RunSettings, name: str) -> FileComparison:
     """Run one test file on the backend and on XLA's CPU backend; compare the outcomes."""
     target = test_file_path(settings, name)
-    label = Path(target).stem + ("_x64" if settings.x64 else "")
+    label = file_label(settings, target)
     backend = run_side(settings, "backend", label, [target])
     xla = run_side(settings, "reference", label, [target])
     comparison = compare(target, xla.outcomes, backend.outcomes)
     comparison.seconds = {"backend": round(backend.seconds, 1),
                           "reference": round(xla.seconds, 1)}
     return comparison
+
+
+def recorded_file(settings: RunSettings, name: str) -> FileComparison:
+    """The comparison of an earlier run of ``name`` from its records in ``out_dir`` (no run):
+    regroups failures after the cause rules change, or reports a run that was interrupted."""
+    target = test_file_path(settings, name)
+    stem = settings.out_dir / file_label(settings, target)
+    return compare(target, read_record(Path(f"{stem}.reference.jsonl")),
+                   read_record(Path(f"{stem}.backend.jsonl")))
 
 
 def find_jax_tests_dir(explicit: str | None) -> Path:
