@@ -86,3 +86,14 @@ def test_comparison_counts_only_tests_that_pass_on_xla():
     assert result.dead_workers == {"backend": ["gw0: boom"]}
     assert result.passed_on_both == ["a"]
     assert result.as_json()["failures"]["b"]["cause"] == result.as_json()["failures"]["c"]["cause"]
+
+
+def test_a_stopped_backend_run_counts_only_what_it_reached():
+    reference = RunOutcomes(tests={name: TestOutcome("passed") for name in "abcd"},
+                            finished=True)
+    backend = RunOutcomes(tests={"a": TestOutcome("passed"), "b": TestOutcome("failed", "E")},
+                          finished=False)
+    result = compare("tests/f_test.py", reference, backend)
+    assert (result.reference_passed, result.backend_passed, result.not_reached) == (2, 1, 2)
+    assert list(result.failures) == ["b"]
+    assert result.unfinished == ["backend"]

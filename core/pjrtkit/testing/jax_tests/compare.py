@@ -3,6 +3,8 @@
 The measure is the one the breadth work is judged by: of the tests that pass on XLA's CPU
 backend, how many pass on the backend. A test that fails on XLA too says nothing about the
 backend and is not counted; a test that passes only on the backend is counted separately.
+When the backend run was stopped (its time limit, a dead controller), the reference's passes it
+never reached are counted as not reached, not as failures, so a partial run measures what it ran.
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ class FileComparison:
     reference_passed: int
     backend_passed: int  # among the reference's passes
     backend_only_passed: int  # passed on the backend, not on the reference
+    not_reached: int  # reference passes a stopped backend run never reported (not counted)
     failures: dict[str, TestOutcome]  # reference passed, backend did not: nodeid -> outcome
     passed_on_both: list[str]
     dead_workers: dict[str, list[str]]  # "reference"/"backend" -> what went down
@@ -41,6 +44,7 @@ class FileComparison:
             "backend_passed": self.backend_passed,
             "rate": self.rate,
             "backend_only_passed": self.backend_only_passed,
+            "not_reached": self.not_reached,
             "dead_workers": self.dead_workers,
             "unfinished": self.unfinished,
             "collect_errors": self.collect_errors,
@@ -56,6 +60,10 @@ def compare(file: str, reference: RunOutcomes, backend: RunOutcomes) -> FileComp
     """Compare per test: a reference pass the backend did not pass (or never ran) is a failure."""
     reference_passes = reference.passed()
     backend_passes = backend.passed()
+    not_reached = set()
+    if not backend.finished:
+        not_reached = reference_passes - set(backend.tests)
+        reference_passes = reference_passes - not_reached
     failures = {}
     for nodeid in sorted(reference_passes - backend_passes):
         failures[nodeid] = backend.tests.get(
@@ -66,7 +74,8 @@ def compare(file: str, reference: RunOutcomes, backend: RunOutcomes) -> FileComp
         file=file,
         reference_passed=len(reference_passes),
         backend_passed=len(reference_passes & backend_passes),
-        backend_only_passed=len(backend_passes - reference_passes),
+        backend_only_passed=len(backend_passes - reference.passed()),
+        not_reached=len(not_reached),
         failures=failures,
         passed_on_both=sorted(reference_passes & backend_passes),
         dead_workers={side: run.dead_workers for side, run in

@@ -65,7 +65,8 @@ class OutcomeRecorder:
         self.stream.flush()
 
     def pytest_runtest_logreport(self, report):
-        record = {"nodeid": report.nodeid, "when": report.when, "outcome": report.outcome}
+        record = {"nodeid": report.nodeid, "when": report.when, "outcome": report.outcome,
+                  "seconds": round(getattr(report, "duration", 0.0), 3)}
         if getattr(report, "wasxfail", None) is not None:
             record["xfail"] = True
         if report.outcome != "passed":

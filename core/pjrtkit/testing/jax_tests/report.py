@@ -18,6 +18,8 @@ def table(comparisons: Sequence[FileComparison], backend: str) -> str:
     for c in comparisons:
         dead = sum(len(v) for v in c.dead_workers.values())
         note = "" if not c.unfinished else f"  unfinished: {', '.join(c.unfinished)}"
+        if c.not_reached:
+            note += f" ({c.not_reached} XLA passes not reached on the backend)"
         lines.append(f"{c.file.removeprefix('tests/'):<34} {c.reference_passed:>10} "
                      f"{c.backend_passed:>16} {_rate(c.backend_passed, c.reference_passed):>7} "
                      f"{c.backend_only_passed:>12} {dead:>4}  "
