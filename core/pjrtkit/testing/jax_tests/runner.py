@@ -33,6 +33,9 @@ DEFAULT_FILES = (
     "dtypes_test.py",
 )
 
+# More targets than this go to pytest in a file (``@path``): an expected-pass list has thousands.
+ARGS_IN_FILE_ABOVE = 20
+
 # What xdist prints when a worker process dies (a crash, an abort, the OOM killer).
 _WORKER_DEATH = re.compile(r"node down|crashed while running|replacing crashed worker")
 
@@ -107,7 +110,7 @@ def run_side(settings: RunSettings, side: str, label: str, targets: list[str]) -
 
     record, log = output("jsonl"), output("log")
     record.unlink(missing_ok=True)
-    if len(targets) > 20:  # node ids: pytest reads arguments from a file given as @path
+    if len(targets) > ARGS_IN_FILE_ABOVE:  # pytest reads arguments from a file given as @path
         argsfile = output("args")
         argsfile.write_text("\n".join(targets) + "\n", encoding="utf-8")
         targets = [f"@{argsfile}"]
