@@ -66,6 +66,7 @@ def test_comparison_counts_backend_failures_among_xla_passes(comparison):
     # the plugin set the tag: without it device_under_test() is "pjrtkit_cpu" and this fails
     assert NODE + "test_device_tag_is_cpu" in comparison.passed_on_both
     assert not comparison.dead_workers and not comparison.unfinished
+    assert comparison.ran == {"reference": (4, 4), "backend": (4, 4)}
 
 
 def expected_list(tmp_path, names):

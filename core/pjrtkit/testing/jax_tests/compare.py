@@ -27,6 +27,8 @@ class FileComparison:
     dead_workers: dict[str, list[str]]  # "reference"/"backend" -> what went down
     unfinished: list[str]  # which runs did not reach the end of their session
     collect_errors: dict[str, str]
+    ran: dict[str, tuple[int, int | None]] = dataclasses.field(default_factory=dict)  # side ->
+    # (tests reported, tests collected): how much of the file a stopped run covered
     seconds: dict[str, float] = dataclasses.field(default_factory=dict)
 
     @property
@@ -48,6 +50,7 @@ class FileComparison:
             "dead_workers": self.dead_workers,
             "unfinished": self.unfinished,
             "collect_errors": self.collect_errors,
+            "ran": {side: {"reported": n, "collected": of} for side, (n, of) in self.ran.items()},
             "seconds": self.seconds,
             "causes": dict(self.causes().most_common()),
             "failures": {nodeid: {"status": o.status, "message": o.message,
@@ -83,4 +86,6 @@ def compare(file: str, reference: RunOutcomes, backend: RunOutcomes) -> FileComp
         unfinished=[side for side, run in (("reference", reference), ("backend", backend))
                     if not run.finished],
         collect_errors=collect_errors,
+        ran={side: (len(run.tests), run.collected)
+             for side, run in (("reference", reference), ("backend", backend))},
     )

@@ -31,6 +31,7 @@ class RunOutcomes:
     dead_workers: list[str] = dataclasses.field(default_factory=list)
     collect_errors: dict[str, str] = dataclasses.field(default_factory=dict)
     finished: bool = False  # pytest reached the end of the session
+    collected: int | None = None  # tests collected (the largest count a worker reported)
 
     def passed(self) -> set[str]:
         return {nodeid for nodeid, outcome in self.tests.items() if outcome.status == PASSED}
@@ -78,6 +79,8 @@ def read_record(path: Path) -> RunOutcomes:
             run.dead_workers.append(f"{record['worker_down']}: {record.get('error', '')}")
         elif "collect_error" in record:
             run.collect_errors[record["collect_error"]] = record.get("message", "")
+        elif "collected" in record:
+            run.collected = max(run.collected or 0, record["collected"])
         elif "session_finished" in record:
             run.finished = True
     return run

@@ -77,6 +77,14 @@ class OutcomeRecorder:
         if report.outcome == "failed":
             self.write({"collect_error": report.nodeid, "message": first_line_of_failure(report)})
 
+    def pytest_collection_finish(self, session):
+        if not session.config.pluginmanager.hasplugin("dsession"):  # no xdist: we collected
+            self.write({"collected": len(session.items)})
+
+    @pytest.hookimpl(optionalhook=True)  # an xdist hook: each worker's collection
+    def pytest_xdist_node_collection_finished(self, node, ids):
+        self.write({"collected": len(ids)})
+
     @pytest.hookimpl(optionalhook=True)  # an xdist hook: absent when running without workers
     def pytest_testnodedown(self, node, error):
         if error:

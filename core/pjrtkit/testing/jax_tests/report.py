@@ -17,7 +17,11 @@ def table(comparisons: Sequence[FileComparison], backend: str) -> str:
     lines = [header, "-" * len(header)]
     for c in comparisons:
         dead = sum(len(v) for v in c.dead_workers.values())
-        note = "" if not c.unfinished else f"  unfinished: {', '.join(c.unfinished)}"
+        note = ""
+        if c.unfinished:
+            note = "  unfinished: " + ", ".join(
+                f"{side} ran {c.ran[side][0]} of {c.ran[side][1] or '?'}" if side in c.ran
+                else side for side in c.unfinished)
         if c.not_reached:
             note += f" ({c.not_reached} XLA passes not reached on the backend)"
         lines.append(f"{c.file.removeprefix('tests/'):<34} {c.reference_passed:>10} "
