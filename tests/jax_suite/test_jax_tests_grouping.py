@@ -3,7 +3,7 @@ import json
 
 from pjrtkit.testing.jax_tests.causes import cause_of
 from pjrtkit.testing.jax_tests.compare import compare
-from pjrtkit.testing.jax_tests.outcomes import RunOutcomes, TestOutcome, read_record
+from pjrtkit.testing.jax_tests.outcomes import UNFINISHED, RunOutcomes, TestOutcome, read_record
 
 
 def unimplemented(op, dtype, shape, where):
@@ -91,8 +91,8 @@ def test_comparison_counts_only_tests_that_pass_on_xla():
 def test_a_stopped_backend_run_counts_only_what_it_reached():
     reference = RunOutcomes(tests={name: TestOutcome("passed") for name in "abcd"},
                             finished=True)
-    backend = RunOutcomes(tests={"a": TestOutcome("passed"), "b": TestOutcome("failed", "E")},
-                          finished=False)
+    backend = RunOutcomes(tests={"a": TestOutcome("passed"), "b": TestOutcome("failed", "E"),
+                                 "c": UNFINISHED}, finished=False)
     result = compare("tests/f_test.py", reference, backend)
     assert (result.reference_passed, result.backend_passed, result.not_reached) == (2, 1, 2)
     assert list(result.failures) == ["b"]

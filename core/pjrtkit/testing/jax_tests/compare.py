@@ -12,7 +12,7 @@ import collections
 import dataclasses
 
 from pjrtkit.testing.jax_tests.causes import cause_of
-from pjrtkit.testing.jax_tests.outcomes import RunOutcomes, TestOutcome
+from pjrtkit.testing.jax_tests.outcomes import UNFINISHED, RunOutcomes, TestOutcome
 
 
 @dataclasses.dataclass
@@ -64,8 +64,9 @@ def compare(file: str, reference: RunOutcomes, backend: RunOutcomes) -> FileComp
     reference_passes = reference.passed()
     backend_passes = backend.passed()
     not_reached = set()
-    if not backend.finished:
-        not_reached = reference_passes - set(backend.tests)
+    if not backend.finished:  # what it never reported, or was running when it was stopped
+        not_reached = {nodeid for nodeid in reference_passes
+                       if backend.tests.get(nodeid, UNFINISHED) is UNFINISHED}
         reference_passes = reference_passes - not_reached
     failures = {}
     for nodeid in sorted(reference_passes - backend_passes):

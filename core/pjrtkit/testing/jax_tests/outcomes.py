@@ -44,7 +44,7 @@ def _merge(previous: TestOutcome | None, record: dict) -> TestOutcome:
     """Fold one phase's report into the test's outcome so far (a failure is never undone)."""
     outcome, when = record["outcome"], record.get("when")
     message = record.get("message", "")
-    if previous is _UNFINISHED:
+    if previous is UNFINISHED:
         previous = None
     if previous is not None and previous.status in (FAILED, ERROR):
         return previous
@@ -56,11 +56,11 @@ def _merge(previous: TestOutcome | None, record: dict) -> TestOutcome:
         return previous
     if when == "call":
         return TestOutcome(PASSED)
-    return previous or _UNFINISHED  # setup (or teardown) passed: the call decides
+    return previous or UNFINISHED  # setup (or teardown) passed: the call decides
 
 
 # What a test whose setup passed is until its call reports: the outcome of a run killed mid-test.
-_UNFINISHED = TestOutcome(ERROR, "the test did not finish (the run ended while it ran)")
+UNFINISHED = TestOutcome(ERROR, "the test did not finish (the run ended while it ran)")
 
 
 def read_record(path: Path) -> RunOutcomes:
