@@ -80,12 +80,12 @@ def run_comparison(settings: RunSettings, args) -> int:
     for name in files:
         if args.from_records:
             comparisons.append(recorded_file(settings, name))
-            continue
-        comparison = run_file(settings, name)
-        comparisons.append(comparison)
-        print(f"  {comparison.file}: {comparison.backend_passed}/{comparison.reference_passed} "
-              f"({comparison.seconds['backend']:.0f} s + {comparison.seconds['reference']:.0f} s)",
-              flush=True)
+        else:
+            comparison = run_file(settings, name)
+            comparisons.append(comparison)
+            print(f"  {comparison.file}: {comparison.backend_passed}/"
+                  f"{comparison.reference_passed} ({comparison.seconds['backend']:.0f} s + "
+                  f"{comparison.seconds['reference']:.0f} s)", flush=True)
         if args.json:
             Path(args.json).parent.mkdir(parents=True, exist_ok=True)
             Path(args.json).write_text(json.dumps(
