@@ -22,6 +22,18 @@ def test_unimplemented_groups_by_op_and_dtype_not_shape_or_location():
     assert "stablehlo.cbrt" in a and "tensor<f32>" in a and "loc(" not in a
 
 
+def test_pjrtkit_tensor_types_and_short_locations():
+    one = cause_of("UNIMPLEMENTED: no lowering rule for op 'stablehlo.triangular_solve' "
+                   "(stablehlo.triangular_solve(tensor<10x3xfloat32>) -> (tensor<10x1xfloat32>) "
+                   'at "triangular_solve"). The backend does not implement this StableHLO op')
+    two = cause_of("UNIMPLEMENTED: no lowering rule for op 'stablehlo.triangular_solve' "
+                   "(stablehlo.triangular_solve(tensor<5x2xfloat32>) -> (tensor<5x1xfloat32>) "
+                   'at "triangular_solve"). The backend does not implement this StableHLO op')
+    assert one == two
+    assert "tensor<float32>" in one and "ADDR" not in one and "at " not in one
+    assert cause_of("object at 0x7f56a2c0 deleted") == "object at ADDR deleted"
+
+
 def test_numbers_vanish_but_dtype_names_keep_their_digits():
     one = cause_of("AssertionError: Not equal to tolerance rtol=1e-06, atol=1e-06 for float32")
     two = cause_of("AssertionError: Not equal to tolerance rtol=0.001, atol=5 for float32")

@@ -19,17 +19,18 @@ _REWRITES: tuple[tuple[re.Pattern, str], ...] = (
      "worker crashed while running the test (the process died)"),
     # jax.errors.JaxRuntimeError -> JaxRuntimeError
     (re.compile(r"^(?:[a-z_][a-z0-9_]*\.)+(?=[A-Z]\w*(?:Error|Exception|Warning)\b)"), ""),
-    # an op's source location runs to the end of the line: at "jit(f)"(callsite(...
-    (re.compile(r' at "[^"]*"\(.*'), ""),
+    # an op's source location runs to the end of the line: at "jit(f)"(callsite(... or
+    # at "triangular_solve")
+    (re.compile(r' at "[^"]*".*'), ""),
     # MLIR locations: loc("file.py":12:3) or loc(callsite(...)) (one level of nesting)
     (re.compile(r"\s*(?:at\s+)?loc\((?:[^()]|\([^()]*\))*\)"), ""),
     # pjrtkit's dtype errors list every supported dtype; the unsupported one is the cause
     # pjrtkit's dtype errors list every supported dtype and the op's types; the op and the
     # unsupported dtype are the cause
     (re.compile(r"(on dtype \S+ is not supported); supported dtypes: .*"), r"\1"),
-    (re.compile(r"0x[0-9a-fA-F]+"), "ADDR"),
-    # tensor<3x4xf32> -> tensor<f32>; tensor<?x4xi8> likewise
+    # tensor<3x4xf32> -> tensor<f32>; tensor<?x4xi8> and tensor<10x3xfloat32> likewise
     (re.compile(r"tensor<(?:[0-9?]+x)+"), "tensor<"),
+    (re.compile(r"(?<![A-Za-z0-9_])0x[0-9a-fA-F]+"), "ADDR"),
     # jaxpr-style shaped types: f32[3,4] -> f32[...]
     (re.compile(r"\b([a-z]+[0-9]*)\[[0-9, ]*\]"), r"\1[...]"),
     # a number not glued to a word (keeps float32, bf16, x64, gw0)

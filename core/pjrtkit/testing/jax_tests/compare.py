@@ -71,7 +71,8 @@ def compare(file: str, reference: RunOutcomes, backend: RunOutcomes) -> FileComp
     failures = {}
     for nodeid in sorted(reference_passes - backend_passes):
         failures[nodeid] = backend.tests.get(
-            nodeid, TestOutcome("missing", "the backend run did not report this test"))
+            nodeid, TestOutcome("missing", "the backend run did not report this test (not "
+                             "collected, or left unrun after its workers crashed)"))
     collect_errors = {f"backend: {k}": v for k, v in backend.collect_errors.items()}
     collect_errors.update({f"reference: {k}": v for k, v in reference.collect_errors.items()})
     return FileComparison(

@@ -36,6 +36,9 @@ DEFAULT_FILES = (
 # More targets than this go to pytest in a file (``@path``): an expected-pass list has thousands.
 ARGS_IN_FILE_ABOVE = 20
 
+# Worker deaths xdist replaces before it gives up on the run (each is reported as a dead worker).
+MAX_WORKER_RESTARTS = 1000
+
 # What xdist prints when a worker process dies (a crash, an abort, the OOM killer).
 _WORKER_DEATH = re.compile(r"node down|crashed while running|replacing crashed worker")
 
@@ -94,7 +97,9 @@ def pytest_command(settings: RunSettings, targets: list[str], junitxml: Path) ->
     command = [settings.python, "-m", "pytest", "-p", PLUGIN_MODULE, "-p", "no:cacheprovider",
                "--rootdir", str(settings.tests_dir), "-q", "-rN", "--junitxml", str(junitxml)]
     if settings.workers > 0:
-        command += ["-n", str(settings.workers)]
+        # xdist stops scheduling after 4 x workers restarts by default, leaving the rest of the
+        # file unrun; a backend that crashes on one dtype must still be measured on the others
+        command += ["-n", str(settings.workers), "--max-worker-restart", str(MAX_WORKER_RESTARTS)]
     if settings.keyword:
         command += ["-k", settings.keyword]
     return command + targets
