@@ -18,7 +18,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.pjrtkit-installed
 SETS := $(patsubst constraints-jax%.txt,%,$(wildcard constraints-jax*.txt))
 
-.PHONY: demo test install bench conformance fuzz clean
+.PHONY: demo test install bench conformance fuzz clean jax-tests-env jax-tests jax-tests-ci
 
 $(STAMP): pyproject.toml setup.py $(CONSTRAINTS) plugins/cpu/pyproject.toml core/pjrtkit/abi/_build.py $(wildcard core/pjrtkit/abi/*.h)
 	@$(PYTHON) -c "" >/dev/null 2>&1 || { echo "cannot run $(PYTHON); run: make PYTHON=/path/to/python$(if $(JAX),3.12,3.11)$(if $(JAX), JAX=$(JAX))"; exit 1; }
@@ -66,6 +66,44 @@ fuzz: $(STAMP)
 	@mkdir -p build
 	$(BIN)/python -m pjrtkit.testing.fuzz_programs --cases $(FUZZ_CASES) --seed $(FUZZ_SEED) \
 		--json build/fuzz.json
+
+# JAX's own tests (pjrtkit jax-tests) need pytest<9 and JAX's test requirements, so they run in
+# their own environment, .venv-jaxtests: the project's pins (constraints.txt without its pytest
+# pin) plus constraints-jaxtests.txt. The test files come from a JAX source tree of the pinned
+# version: JAX_TESTS_DIR (default: ../shared/jax-tests or ../../shared/jax-tests). Nothing is
+# fetched from it.
+JT_VENV := .venv-jaxtests
+JT_BIN := $(JT_VENV)/bin
+JT_STAMP := $(JT_VENV)/.pjrtkit-installed
+JT_REQUIREMENTS := pytest pytest-xdist absl-py cloudpickle filelock flatbuffers hypothesis \
+	mpmath pillow portpicker rich
+JAX_TESTS_DIR ?= $(firstword $(wildcard ../shared/jax-tests ../../shared/jax-tests))
+JAX_TESTS_ARGS ?=
+JAX_TESTS_EXPECTED ?= tests/jax_suite/expected_passes_jax-v0.10.2.txt
+
+$(JT_STAMP): $(STAMP) constraints-jaxtests.txt
+	test -x $(JT_BIN)/python || $(PYTHON) -m venv $(JT_VENV)
+	grep -v '^pytest==' constraints.txt > $(JT_VENV)/constraints-project.txt
+	$(JT_BIN)/python -m pip install -q --upgrade "pip>=24" -c $(JT_VENV)/constraints-project.txt
+	$(JT_BIN)/python -m pip install -q -c $(JT_VENV)/constraints-project.txt setuptools wheel cffi
+	$(JT_BIN)/python -m pip install -q -c $(JT_VENV)/constraints-project.txt \
+		-c constraints-jaxtests.txt --no-build-isolation -e . -e plugins/cpu $(JT_REQUIREMENTS)
+	touch $(JT_STAMP)
+
+jax-tests-env: $(JT_STAMP)
+
+# The long measurement: the 12 files of issue 9 (x64 off), then lax, linalg and fft with x64;
+# reports in build/jax-tests/. Hours on two cores. JAX_TESTS_ARGS adds options (--files ...).
+jax-tests: $(JT_STAMP)
+	$(JT_BIN)/pjrtkit jax-tests --jax-tests "$(JAX_TESTS_DIR)" --json build/jax-tests/x64-off.json \
+		$(JAX_TESTS_ARGS)
+	$(JT_BIN)/pjrtkit jax-tests --jax-tests "$(JAX_TESTS_DIR)" --x64 --files \
+		lax_test,linalg_test,fft_test --json build/jax-tests/x64-on.json $(JAX_TESTS_ARGS)
+
+# CI's short form: the expected-pass list on pjrtkit_cpu (a few minutes); fails when a listed
+# test fails or a worker dies.
+jax-tests-ci: $(JT_STAMP)
+	$(JT_BIN)/pjrtkit jax-tests --jax-tests "$(JAX_TESTS_DIR)" --expected-passes $(JAX_TESTS_EXPECTED)
 
 clean:
 	rm -rf .venv .venv-jax* build core/*.egg-info plugins/*/*.egg-info core/pjrtkit/abi/_pjrt_cffi*

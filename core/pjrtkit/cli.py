@@ -7,6 +7,8 @@
     pjrtkit conformance BACKEND     the conformance suite on a backend (exit 1 only on FAIL)
         [--json PATH] [--markdown PATH] [--layer abi,hooks,jax] [--check ID ...]
     pjrtkit conformance --library PATH   layer 1 (the C ABI) on any PJRT plugin .so
+    pjrtkit jax-tests [--files F,..] [-k EXPR] [--x64] [--json PATH]   JAX's own test files on
+        a backend and on XLA's CPU backend; --expected-passes FILE for the CI check
 """
 from __future__ import annotations
 
@@ -115,6 +117,12 @@ def _cmd_conformance(args) -> int:
         return 2
 
 
+def _cmd_jax_tests(args) -> int:
+    from pjrtkit.testing.jax_tests.command import main as run_jax_tests
+
+    return run_jax_tests(args)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="pjrtkit", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -138,6 +146,13 @@ def main(argv=None) -> int:
     from pjrtkit.testing.conformance.runner import add_arguments
     add_arguments(p)
     p.set_defaults(run=_cmd_conformance)
+    p = sub.add_parser("jax-tests", help="JAX's own test files on a backend vs XLA's CPU",
+                       description="Run test files of a JAX source tree on a backend and on "
+                                   "XLA's CPU backend and compare (needs JAX's test "
+                                   "requirements: make jax-tests-env).")
+    from pjrtkit.testing.jax_tests.command import add_arguments as add_jax_tests_arguments
+    add_jax_tests_arguments(p)
+    p.set_defaults(run=_cmd_jax_tests)
     args = parser.parse_args(argv)
     try:
         return args.run(args)
