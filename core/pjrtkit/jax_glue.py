@@ -33,12 +33,14 @@ def register_backend(backend) -> None:
     from jax._src import xla_bridge
 
     from pjrtkit.abi.api import register_backend as make_c_api
+    from pjrtkit.jax_lowering import register_platform_lowering_rules
 
     if backend.platform_name in _registered:
         return
     capsule, _slot = make_c_api(backend)
     xla_bridge.register_plugin(backend.platform_name, priority=PRIORITY, c_api=capsule)
     allow_donation(backend.platform_name)
+    register_platform_lowering_rules(backend)
     _registered[backend.platform_name] = backend
 
 

@@ -1,11 +1,12 @@
-"""Typed records the hooks exchange. Plain frozen dataclasses: no C, no JAX objects.
+"""Typed records the hooks exchange. Plain frozen dataclasses: no C, and no JAX objects except
+the JAX lowering rules a plugin contributes (``JaxLoweringRule``).
 
 A plugin builds these; the core turns them into runtime objects and PJRT handles.
 """
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 # The memory kinds JAX knows; every device of a pjrtkit backend has exactly these three.
@@ -113,3 +114,18 @@ class CompiledProgram:
     cost: CostEstimate = CostEstimate()
     code_size_bytes: int = 0
     temp_bytes: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class JaxLoweringRule:
+    """A JAX lowering rule a plugin contributes for its own platform (``pjrtkit_jax_lowering_rules``).
+
+    ``primitive`` is a JAX primitive (``jax.lax.linalg.eigh_p``) and ``rule`` a JAX lowering
+    rule, ``rule(ctx, *operands, **params) -> results``, as ``jax.interpreters.mlir`` takes them.
+    These are the one record that holds JAX objects, because what it describes is a piece of
+    JAX; this module imports nothing of JAX to hold them. The core registers each rule with
+    ``mlir.register_lowering(primitive, rule, platform=<the backend's platform>)``.
+    """
+
+    primitive: Any
+    rule: Callable[..., Any]

@@ -93,3 +93,11 @@ def pjrtkit_execute(executable, arguments, devices):
             return [run(*args) for args in arguments]
         with blas.single_threaded():
             return [run(*args) for args in arguments]
+
+
+# -- what JAX is told ---------------------------------------------------------------------------
+@hookimpl
+def pjrtkit_jax_lowering_rules():
+    from pjrtkit_cpu.jax_rules import jax_lowering_rules
+
+    return jax_lowering_rules()
