@@ -33,12 +33,19 @@ def lapack(name: str, dtype: np.dtype) -> Callable:
     return scipy_lapack.get_lapack_funcs((name,), dtype=dtype)[0]
 
 
+def unsupported(op, ctx, why: str):
+    """UNIMPLEMENTED for ``op``, naming the custom-call target too (the op's own description
+    shows only ``stablehlo.custom_call``)."""
+    target_name = op.attributes.get("call_target_name")
+    return ctx.unimplemented(op, f"@{target_name}: {why}" if target_name else why)
+
+
 def lapack_dtype(op, ctx, operand: int = 0) -> np.dtype:
     """The LAPACK dtype of ``op``'s operand, or UNIMPLEMENTED naming the op and the dtype."""
     dtype = op.operands[operand].type.dtype
     if dtype not in LAPACK_DTYPES:
-        raise ctx.unimplemented(op, f"{dtype.name} operands; the LAPACK kernels take "
-                                    f"float32, float64, complex64 and complex128")
+        raise unsupported(op, ctx, f"{dtype.name} operands; the LAPACK kernels take "
+                                   f"float32, float64, complex64 and complex128")
     return dtype
 
 
@@ -113,7 +120,7 @@ def lower_triangular_solve(op, ctx):
     attributes = op.attributes
     transpose = str(attributes.get("transpose_a", "NO_TRANSPOSE"))
     if transpose not in _TRANSPOSE_CODES:
-        raise ctx.unimplemented(op, f"transpose_a={transpose}")
+        raise unsupported(op, ctx, f"transpose_a={transpose}")
     from scipy.linalg import blas
 
     trsm = blas.get_blas_funcs(("trsm",), dtype=dtype)[0]
@@ -153,7 +160,7 @@ def lower_householder_product(op, ctx):
     m, n = op.operands[0].type.shape[-2:]
     k = op.operands[1].type.shape[-1]
     if not m >= n >= k:
-        raise ctx.unimplemented(op, f"reflectors of shape ({m}, {n}) with {k} taus; "
+        raise unsupported(op, ctx, f"reflectors of shape ({m}, {n}) with {k} taus; "
                                     f"need rows >= columns >= taus")
     orgqr = lapack("ungqr" if is_complex(dtype) else "orgqr", dtype)
 
@@ -187,7 +194,7 @@ def lower_eigh(op, ctx):
     else:
         low, high = (int(i) for i in subset)
         if not 0 <= low <= high <= n:
-            raise ctx.unimplemented(op, f"subset_by_index={subset} outside [0, {n}]")
+            raise unsupported(op, ctx, f"subset_by_index={subset} outside [0, {n}]")
         syevr = lapack("heevr" if is_complex(dtype) else "syevr", dtype)
 
         def per_matrix(a):
@@ -273,8 +280,8 @@ def lower_schur(op, ctx):
     dtype = lapack_dtype(op, ctx)
     config = backend_config(op)
     if config.get("sort"):
-        raise ctx.unimplemented(op, f"sorted eigenvalues (sort_eig_vals=True) on "
-                                    f"{dtype.name}; LAPACK's gees sorting is not wired")
+        raise unsupported(op, ctx, f"sorted eigenvalues (sort_eig_vals=True) on "
+                                   f"{dtype.name}; LAPACK's gees sorting is not wired")
     vectors = bool(config["compute_schur_vectors"])
     gees = lapack("gees", dtype)
 
