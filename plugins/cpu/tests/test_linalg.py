@@ -360,3 +360,71 @@ def test_non_finite_input_gives_what_xla_gives(rng, bad):
     ours, ref = both(fn, a)
     for i, (x, y) in enumerate(zip(ours, ref)):
         np.testing.assert_array_equal(np.isnan(x), np.isnan(y), err_msg=f"NaNs of output {i}")
+
+
+# -- complex kernels (LAPACK takes complex itself; see run_complex_kernels) ------------------------
+
+COMPLEX = [np.complex64, np.complex128]
+
+
+@pytest.mark.parametrize("dtype", COMPLEX, ids=lambda d: np.dtype(d).name)
+def test_complex_eigh_and_svd_kernels(run_complex_kernels, rng, dtype):
+    a = hermitian(matrices(rng, (2, 5, 5), dtype))
+
+    def fn(x):
+        return (*lax.linalg.eigh(x, symmetrize_input=False),
+                *jnp.linalg.svd(x, full_matrices=False))
+
+    (v, w, u, s, vt), (_, w_ref, _, s_ref, _) = run_complex_kernels(fn, a, platform="pjrtkit_cpu")
+    assert_close(w, w_ref, what="eigenvalues", loosen=10)
+    assert_close(s, s_ref, what="singular values", loosen=10)
+    assert_reconstructs(v * w[..., None, :] @ adjoint(v), a, "V diag(w) V^H")
+    assert_reconstructs((u * s[..., None, :]) @ vt, a, "U S V^H")
+
+
+@pytest.mark.parametrize("dtype", COMPLEX, ids=lambda d: np.dtype(d).name)
+def test_complex_qr_lu_and_eig_kernels(run_complex_kernels, rng, dtype):
+    a = matrices(rng, (6, 4), dtype)
+    square = matrices(rng, (2, 4, 4), dtype)
+
+    def fn(a, square):
+        h, taus = jnp.linalg.qr(a, mode="raw")
+        return (h, taus, lax.linalg.householder_product(h.T, taus), *lax.linalg.lu(square),
+                *jnp.linalg.eig(square))
+
+    ours, ref = run_complex_kernels(fn, a, square, platform="pjrtkit_cpu")
+    h, taus, q, lu, pivots, perm, w, v = ours
+    for name, x, y in zip(["raw qr", "taus", "Q", "lu", "pivots", "perm"], ours, ref):
+        assert_close(x, y, what=name, loosen=10)
+    assert_orthonormal_columns(q, "Q")
+    assert_reconstructs(q @ np.triu(h.T[:4]), a, "Q R")
+    assert_close(np.sort_complex(w.ravel()), np.sort_complex(ref[6].ravel()), what="eigenvalues",
+                 loosen=100)
+    assert_reconstructs(square @ v, v * w[..., None, :], "A V = V diag(w)")
+
+
+def test_eig_vectors_of_a_real_matrix_unpack_conjugate_pairs(run_complex_kernels, rng):
+    a = matrices(rng, (6, 6), np.float64)  # real: eigenvalues come in conjugate pairs
+    (w, vl, vr), (w_ref, *_) = run_complex_kernels(
+        lambda x: lax.linalg.eig(x, compute_left_eigenvectors=True), a, platform="pjrtkit_cpu")
+    assert np.any(w.imag != 0), "the sample should have complex eigenvalues"
+    assert_close(np.sort_complex(w), np.sort_complex(w_ref), what="eigenvalues", loosen=100)
+    assert_reconstructs(a @ vr, vr * w[None, :], "A vr = vr diag(w)")
+    assert_reconstructs(adjoint(vl) @ a, w[:, None] * adjoint(vl), "vl^H A = diag(w) vl^H")
+
+
+@pytest.mark.parametrize("dtype", COMPLEX, ids=lambda d: np.dtype(d).name)
+def test_complex_cholesky_and_triangular_solve(run_complex_kernels, rng, dtype):
+    x = matrices(rng, (4, 4), dtype)
+    spd = x @ adjoint(x) + 4 * np.eye(4, dtype=dtype)
+    b = matrices(rng, (4, 2), dtype)
+
+    def fn(spd, b):
+        # The primitive itself: lax.linalg.cholesky's tril adds a complex zero constant.
+        factor = lax.linalg.cholesky_p.bind(spd)
+        return (factor, lax.linalg.triangular_solve(factor, b, left_side=True, lower=True,
+                                                    transpose_a=True, conjugate_a=True))
+
+    ours, ref = run_complex_kernels(fn, spd, b, platform="pjrtkit_cpu")
+    for name, got, want in zip(["cholesky", "adjoint solve"], ours, ref):
+        assert_close(np.tril(got), np.tril(want), what=name, loosen=10)
