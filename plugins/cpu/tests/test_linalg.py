@@ -428,3 +428,17 @@ def test_complex_cholesky_and_triangular_solve(run_complex_kernels, rng, dtype):
     ours, ref = run_complex_kernels(fn, spd, b, platform="pjrtkit_cpu")
     for name, got, want in zip(["cholesky", "adjoint solve"], ours, ref):
         assert_close(np.tril(got), np.tril(want), what=name, loosen=10)
+
+
+def test_pjrtkit_jax_lowering_rules_cover_what_jax_lowers_only_on_its_own_platforms():
+    import pjrtkit_cpu.plugin
+
+    from pjrtkit.backend import Backend
+
+    records = Backend("cpu", pjrtkit_cpu.plugin, "test").jax_lowering_rules()
+    names = {record.primitive.name for record in records}
+    assert names == {"eigh", "svd", "eig", "schur", "hessenberg", "tridiagonal", "lu"}
+    x = np.eye(3, dtype=np.float32)
+    jax.devices()
+    text = jax.jit(jnp.linalg.eigh).trace(x).lower(lowering_platforms=("pjrtkit_cpu",)).as_text()
+    assert "stablehlo.custom_call @pjrtkit_eigh" in text
