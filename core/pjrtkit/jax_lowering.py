@@ -21,9 +21,11 @@ def register_platform_lowering_rules(backend) -> int:
     """
     from jax.interpreters import mlir
 
+    from pjrtkit.errors import PjrtError
+
     try:
         records = backend.jax_lowering_rules()
-    except Exception as exc:
+    except PjrtError as exc:  # the facade turns every other exception into Internal
         log.warning("%s: no JAX lowering rules registered: %s: %s", backend.platform_name,
                     type(exc).__name__, exc)
         return 0
@@ -31,7 +33,7 @@ def register_platform_lowering_rules(backend) -> int:
     for record in records:
         try:
             mlir.register_lowering(record.primitive, record.rule, platform=backend.platform_name)
-        except Exception as exc:
+        except (NotImplementedError, ValueError, TypeError) as exc:  # JAX: unknown platform
             log.warning("%s: JAX lowering rule for %s not registered: %s: %s",
                         backend.platform_name, record.primitive, type(exc).__name__, exc)
         else:
