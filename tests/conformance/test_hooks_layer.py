@@ -261,6 +261,8 @@ MUTANTS = {
     "hooks.compile.unsupported_op": dict(pjrtkit_compile=_lazy_compile),
     "hooks.compile.undeclared_dtype": dict(pjrtkit_compile=_invalid_instead_of_unimplemented),
     "hooks.compile.deterministic": dict(pjrtkit_compile=_every_other_compile_wrong),
+    "hooks.jax_lowering_rules.records": dict(
+        pjrtkit_jax_lowering_rules=lambda: [("eigh", "not a lowering rule")]),
 }
 
 
