@@ -22,7 +22,7 @@ from pjrtkit._markers import PROJECT
 from pjrtkit.contract import register_checked
 from pjrtkit.errors import Internal, InvalidArgument, PjrtError, Unimplemented
 from pjrtkit.types import (Capabilities, CompiledProgram, CompileOptions, DeviceSpec,
-                           MemoryStats, PlatformInfo, Topology)
+                           JaxLoweringRule, MemoryStats, PlatformInfo, Topology)
 
 log = logging.getLogger(__name__)
 
@@ -124,6 +124,26 @@ class Backend:
 
         return TopologyDescription(self, self.make_topology(name=name, options=options),
                                    compile_only=True)
+
+    # -- what JAX is told --------------------------------------------------------------------
+    def jax_lowering_rules(self) -> tuple[JaxLoweringRule, ...]:
+        """Every implementation's JAX lowering rules, flattened; each primitive at most once."""
+        answers = self._call("pjrtkit_jax_lowering_rules")
+        rules: list[JaxLoweringRule] = []
+        seen: set[int] = set()
+        for answer in answers:
+            for record in answer or ():
+                if not isinstance(record, JaxLoweringRule):
+                    raise InvalidArgument(
+                        f"{self.platform_name}: pjrtkit_jax_lowering_rules yielded "
+                        f"{type(record).__name__}; yield pjrtkit.types.JaxLoweringRule records")
+                if id(record.primitive) in seen:
+                    raise InvalidArgument(
+                        f"{self.platform_name}: pjrtkit_jax_lowering_rules names primitive "
+                        f"{record.primitive} twice; JAX keeps one rule per primitive and platform")
+                seen.add(id(record.primitive))
+                rules.append(record)
+        return tuple(rules)
 
 
 _OPTIONAL_ANSWERS = frozenset({"pjrtkit_make_topology"})

@@ -16,15 +16,15 @@ Running a compiled program is not a hook: ``pjrtkit_compile`` returns an object 
 """
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import pluggy
 
 from pjrtkit._markers import PROJECT
 from pjrtkit.stablehlo.ir import Program
-from pjrtkit.types import (Capabilities, CompiledProgram, CompileOptions, DeviceSpec, MemoryStats,
-                           PlatformInfo, Topology)
+from pjrtkit.types import (Capabilities, CompiledProgram, CompileOptions, DeviceSpec,
+                           JaxLoweringRule, MemoryStats, PlatformInfo, Topology)
 
 # The spec marker stays private to this module: only the contract declares hooks.
 _hookspec = pluggy.HookspecMarker(PROJECT)
@@ -304,3 +304,40 @@ def pjrtkit_capabilities() -> Capabilities:
                                 custom_call_targets=set(), features={"multiple_devices"})
     """
 
+
+# ---------------------------------------------------------------------------------------------
+# JAX lowering rules: what a plugin adds to JAX for its platform. Some JAX primitives (eigh,
+# svd, eig, schur, hessenberg, tridiagonal, ...) have lowering rules only for JAX's own
+# platforms; on any other platform JAX fails before the program reaches the plugin.
+# ---------------------------------------------------------------------------------------------
+
+
+@_hookspec
+def pjrtkit_jax_lowering_rules() -> Iterable[JaxLoweringRule]:
+    """JAX lowering rules for primitives that have none on this platform.
+
+    The core registers each with ``jax.interpreters.mlir.register_lowering(primitive, rule,
+    platform=<the platform>)`` right after the platform registers with JAX (JAX refuses rules
+    for a platform it does not know yet). A rule usually emits a ``stablehlo.custom_call`` to a
+    target the plugin's compiler implements (``pjrtkit_<name>``), so the program carries the
+    operation to ``pjrtkit_compile`` whole. Called once per process, when JAX initializes its
+    plugins; JAX may be imported here.
+
+    Returns:
+        An iterable of ``JaxLoweringRule(primitive, rule)``; empty (or no implementation) when
+        the platform needs none. Each primitive at most once over all implementations.
+
+    Raises:
+        Nothing expected. A record that is not a ``JaxLoweringRule``, or a primitive named
+        twice, is InvalidArgument; the core logs it and registers the platform without rules,
+        so only programs using those primitives fail.
+
+    firstresult: no (every implementation contributes; the facade flattens the answers).
+
+    Example::
+
+        @hookimpl
+        def pjrtkit_jax_lowering_rules():
+            from jax.lax import linalg
+            return [JaxLoweringRule(linalg.eigh_p, lower_eigh_to_custom_call)]
+    """

@@ -1,11 +1,12 @@
-"""Typed records the hooks exchange. Plain frozen dataclasses: no C, no JAX objects.
+"""Typed records the hooks exchange. Plain frozen dataclasses: no C, and no JAX objects except
+the JAX lowering rules a plugin contributes (``JaxLoweringRule``).
 
 A plugin builds these; the core turns them into runtime objects and PJRT handles.
 """
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 # The memory kinds JAX knows; every device of a pjrtkit backend has exactly these three.
@@ -167,3 +168,18 @@ class Capabilities:
             value = getattr(self, field)
             if value is not None and not isinstance(value, frozenset):
                 object.__setattr__(self, field, frozenset(value))
+
+
+@dataclasses.dataclass(frozen=True)
+class JaxLoweringRule:
+    """A JAX lowering rule a plugin contributes for its own platform (``pjrtkit_jax_lowering_rules``).
+
+    ``primitive`` is a JAX primitive (``jax.lax.linalg.eigh_p``) and ``rule`` a JAX lowering
+    rule, ``rule(ctx, *operands, **params) -> results``, as ``jax.interpreters.mlir`` takes them.
+    These are the one record that holds JAX objects, because what it describes is a piece of
+    JAX; this module imports nothing of JAX to hold them. The core registers each rule with
+    ``mlir.register_lowering(primitive, rule, platform=<the backend's platform>)``.
+    """
+
+    primitive: Any
+    rule: Callable[..., Any]

@@ -298,6 +298,8 @@ MUTANTS = {
     "hooks.capabilities.custom_call_targets": dict(pjrtkit_capabilities=_capabilities_with(
         custom_call_targets={"pjrtkit_conformance_no_such_target"})),
     "hooks.capabilities.features": dict(pjrtkit_make_topology=_no_topologies_at_all),
+    "hooks.jax_lowering_rules.records": dict(
+        pjrtkit_jax_lowering_rules=lambda: [("eigh", "not a lowering rule")]),
 }
 
 

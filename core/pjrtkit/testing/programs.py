@@ -17,20 +17,28 @@ from pjrtkit.stablehlo.ir import Program
 from pjrtkit.stablehlo.loader import load_program
 
 
-def portable_artifact(fn: Callable, *args, static_argnums=()) -> bytes:
+def portable_artifact(fn: Callable, *args, static_argnums=(), platform: str | None = None) -> bytes:
     """The bytes jaxlib hands a plugin: jaxlib's own serializer, which also legalizes CHLO
-    ops (erf, asinh, ...) to StableHLO as it does for real PJRT plugins."""
+    ops (erf, asinh, ...) to StableHLO as it does for real PJRT plugins.
+
+    ``platform`` lowers with that platform's JAX lowering rules (``"pjrtkit_cpu"``: the rules
+    its plugin contributes) instead of the default backend's."""
     import jax
 
     from pjrtkit import jax_compat
 
     # keep_unused: the plan is called with every argument, as run_with_registry passes them.
-    lowered = jax.jit(fn, static_argnums=static_argnums, keep_unused=True).lower(*args)
+    jitted = jax.jit(fn, static_argnums=static_argnums, keep_unused=True)
+    if platform is None:
+        lowered = jitted.lower(*args)
+    else:
+        lowered = jitted.trace(*args).lower(lowering_platforms=(platform,))
     return jax_compat.serialize_portable_artifact(lowered.as_text())
 
 
-def lower_program(fn: Callable, *args, static_argnums=()) -> Program:
-    return load_program(portable_artifact(fn, *args, static_argnums=static_argnums))
+def lower_program(fn: Callable, *args, static_argnums=(), platform: str | None = None) -> Program:
+    return load_program(portable_artifact(fn, *args, static_argnums=static_argnums,
+                                          platform=platform))
 
 
 def run_with_registry(fn: Callable, args: Sequence, registry: LoweringRegistry,

@@ -102,3 +102,11 @@ def pjrtkit_capabilities():
     return Capabilities(dtypes={dtype.name for dtype in RULES.dtypes}, ops=ops,
                         custom_call_targets=RULES.custom_call_targets,
                         features={"compile_only_topologies", "multiple_devices"})
+
+
+# -- what JAX is told ---------------------------------------------------------------------------
+@hookimpl
+def pjrtkit_jax_lowering_rules():
+    from pjrtkit_cpu.jax_rules import jax_lowering_rules
+
+    return jax_lowering_rules()

@@ -5,6 +5,7 @@ compares with XLA's CPU backend in the same process (per-dtype tolerances). Kern
 for exact result shapes and dtypes on every call.
 """
 import os
+import re
 import zlib
 
 os.environ.setdefault("PJRTKIT_CHECK_KERNELS", "1")
@@ -69,5 +70,44 @@ def check_mlir(registry):
         assert len(ours) == len(ref)
         for i, (a, b) in enumerate(zip(ours, ref)):
             assert_close(np.asarray(a), np.asarray(b), what=f"output {i}")
+
+    return run
+
+
+# Ops whose rules handle complex operands themselves (no elementwise math on them).
+COMPLEX_READY_OPS = frozenset({
+    "func.call", "func.return", "stablehlo.fft", "stablehlo.custom_call", "stablehlo.transpose",
+    "stablehlo.cholesky", "stablehlo.triangular_solve"})
+
+
+@pytest.fixture
+def run_complex_kernels(registry):
+    """run_complex_kernels(fn, *args, platform=None) -> (ours, xla): fn's program planned with
+    the registry's rules and complex dtypes admitted, and XLA's cpu results.
+
+    The cpu dtype table lists no complex dtype until the dtypes work lands, so programs with
+    complex tensors are refused at compile time; kernels that take complex themselves (LAPACK,
+    FFT) are tested here on programs made only of such ops (asserted, so no elementwise rule
+    ever sees a complex operand). ``platform="pjrtkit_cpu"`` lowers with the plugin's JAX
+    lowering rules (eigh, svd, ... as pjrtkit_* custom calls)."""
+    from pjrtkit.lowering.plan import build_plan
+    from pjrtkit.stablehlo.ir import walk_ops
+    from pjrtkit.testing.programs import lower_program
+
+    admitted = registry.merged({}, dtypes=(*registry.dtypes, np.complex64, np.complex128))
+
+    def run(fn, *args, platform=None):
+        if platform is not None:
+            jax.devices(platform)  # JAX registers the platform's lowering rules at its start
+        text = jax.jit(fn).trace(*args).lower(lowering_platforms=(platform or "cpu",)).as_text()
+        # Reading a complex constant through jaxlib's attribute API aborts the process
+        # (PJRT_NOTES.md); refuse such programs before the loader sees them.
+        assert not re.search(r"stablehlo.constant .*complex<", text), "complex constant"
+        program = lower_program(fn, *args, platform=platform)
+        names = {op.name for op in walk_ops(program)}
+        assert names <= COMPLEX_READY_OPS, f"ops beyond the complex-ready set: {names}"
+        with np.errstate(all="ignore"):
+            ours = tuple(np.asarray(r) for r in build_plan(program, admitted)(*args))
+        return ours, run_on_xla_cpu(fn, args)
 
     return run

@@ -388,6 +388,26 @@ def memory_stats_every_device(backend):
                expected="MemoryStats", actual=type(stats).__name__)
 
 
+@check("hooks.jax_lowering_rules.records", layer=LAYER)
+def jax_lowering_rules_records(backend):
+    """pjrtkit_jax_lowering_rules yields JaxLoweringRule records of a JAX primitive and a
+    callable rule, each primitive once (none at all is a valid answer)"""
+    try:
+        records = backend.jax_lowering_rules()
+    except PjrtError as exc:
+        raise Failed("pjrtkit_jax_lowering_rules gives well-formed records",
+                     expected="JaxLoweringRule records, each primitive once",
+                     actual=str(exc)) from exc
+    for record in records:
+        name = getattr(record.primitive, "name", None)
+        expect(isinstance(name, str) and callable(getattr(record.primitive, "bind", None)),
+               "each record's primitive is a JAX primitive", expected="a Primitive",
+               actual=type(record.primitive).__name__)
+        expect(callable(record.rule), f"the rule for {name} is callable", expected="callable",
+               actual=type(record.rule).__name__)
+    return f"{len(records)} rules: {', '.join(sorted(r.primitive.name for r in records))}"
+
+
 def all_hook_names() -> set[str]:
     """Every hook of the contract (``tests/conformance`` checks this layer calls them all)."""
     from pjrtkit import hookspecs
