@@ -32,6 +32,7 @@ def register_backend(backend) -> None:
     """Register one loaded backend with JAX under its platform name."""
     from jax._src import xla_bridge
 
+    from pjrtkit import jax_extensions
     from pjrtkit.abi.api import register_backend as make_c_api
 
     if backend.platform_name in _registered:
@@ -39,6 +40,7 @@ def register_backend(backend) -> None:
     capsule, _slot = make_c_api(backend)
     xla_bridge.register_plugin(backend.platform_name, priority=PRIORITY, c_api=capsule)
     allow_donation(backend.platform_name)
+    jax_extensions.extend_jax_for(backend)
     _registered[backend.platform_name] = backend
 
 
