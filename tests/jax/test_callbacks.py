@@ -11,7 +11,6 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax.experimental import io_callback
-from jax_devices import devices  # noqa: F401 - the fixture
 from test_jax_end_to_end import run_python
 
 from pjrtkit import callbacks

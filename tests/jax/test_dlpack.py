@@ -6,7 +6,6 @@ import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 import pytest
-from jax_devices import devices  # noqa: F401 - the fixture
 from test_jax_end_to_end import run_python
 
 DTYPES = [np.float32, np.float16, np.int32, np.int8, np.uint8, np.bool_]

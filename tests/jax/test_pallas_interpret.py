@@ -7,7 +7,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.experimental import pallas as pl
-from jax_devices import devices  # noqa: F401 - the fixture
 
 from pjrtkit.testing.tolerances import assert_close
 

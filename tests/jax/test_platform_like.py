@@ -6,7 +6,6 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax_devices import devices  # noqa: F401 - the fixture
 
 from pjrtkit.jax_platform_like import with_like_platform
 from pjrtkit.testing.tolerances import assert_close

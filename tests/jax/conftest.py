@@ -1,4 +1,4 @@
-"""The device under test (pjrtkit_cpu) and XLA's CPU device, in this pytest process.
+"""Fixture `devices`: the device under test (pjrtkit_cpu) and XLA's CPU device, in this process.
 
 Tests of JAX features run in-process against both devices and compare; a process whose JAX
 was started without either platform fails the test (a skip would hide the feature).
