@@ -265,3 +265,23 @@ def test_without_the_cpu_platform_jax_asks_for_it_and_the_process_lives():
     assert re.search(r'error: INTERNAL: host callback jax.pure_callback\(.*sin.*\) raised '
                      r'RuntimeError: .*Make sure "cpu" is listed', lines[-2]), lines
     assert lines[-1] == "alive 3.0 pjrtkit_cpu"
+
+
+def test_a_callback_in_a_program_over_two_devices_is_refused_when_lowering():
+    out = run_python("""
+        import jax, jax.numpy as jnp, numpy as np
+        from jax.sharding import NamedSharding, PartitionSpec as P
+        mesh = jax.make_mesh((2,), ("x",))
+        x = jax.device_put(jnp.arange(4.0), NamedSharding(mesh, P("x")))
+        f = jax.jit(lambda x: jax.pure_callback(np.sin, jax.ShapeDtypeStruct((4,), jnp.float32), x))
+        try:
+            f(x)
+        except NotImplementedError as exc:
+            print("error:", exc)
+        print("alive", float(jnp.sum(jnp.ones(3))))
+    """, JAX_PLATFORMS="pjrtkit_cpu", PJRTKIT_CPU_DEVICES="2")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[-2] == ("error: pure_callback in a program over 2 devices is not supported on "
+                         "pjrtkit_cpu yet: host callbacks run only in single-device programs")
+    assert lines[-1] == "alive 3.0"
