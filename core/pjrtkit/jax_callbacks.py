@@ -17,6 +17,7 @@ checked by ``tests/jax/test_callbacks.py``.
 """
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -46,20 +47,72 @@ def _device_count(axis_context) -> int:
     return int(mesh.size) if mesh is not None else 1
 
 
-def _host_function(impl: Callable[..., Any], params: Mapping[str, Any]):
-    """Call JAX's implementation of the primitive on NumPy arrays; results as NumPy arrays
-    canonicalized the way JAX's own callback lowering does (e.g. f64 -> f32 without x64)."""
-    from jax._src import dtypes
+def _user_function(primitive, params: Mapping[str, Any]) -> Callable[..., Any]:
+    """The flat callable behind the primitive: what JAX's impl calls once the arguments are
+    placed (jax 0.10.2 internals for debug_print, which formats inside its impl)."""
+    if primitive.name != "debug_print":
+        return params["callback"]
+    from jax._src import debugging
+
+    print_message = functools.partial(
+        debugging._format_print_callback, params["fmt"],  # noqa: SLF001 - JAX's own formatting
+        dict(params["np_printoptions"]), params["has_placeholders"], params["logging_record"])
+    return debugging._make_flat_callback(  # noqa: SLF001 - JAX's own argument merging
+        params["in_tree"], print_message, params["static_args"])
+
+
+def _on_own_device(function: Callable[..., Any], platform: str, device, returns: bool):
+    """Run ``function`` with its arguments on the pjrtkit ``device`` (the local CPU of a
+    platform like cpu when JAX's cpu platform is not started), as JAX's impl does on cpu."""
+    import jax
 
     def call(*arrays):
-        results = impl(*arrays, **params) or ()
+        target = device if device is not None else jax.devices(platform)[0]
+        args = jax.device_put(arrays, target)
+        with jax.default_device(target):
+            results = function(*args)
+        return tuple(np.asarray(r) for r in results) if returns else ()
+
+    return call
+
+
+def _host_function(primitive, impl: Callable[..., Any], params: Mapping[str, Any],
+                   platform: str, like_platform: str | None, device):
+    """Call JAX's implementation of the primitive on NumPy arrays (it places them on JAX's cpu
+    device); results as NumPy arrays canonicalized the way JAX's own callback lowering does
+    (e.g. f64 -> f32 without x64). Without JAX's cpu platform, a platform like cpu places the
+    arguments on its own device instead."""
+    from jax._src import dtypes, xla_bridge
+
+    own_device = None
+    if like_platform == "cpu":
+        own_device = _on_own_device(_user_function(primitive, params), platform, device,
+                                    returns=primitive.name in _RETURNING)
+
+    def call(*arrays):
+        if own_device is not None and "cpu" not in xla_bridge.backends():
+            results = own_device(*arrays)
+        else:
+            results = impl(*arrays, **params) or ()
         return tuple(dtypes.canonicalize_value(np.asarray(r)) for r in results)
 
     return call
 
 
-def host_callback_lowering(primitive, impl: Callable[..., Any], *, has_side_effect: bool):
-    """A JAX lowering rule for ``primitive`` whose host side is ``impl(*arrays, **params)``."""
+# The callback primitives whose callable returns the custom call's results.
+_RETURNING = frozenset({"pure_callback", "io_callback"})
+
+
+def _single_device(axis_context):
+    """The device a single-device program was lowered for, when JAX says (else None)."""
+    assignment = getattr(axis_context, "device_assignment", None)
+    return assignment[0] if assignment is not None and len(assignment) == 1 else None
+
+
+def host_callback_lowering(primitive, impl: Callable[..., Any], *, has_side_effect: bool,
+                           platform: str, like_platform: str | None):
+    """A JAX lowering rule for ``primitive`` on ``platform`` whose host side is
+    ``impl(*arrays, **params)``."""
     from jax._src import effects
     from jax._src.interpreters import mlir
 
@@ -71,7 +124,9 @@ def host_callback_lowering(primitive, impl: Callable[..., Any], *, has_side_effe
                 f"{', '.join(ctx.module_context.platforms)} yet: host callbacks run only in "
                 f"single-device programs")
         name = _callback_name(primitive, params)
-        entry = callbacks.register(_host_function(impl, params), name)
+        function = _host_function(primitive, impl, params, platform, like_platform,
+                                  _single_device(ctx.module_context.axis_context))
+        entry = callbacks.register(function, name)
         # JAX keeps keepalives as long as the lowered and compiled program; that keeps the
         # table entry alive exactly as long as a program may call it.
         ctx.module_context.add_keepalive(entry)
@@ -95,19 +150,23 @@ def host_callback_lowering(primitive, impl: Callable[..., Any], *, has_side_effe
     return rule
 
 
-def callback_lowerings() -> dict[Any, Callable[..., Any]]:
-    """The rules for every callback primitive of this JAX version, keyed by primitive."""
+def callback_lowerings(platform: str, like_platform: str | None) -> dict[Any, Callable]:
+    """The rules for every callback primitive of this JAX version on ``platform``, keyed by
+    primitive."""
     from jax._src import callback as jax_callback
     from jax._src import debugging
 
+    def rule(primitive, impl, has_side_effect):
+        return host_callback_lowering(primitive, impl, has_side_effect=has_side_effect,
+                                      platform=platform, like_platform=like_platform)
+
     return {
-        jax_callback.pure_callback_p: host_callback_lowering(
-            jax_callback.pure_callback_p, jax_callback.pure_callback_impl,
-            has_side_effect=False),
-        jax_callback.io_callback_p: host_callback_lowering(
-            jax_callback.io_callback_p, jax_callback.io_callback_impl, has_side_effect=True),
-        debugging.debug_callback_p: host_callback_lowering(
-            debugging.debug_callback_p, debugging.debug_callback_impl, has_side_effect=True),
-        debugging.debug_print_p: host_callback_lowering(
-            debugging.debug_print_p, debugging.debug_print_impl, has_side_effect=True),
+        jax_callback.pure_callback_p: rule(
+            jax_callback.pure_callback_p, jax_callback.pure_callback_impl, False),
+        jax_callback.io_callback_p: rule(
+            jax_callback.io_callback_p, jax_callback.io_callback_impl, True),
+        debugging.debug_callback_p: rule(
+            debugging.debug_callback_p, debugging.debug_callback_impl, True),
+        debugging.debug_print_p: rule(
+            debugging.debug_print_p, debugging.debug_print_impl, True),
     }

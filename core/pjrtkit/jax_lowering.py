@@ -22,7 +22,7 @@ from pjrtkit import jax_callbacks, jax_platform_like
 def platform_lowerings(platform: str, like_platform: str | None) -> Mapping[Any, Callable]:
     """Every JAX lowering rule pjrtkit contributes for ``platform``, keyed by primitive."""
     rules: dict[Any, Callable] = {}
-    rules.update(jax_callbacks.callback_lowerings())
+    rules.update(jax_callbacks.callback_lowerings(platform, like_platform))
     rules.update(jax_platform_like.platform_choice_lowerings(platform, like_platform))
     return rules
 
