@@ -130,6 +130,10 @@ def host_callback_lowering(primitive, impl: Callable[..., Any], *, has_side_effe
         # JAX keeps keepalives as long as the lowered and compiled program; that keeps the
         # table entry alive exactly as long as a program may call it.
         ctx.module_context.add_keepalive(entry)
+        # Declared as a host callback too, so that JAX never writes the program (whose key
+        # means nothing in another process) to its persistent compilation cache, and
+        # jax.export refuses it as it does on cpu. jaxlib keeps it beside the executable.
+        ctx.module_context.add_host_callback(entry.function)
         _, primitive_effects = primitive.abstract_eval(*ctx.avals_in, **params)
         ordered = list(effects.ordered_effects.filter_in(primitive_effects))
         operands = list(args)

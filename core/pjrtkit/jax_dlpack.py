@@ -31,11 +31,6 @@ _host_platforms: set[str] = set()
 _installed = False
 
 
-def host_platforms() -> frozenset[str]:
-    """The pjrtkit platforms whose arrays DLPack serves here."""
-    return frozenset(_host_platforms)
-
-
 def extend_dlpack(platform: str) -> None:
     """Serve DLPack for arrays on ``platform`` (a host-resident pjrtkit platform)."""
     global _installed
