@@ -7,7 +7,8 @@ platform these rules instead register the host function in ``pjrtkit.callbacks``
 key in the custom call's ``backend_config``; the backend's rule for that target calls it at run
 time on the execute thread. What the host function does is JAX's own code for each primitive
 (``*_impl``: arguments placed on JAX's cpu device, results canonicalized as on cpu), so a
-callback sees exactly what it sees on XLA's CPU backend.
+callback sees exactly what it sees on XLA's CPU backend. JAX's impls need its cpu platform;
+when it is not started, a platform like cpu places the arguments on its own device instead.
 
 Ordered effects (``io_callback(ordered=True)``, ``jax.debug.print(ordered=True)``) keep JAX's
 token threading: the effect's token is the custom call's first operand and first result.
@@ -84,14 +85,11 @@ def _host_function(primitive, impl: Callable[..., Any], params: Mapping[str, Any
     arguments on its own device instead."""
     from jax._src import dtypes, xla_bridge
 
-    own_device = None
-    if like_platform == "cpu":
-        own_device = _on_own_device(_user_function(primitive, params), platform, device,
-                                    returns=primitive.name in _RETURNING)
-
     def call(*arrays):
-        if own_device is not None and "cpu" not in xla_bridge.backends():
-            results = own_device(*arrays)
+        if like_platform == "cpu" and "cpu" not in xla_bridge.backends():
+            on_own_device = _on_own_device(_user_function(primitive, params), platform, device,
+                                           returns=primitive.name in _RETURNING)
+            results = on_own_device(*arrays)
         else:
             results = impl(*arrays, **params) or ()
         return tuple(dtypes.canonicalize_value(np.asarray(r)) for r in results)
