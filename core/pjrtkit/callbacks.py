@@ -129,7 +129,8 @@ def _host_callback_kernel(entry, is_token, expected, to_host, from_host, token):
             returned = entry.function(*arrays)
         except PjrtError:
             raise
-        except Exception as exc:
+        except BaseException as exc:  # noqa: BLE001 - sys.exit() in a callback must not
+            # escape the execution: on the worker thread its events would never complete.
             raise HostCallbackError(
                 f"host callback {entry.name} raised {type(exc).__name__}: {exc}") from exc
         returned = list(returned)

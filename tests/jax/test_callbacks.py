@@ -4,7 +4,7 @@ order, same printed text; errors of a callback are errors of that execution."""
 from __future__ import annotations
 
 import gc
-import re
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -173,6 +173,22 @@ def test_a_raising_callback_fails_that_execution_naming_the_callback(devices):
         np.asarray(f(x))
     # The process and the executable live on: the next execution succeeds.
     np.testing.assert_array_equal(np.asarray(f(x)), [2.0, 2.0])
+
+
+def test_sys_exit_in_a_callback_on_the_worker_thread_fails_only_that_execution(devices):
+    device, _ = devices
+
+    def exits(a):
+        sys.exit(3)
+
+    def f(x):
+        y = x @ x.T  # big enough to run on the client's worker thread
+        return jax.pure_callback(exits, jax.ShapeDtypeStruct(y.shape, y.dtype), y)
+
+    x = jax.device_put(_data(8, (1200, 8)), device)
+    with pytest.raises(jax.errors.JaxRuntimeError, match=r"exits.*SystemExit"):
+        np.asarray(jax.jit(f)(x))
+    np.testing.assert_array_equal(np.asarray(jax.jit(lambda v: v[:2, 0] * 0)(x)), [0.0, 0.0])
 
 
 def test_a_callback_returning_the_wrong_shape_is_an_error_naming_it(devices):
