@@ -39,8 +39,9 @@ def pjrtkit_platform() -> PlatformInfo:
     """Name the platform. Called once when the backend is loaded.
 
     Returns:
-        ``PlatformInfo(name, version, device_kind)``; ``name`` is the JAX platform name
-        (``"pjrtkit_cpu"``) and becomes the PJRT platform name.
+        ``PlatformInfo(name, version, device_kind, like_platform=None)``; ``name`` is the
+        JAX platform name (``"pjrtkit_cpu"``) and becomes the PJRT platform name;
+        ``like_platform`` (``"cpu"``, ...) picks the ``lax.platform_dependent`` branch.
 
     Raises:
         Nothing in practice; an error here keeps the backend from registering with JAX.

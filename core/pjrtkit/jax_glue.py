@@ -24,15 +24,15 @@ _registered: dict[str, object] = {}
 
 def register_backend(backend) -> None:
     """Register one loaded backend with JAX under its platform name."""
+    from pjrtkit import jax_extensions
     from pjrtkit.abi.api import register_backend as make_c_api
-    from pjrtkit.jax_lowering import register_platform_lowering_rules
 
     if backend.platform_name in _registered:
         return
     capsule, _slot = make_c_api(backend)
     jax_compat.register_plugin(backend.platform_name, priority=PRIORITY, c_api=capsule)
     jax_compat.extend_allowlists(backend.platform_name)
-    register_platform_lowering_rules(backend)
+    jax_extensions.extend_jax_for(backend)
     _registered[backend.platform_name] = backend
 
 

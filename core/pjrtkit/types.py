@@ -18,11 +18,14 @@ AttributeValue = int | float | bool | str | tuple[int, ...]
 @dataclasses.dataclass(frozen=True)
 class PlatformInfo:
     """Who the backend is. ``name`` is the JAX platform (``pjrtkit_cpu``) and must equal the
-    PJRT platform name: JAX picks lowering rules by it."""
+    PJRT platform name: JAX picks lowering rules by it. ``like_platform`` is the built-in JAX
+    platform (``"cpu"``, ``"cuda"``, ``"rocm"``, ``"tpu"``) whose ``lax.platform_dependent``
+    branch the backend takes, or None for the default branch (``pjrtkit.jax_platform_like``)."""
 
     name: str
     version: str
     device_kind: str
+    like_platform: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -31,7 +31,6 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("pjrtkit_cpu") is None,
 CPU_NOT_PASSING = {
     "abi.client.default_device_assignment": Outcome.UNSUPPORTED,   # not implemented
     "abi.client.default_device_assignment_too_small": Outcome.UNSUPPORTED,
-    "abi.buffer.copy_raw_to_host": Outcome.UNSUPPORTED,            # not implemented
     "abi.buffer.unsafe_pointer_on_cpu": Outcome.SKIP,              # Buffer_IsOnCpu is false
 }
 # Functions XLA's 0.81 plugin predates (SKIP), and capabilities it answers UNIMPLEMENTED.

@@ -240,6 +240,8 @@ MUTANTS = {
         name="pjrtkit_mutant", version="", device_kind="cpu")),
     "hooks.platform.name": dict(pjrtkit_platform=lambda: cpu.PlatformInfo(
         name="cpu", version="1", device_kind="cpu")),
+    "hooks.platform.like": dict(pjrtkit_platform=lambda: cpu.PlatformInfo(
+        name="pjrtkit_mutant", version="1", device_kind="cpu", like_platform="gpu")),
     "hooks.topology.devices": dict(pjrtkit_client_topology=lambda options: Topology(
         "cpu", ({"id": 0},))),
     "hooks.topology.unique_ids": dict(pjrtkit_client_topology=topology_with(id=0)),

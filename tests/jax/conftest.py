@@ -1,5 +1,7 @@
-"""Shared by the JAX end-to-end tests: each scenario runs in a fresh interpreter, because JAX
-fixes its set of platforms at the first backend use."""
+"""Shared by the JAX end-to-end tests. ``run_python``: a scenario in a fresh interpreter, because
+JAX fixes its set of platforms at the first backend use. ``devices``: the device under test
+(pjrtkit_cpu) and XLA's CPU device in this process, for tests that compare in-process (a process
+whose JAX was started without either platform fails the test: a skip would hide the feature)."""
 from __future__ import annotations
 
 import os
@@ -27,3 +29,19 @@ def run_python():
                               capture_output=True, text=True, env=environment, timeout=300)
 
     return run
+
+
+PLATFORM = "pjrtkit_cpu"
+
+
+@pytest.fixture(scope="session")
+def devices():
+    """(pjrtkit_cpu device, XLA cpu device)."""
+    import jax
+
+    from pjrtkit.testing.conformance.jax_checks import REFERENCE_PLATFORM, configure_jax
+
+    unavailable = configure_jax(PLATFORM)
+    if unavailable is not None:
+        pytest.fail(f"{unavailable}; run these tests in a fresh process without JAX_PLATFORMS")
+    return jax.devices(PLATFORM)[0], jax.devices(REFERENCE_PLATFORM)[0]

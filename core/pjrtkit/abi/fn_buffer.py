@@ -244,6 +244,20 @@ def buffer_to_host_buffer(args: Any) -> None:
     a.set("event", new_event(buffer.to_host(memoryview(ffi.buffer(dst, nbytes)))))
 
 
+@pjrt_function("PJRT_Buffer_CopyRawToHost")
+def buffer_copy_raw_to_host(args: Any) -> None:
+    a = Args(args)
+    buffer = buffer_of(a).obj
+    a.require_outputs("event")
+    offset, size = int(a.req("offset")), int(a.req("transfer_size"))
+    dst = a.req("dst")
+    if dst == NULL and size:
+        raise InvalidArgument(f"{a.name}.dst is NULL for a transfer of {size} bytes")
+    # As for ToHostBuffer: the caller keeps dst alive until the event fires.
+    target = memoryview(ffi.buffer(dst, size)) if size else memoryview(bytearray(0))
+    a.set("event", new_event(buffer.copy_raw_to_host(target, offset, size)))
+
+
 def _element_count(shape: tuple[int, ...]) -> int:
     count = 1
     for dim in shape:

@@ -138,28 +138,50 @@ class Buffer:
         if view.nbytes != self.nbytes:
             raise InvalidArgument(f"destination has {view.nbytes} bytes, buffer "
                                   f"{self.dtype.name}{list(self.shape)} needs {self.nbytes}")
+
+        def write(host: np.ndarray) -> None:
+            out = np.frombuffer(view, dtype=self.dtype, count=math.prod(self.shape))
+            np.copyto(out.reshape(self.shape), np.asarray(host), casting="no")
+
+        return self._when_read(write, "copying a buffer to host")
+
+    def copy_raw_to_host(self, dst, offset: int, size: int) -> Event:
+        """Copy bytes ``[offset, offset + size)`` of the contents, in their dense row-major
+        layout, into ``dst`` (a writable buffer of ``size`` bytes) once ready."""
+        self.check_usable("read")
+        if offset < 0 or size < 0 or offset + size > self.nbytes:
+            raise InvalidArgument(f"raw copy of bytes [{offset}, {offset + size}) is outside "
+                                  f"the {self.nbytes} bytes of buffer "
+                                  f"{self.dtype.name}{list(self.shape)}")
+        view = memoryview(dst).cast("B")
+
+        def write(host: np.ndarray) -> None:
+            raw = np.ascontiguousarray(host, dtype=self.dtype).reshape(-1).view(np.uint8)
+            view[:size] = raw[offset:offset + size].data
+
+        return self._when_read(write, "copying raw bytes to host")
+
+    def _when_read(self, write, what: str) -> Event:
+        """Once the contents are ready, hand them (as the plugin's host array) to ``write``;
+        the returned event completes after it, with the error if anything failed."""
         done = Event()
 
-        def copy(error):
-            if error is not None:
-                done.set(error)
-                return
-            try:
-                if self.payload is None:
-                    raise FailedPrecondition("buffer was deleted before its contents were read")
-                host = self.client.backend.transfer_to_host(
-                    payload=self.payload, device=self.device.spec, memory_kind=self.memory.kind)
-                out = np.frombuffer(view, dtype=self.dtype, count=int(np.prod(self.shape))).reshape(self.shape)
-                np.copyto(out, np.asarray(host), casting="no")
-            except PjrtError as exc:
-                done.set(exc)
-                return
-            except Exception as exc:
-                done.set(Internal(f"copying a buffer to host failed: {type(exc).__name__}: {exc}"))
-                return
-            done.set()
+        def read(error):
+            if error is None:
+                try:
+                    if self.payload is None:
+                        raise FailedPrecondition("buffer was deleted before its contents were "
+                                                 "read")
+                    write(self.client.backend.transfer_to_host(
+                        payload=self.payload, device=self.device.spec,
+                        memory_kind=self.memory.kind))
+                except PjrtError as exc:
+                    error = exc
+                except Exception as exc:  # noqa: BLE001 - any failure is the event's error
+                    error = Internal(f"{what} failed: {type(exc).__name__}: {exc}")
+            done.set(error)
 
-        self.ready.on_ready(copy)
+        self.ready.on_ready(read)
         return done
 
     def copy_to_memory(self, memory, device=None) -> "Buffer":

@@ -2,7 +2,8 @@
 
 In-order execution on one thread means a program never starts before the programs that
 produce its inputs (they were submitted earlier), so execution itself needs no dependency
-tracking; the events tell JAX when results are ready.
+tracking; the events tell JAX when results are ready. Work submitted from the worker thread
+itself (a host callback that runs JAX on the same client) runs at once instead.
 """
 from __future__ import annotations
 
@@ -27,6 +28,12 @@ class Executor:
         return self._pending == 0
 
     def submit(self, work: Callable[[], None]) -> None:
+        if threading.current_thread() is self._thread:
+            # Submitted by a program running on this worker (a host callback calling JAX):
+            # queued, it would wait for the program that waits for it. It runs now, nested;
+            # the programs queued behind the running one were submitted later anyway.
+            work()
+            return
         with self._lock:
             self._pending += 1
         self._queue.put(work)

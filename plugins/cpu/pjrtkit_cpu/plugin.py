@@ -19,8 +19,9 @@ PLATFORM = "pjrtkit_cpu"
 
 @hookimpl
 def pjrtkit_platform():
+    # Host memory and XLA's CPU numerics: lax.platform_dependent takes its cpu branch.
     return PlatformInfo(name=PLATFORM, version=f"pjrtkit-cpu {__version__}",
-                        device_kind=DEVICE_KIND)
+                        device_kind=DEVICE_KIND, like_platform="cpu")
 
 
 # -- topology -----------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ import re
 import numpy as np
 
 from pjrtkit.errors import ErrorCode, PjrtError
+from pjrtkit.jax_platform_like import BUILTIN_PLATFORMS
 from pjrtkit.testing.conformance.checks import Failed, Skipped, Unsupported, check, expect
 from pjrtkit.testing.conformance.hooks_support import (LAYER, STANDARD_DTYPES, as_host, bits,
                                                        client_topology, declared_dtypes,
@@ -58,6 +59,17 @@ def platform_name(backend):
            "the platform name is not one of XLA's own platforms", expected="a new name",
            actual=name)
     return name
+
+
+@check("hooks.platform.like", layer=LAYER)
+def platform_like(backend):
+    """PlatformInfo.like_platform is None or one of JAX's built-in platforms (its
+    lax.platform_dependent branch is taken)"""
+    like = backend.platform.like_platform
+    expect(like is None or like in BUILTIN_PLATFORMS,
+           "like_platform names a built-in JAX platform or is None",
+           expected=f"None or one of {sorted(BUILTIN_PLATFORMS)}", actual=repr(like))
+    return f"like {like}"
 
 
 # ---- topology ---------------------------------------------------------------------------------

@@ -1,0 +1,174 @@
+"""JAX lowering rules that turn Python callbacks into ``stablehlo.custom_call @pjrtkit_host_callback``.
+
+JAX lowers ``pure_callback``, ``io_callback``, ``jax.debug.callback`` and ``jax.debug.print``
+only for its own platforms: on cpu/gpu to a custom call that XLA's runtime resolves to a
+Python object it received beside the program, which a PJRT plugin never sees. For a pjrtkit
+platform these rules instead register the host function in ``pjrtkit.callbacks`` and put its
+key in the custom call's ``backend_config``; the backend's rule for that target calls it at run
+time on the execute thread. What the host function does is JAX's own code for each primitive
+(``*_impl``: arguments placed on JAX's cpu device, results canonicalized as on cpu), so a
+callback sees exactly what it sees on XLA's CPU backend. JAX's impls need its cpu platform;
+when it is not started, a platform like cpu places the arguments on its own device instead.
+
+Ordered effects (``io_callback(ordered=True)``, ``jax.debug.print(ordered=True)``) keep JAX's
+token threading: the effect's token is the custom call's first operand and first result.
+
+Written against jax 0.10.2 (``jax._src.callback``, ``jax._src.debugging``); the names used are
+checked by ``tests/jax/test_callbacks.py``.
+"""
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+from pjrtkit import callbacks
+
+
+def _callback_name(primitive, params: Mapping[str, Any]) -> str:
+    """What error messages call the callback: the API the user called and their function."""
+    if primitive.name == "debug_print":
+        return f"jax.debug.print({params['fmt']!r})"
+    function = params.get("callback")
+    function = getattr(function, "callback_func", function)  # JAX's flattening wrapper
+    label = getattr(function, "__qualname__", None) or type(function).__name__
+    api = {"pure_callback": "jax.pure_callback", "io_callback": "jax.experimental.io_callback",
+           "debug_callback": "jax.debug.callback"}.get(primitive.name, primitive.name)
+    return f"{api}({label})"
+
+
+def _device_count(axis_context) -> int:
+    """Devices the program being lowered spans (1 for a plain single-device jit)."""
+    num_devices = getattr(axis_context, "num_devices", None)
+    if num_devices is not None:
+        return int(num_devices)
+    mesh = getattr(axis_context, "mesh", None)
+    return int(mesh.size) if mesh is not None else 1
+
+
+def _user_function(primitive, params: Mapping[str, Any]) -> Callable[..., Any]:
+    """The flat callable behind the primitive: what JAX's impl calls once the arguments are
+    placed (jax 0.10.2 internals for debug_print, which formats inside its impl)."""
+    if primitive.name != "debug_print":
+        return params["callback"]
+    from jax._src import debugging
+
+    print_message = functools.partial(
+        debugging._format_print_callback, params["fmt"],  # noqa: SLF001 - JAX's own formatting
+        dict(params["np_printoptions"]), params["has_placeholders"], params["logging_record"])
+    return debugging._make_flat_callback(  # noqa: SLF001 - JAX's own argument merging
+        params["in_tree"], print_message, params["static_args"])
+
+
+def _on_own_device(function: Callable[..., Any], platform: str, device, returns: bool):
+    """Run ``function`` with its arguments on the pjrtkit ``device`` (the local CPU of a
+    platform like cpu when JAX's cpu platform is not started), as JAX's impl does on cpu."""
+    import jax
+
+    def call(*arrays):
+        target = device if device is not None else jax.devices(platform)[0]
+        args = jax.device_put(arrays, target)
+        with jax.default_device(target):
+            results = function(*args)
+        return tuple(np.asarray(r) for r in results) if returns else ()
+
+    return call
+
+
+def _host_function(primitive, impl: Callable[..., Any], params: Mapping[str, Any],
+                   platform: str, like_platform: str | None, device):
+    """Call JAX's implementation of the primitive on NumPy arrays (it places them on JAX's cpu
+    device); results as NumPy arrays canonicalized the way JAX's own callback lowering does
+    (e.g. f64 -> f32 without x64). Without JAX's cpu platform, a platform like cpu places the
+    arguments on its own device instead."""
+    from jax._src import dtypes, xla_bridge
+
+    def call(*arrays):
+        if like_platform == "cpu" and "cpu" not in xla_bridge.backends():
+            on_own_device = _on_own_device(_user_function(primitive, params), platform, device,
+                                           returns=primitive.name in _RETURNING)
+            results = on_own_device(*arrays)
+        else:
+            results = impl(*arrays, **params) or ()
+        return tuple(dtypes.canonicalize_value(np.asarray(r)) for r in results)
+
+    return call
+
+
+# The callback primitives whose callable returns the custom call's results.
+_RETURNING = frozenset({"pure_callback", "io_callback"})
+
+
+def _single_device(axis_context):
+    """The device a single-device program was lowered for, when JAX says (else None)."""
+    assignment = getattr(axis_context, "device_assignment", None)
+    return assignment[0] if assignment is not None and len(assignment) == 1 else None
+
+
+def host_callback_lowering(primitive, impl: Callable[..., Any], *, has_side_effect: bool,
+                           platform: str, like_platform: str | None):
+    """A JAX lowering rule for ``primitive`` on ``platform`` whose host side is
+    ``impl(*arrays, **params)``."""
+    from jax._src import effects
+    from jax._src.interpreters import mlir
+
+    def rule(ctx, *args, **params):
+        devices = _device_count(ctx.module_context.axis_context)
+        if devices > 1:
+            raise NotImplementedError(
+                f"{primitive.name} in a program over {devices} devices is not supported on "
+                f"{', '.join(ctx.module_context.platforms)} yet: host callbacks run only in "
+                f"single-device programs")
+        name = _callback_name(primitive, params)
+        function = _host_function(primitive, impl, params, platform, like_platform,
+                                  _single_device(ctx.module_context.axis_context))
+        entry = callbacks.register(function, name)
+        # JAX keeps keepalives as long as the lowered and compiled program; that keeps the
+        # table entry alive exactly as long as a program may call it.
+        ctx.module_context.add_keepalive(entry)
+        # Declared as a host callback too, so that JAX never writes the program (whose key
+        # means nothing in another process) to its persistent compilation cache, and
+        # jax.export refuses it as it does on cpu. jaxlib keeps it beside the executable.
+        ctx.module_context.add_host_callback(entry.function)
+        _, primitive_effects = primitive.abstract_eval(*ctx.avals_in, **params)
+        ordered = list(effects.ordered_effects.filter_in(primitive_effects))
+        operands = list(args)
+        result_types = [mlir.aval_to_ir_type(ctx.module_context, a) for a in ctx.avals_out]
+        if ordered:
+            effect, = ordered
+            operands.insert(0, ctx.tokens_in.get(effect))
+            result_types.insert(0, mlir.token_type())
+        op = mlir.custom_call(callbacks.HOST_CALLBACK_TARGET, result_types=result_types,
+                              operands=operands, backend_config=entry.key,
+                              has_side_effect=has_side_effect or bool(ordered))
+        results = list(op.results)
+        if ordered:
+            token = results.pop(0)
+            ctx.set_tokens_out(ctx.tokens_in.update_tokens(mlir.TokenSet({effect: token})))
+        return results
+
+    return rule
+
+
+def callback_lowerings(platform: str, like_platform: str | None) -> dict[Any, Callable]:
+    """The rules for every callback primitive of this JAX version on ``platform``, keyed by
+    primitive."""
+    from jax._src import callback as jax_callback
+    from jax._src import debugging
+
+    def rule(primitive, impl, has_side_effect):
+        return host_callback_lowering(primitive, impl, has_side_effect=has_side_effect,
+                                      platform=platform, like_platform=like_platform)
+
+    return {
+        jax_callback.pure_callback_p: rule(
+            jax_callback.pure_callback_p, jax_callback.pure_callback_impl, False),
+        jax_callback.io_callback_p: rule(
+            jax_callback.io_callback_p, jax_callback.io_callback_impl, True),
+        debugging.debug_callback_p: rule(
+            debugging.debug_callback_p, debugging.debug_callback_impl, True),
+        debugging.debug_print_p: rule(
+            debugging.debug_print_p, debugging.debug_print_impl, True),
+    }

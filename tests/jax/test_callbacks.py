@@ -1,0 +1,313 @@
+"""Host callbacks on pjrtkit_cpu (jax.pure_callback, io_callback, jax.debug.callback/print),
+each compared with XLA's CPU backend in this process: same results, same calls in the same
+order, same printed text; errors of a callback are errors of that execution."""
+from __future__ import annotations
+
+import gc
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.experimental import io_callback
+from test_jax_end_to_end import run_python
+
+from pjrtkit import callbacks
+from pjrtkit.errors import FailedPrecondition
+from pjrtkit.testing.tolerances import assert_close
+
+
+def _data(seed, shape=(4, 3)):
+    return np.random.RandomState(seed).randn(*shape).astype(np.float32)
+
+
+def _on_both(devices, fn, *args):
+    """fn jitted on pjrtkit_cpu and on XLA's cpu: (pjrtkit outputs, xla outputs) as NumPy."""
+    results = []
+    for device in devices:
+        placed = [jax.device_put(a, device) for a in args]
+        out = jax.jit(fn)(*placed)
+        jax.effects_barrier()
+        results.append([np.asarray(o) for o in jax.tree_util.tree_leaves(out)])
+    return results
+
+
+def test_pure_callback_matches_xla_cpu_and_sees_the_same_arguments(devices):
+    seen = {d.platform: [] for d in devices}
+
+    def host_sin(a, b):
+        platform = next(iter(a.devices())).platform  # JAX hands callbacks cpu arrays
+        seen[current].append((platform, np.asarray(a).copy(), np.asarray(b).copy()))
+        return np.sin(np.asarray(a)) * np.asarray(b)
+
+    def f(x, y):
+        z = jax.pure_callback(host_sin, jax.ShapeDtypeStruct(x.shape, x.dtype), x * 2, y)
+        return z + 1, jnp.sum(z)
+
+    x, y = _data(0), _data(1)
+    outputs = []
+    for device in devices:
+        current = device.platform
+        outputs.append(jax.tree_util.tree_map(np.asarray, jax.jit(f)(
+            jax.device_put(x, device), jax.device_put(y, device))))
+    (ours_z, ours_sum), (ref_z, ref_sum) = outputs
+    assert_close(ours_z, ref_z, what="pure_callback result")
+    assert_close(ours_sum, ref_sum, what="sum of it")
+    ours, ref = (seen[d.platform] for d in devices)
+    assert len(ours) == len(ref) == 1
+    assert ours[0][0] == ref[0][0] == "cpu"
+    for a, b in zip(ours[0][1:], ref[0][1:]):
+        assert_close(a, b, what="callback argument")
+
+
+@pytest.mark.parametrize("vmap_method", ["sequential", "expand_dims", "broadcast_all"])
+def test_pure_callback_under_vmap_matches_xla_cpu(devices, vmap_method):
+    def f(x, y):
+        return jax.pure_callback(lambda a, b: np.asarray(a) * 3 - np.asarray(b),
+                                 jax.ShapeDtypeStruct(jnp.broadcast_shapes(x.shape, y.shape),
+                                                      x.dtype), x, y, vmap_method=vmap_method)
+
+    ours, ref = _on_both(devices, jax.vmap(f, in_axes=(0, None)), _data(2, (5, 3)), _data(3, (3,)))
+    assert_close(ours[0], ref[0], what=f"vmap({vmap_method})")
+
+
+def test_ordered_io_callback_in_a_scan_calls_in_order_like_xla_cpu(devices):
+    calls = {d.platform: [] for d in devices}
+
+    def f(x):
+        def step(carry, i):
+            def record(c, j):
+                calls[current].append((float(np.asarray(j)), np.asarray(c).copy()))
+                return np.asarray(c) * 0.5
+            half = io_callback(record, jax.ShapeDtypeStruct(carry.shape, carry.dtype),
+                               carry, i, ordered=True)
+            return carry + half + i, jnp.sum(half)
+        return jax.lax.scan(step, x, jnp.arange(4.0))
+
+    outputs = []
+    for device in devices:
+        current = device.platform
+        outputs.append([np.asarray(o) for o in jax.jit(f)(jax.device_put(_data(4, (3,)), device))])
+        jax.effects_barrier()
+    for a, b in zip(*outputs):
+        assert_close(a, b, what="scan outputs")
+    ours, ref = (calls[d.platform] for d in devices)
+    assert [step for step, _ in ours] == [step for step, _ in ref] == [0.0, 1.0, 2.0, 3.0]
+    for (_, a), (_, b) in zip(ours, ref):
+        assert_close(a, b, what="carry seen by the callback")
+
+
+def test_unordered_io_callback_runs_once_per_execution(devices):
+    device, _ = devices
+    count = []
+    f = jax.jit(lambda x: io_callback(lambda a: count.append(1) or np.asarray(a),
+                                      jax.ShapeDtypeStruct((3,), jnp.float32), x))
+    x = jax.device_put(np.arange(3, dtype=np.float32), device)
+    for _ in range(3):
+        np.testing.assert_array_equal(np.asarray(f(x)), np.arange(3))
+    assert len(count) == 3
+
+
+def test_debug_print_prints_what_xla_cpu_prints(devices, capsys):
+    def f(x):
+        jax.debug.print("first {a} and {b}", a=x[0], b=x[1:], ordered=True)
+        y = jnp.cumsum(x)
+        jax.debug.print("then {}", y, ordered=True)
+        jax.debug.print("unordered {s:.3f}", s=jnp.sum(y))
+        return y * 2
+
+    printed = []
+    outputs = []
+    for device in devices:
+        capsys.readouterr()
+        outputs.append(np.asarray(jax.jit(f)(jax.device_put(_data(5, (4,)), device))))
+        jax.effects_barrier()
+        printed.append(capsys.readouterr().out)
+    assert_close(outputs[0], outputs[1], what="result")
+    ours, ref = printed
+    assert ours == ref, (ours, ref)
+    assert ours.index("first") < ours.index("then")
+
+
+def test_debug_callback_in_cond_and_while_matches_xla_cpu(devices):
+    seen = {d.platform: [] for d in devices}
+
+    def f(x):
+        def body(state):
+            i, v = state
+            jax.lax.cond(i % 2 == 0,
+                         lambda: jax.debug.callback(lambda a, b: seen[current].append(
+                             (int(a), np.asarray(b).copy())), i, v),
+                         lambda: None)
+            return i + 1, v * 1.5
+        return jax.lax.while_loop(lambda s: s[0] < 5, body, (0, x))[1]
+
+    outputs = []
+    for device in devices:
+        current = device.platform
+        outputs.append(np.asarray(jax.jit(f)(jax.device_put(_data(6, (2,)), device))))
+        jax.effects_barrier()
+    assert_close(outputs[0], outputs[1], what="while result")
+    ours, ref = (seen[d.platform] for d in devices)
+    assert [i for i, _ in ours] == [i for i, _ in ref] == [0, 2, 4]
+    for (_, a), (_, b) in zip(ours, ref):
+        assert_close(a, b, what="value seen by jax.debug.callback")
+
+
+def test_a_raising_callback_fails_that_execution_naming_the_callback(devices):
+    device, _ = devices
+    calls = []
+
+    def my_failing_callback(a):
+        calls.append(1)
+        if len(calls) == 1:
+            raise ValueError("deliberately broken")
+        return np.asarray(a)
+
+    f = jax.jit(lambda x: jax.pure_callback(my_failing_callback,
+                                            jax.ShapeDtypeStruct((2,), jnp.float32), x) + 1)
+    x = jax.device_put(np.ones(2, np.float32), device)
+    with pytest.raises(jax.errors.JaxRuntimeError,
+                       match=r"INTERNAL: .*my_failing_callback.*ValueError: deliberately broken"):
+        np.asarray(f(x))
+    # The process and the executable live on: the next execution succeeds.
+    np.testing.assert_array_equal(np.asarray(f(x)), [2.0, 2.0])
+
+
+def test_sys_exit_in_a_callback_on_the_worker_thread_fails_only_that_execution(devices):
+    device, _ = devices
+
+    def exits(a):
+        sys.exit(3)
+
+    def f(x):
+        y = x @ x.T  # big enough to run on the client's worker thread
+        return jax.pure_callback(exits, jax.ShapeDtypeStruct(y.shape, y.dtype), y)
+
+    x = jax.device_put(_data(8, (1200, 8)), device)
+    with pytest.raises(jax.errors.JaxRuntimeError, match=r"exits.*SystemExit"):
+        np.asarray(jax.jit(f)(x))
+    np.testing.assert_array_equal(np.asarray(jax.jit(lambda v: v[:2, 0] * 0)(x)), [0.0, 0.0])
+
+
+def test_a_callback_returning_the_wrong_shape_is_an_error_naming_it(devices):
+    device, _ = devices
+
+    def wrong_shape(a):
+        return np.zeros((3,), np.float32)
+
+    f = jax.jit(lambda x: jax.pure_callback(wrong_shape, jax.ShapeDtypeStruct((2,), jnp.float32), x))
+    with pytest.raises(jax.errors.JaxRuntimeError, match=r"wrong_shape.*\[2\]"):
+        np.asarray(f(jax.device_put(np.ones(2, np.float32), device)))
+
+
+@pytest.mark.parametrize("size", [4, 1200], ids=["inline", "worker-thread"])
+def test_a_callback_may_run_jax_on_the_same_device(devices, size):
+    """The callback runs on the execute thread (the caller's, or the client's worker for a
+    bigger program) and itself executes a program on pjrtkit_cpu: no deadlock."""
+    device, reference = devices
+
+    def reenter(a):
+        on_device = jax.device_put(np.asarray(a), device)
+        return np.asarray(jnp.tanh(on_device) + 1)
+
+    def f(x):
+        y = x @ x.T  # at 1200x1200 the program is too big to run inline
+        return jax.pure_callback(reenter, jax.ShapeDtypeStruct(y.shape, y.dtype), y)
+
+    x = _data(7, (size, 8)) / 4
+    ours = np.asarray(jax.jit(f)(jax.device_put(x, device)))
+    ref = np.asarray(jax.jit(f)(jax.device_put(x, reference)))
+    assert_close(ours, ref, what="re-entrant callback result")
+
+
+def test_a_callback_entry_lives_as_long_as_its_program(devices):
+    device, _ = devices
+    gc.collect()
+    before = callbacks.live_count()
+
+    def scaled(a):
+        return np.asarray(a) * 2
+
+    f = jax.jit(lambda x: jax.pure_callback(scaled, jax.ShapeDtypeStruct((2,), jnp.float32), x))
+    x = jax.device_put(np.ones(2, np.float32), device)
+    np.testing.assert_array_equal(np.asarray(f(x)), [2.0, 2.0])
+    gc.collect()
+    assert callbacks.live_count() == before + 1
+    np.testing.assert_array_equal(np.asarray(f(x)), [2.0, 2.0])  # still callable
+    del f
+    jax.clear_caches()
+    gc.collect()
+    assert callbacks.live_count() == before
+
+
+def test_a_key_that_is_gone_or_from_another_process_is_refused():
+    entry = callbacks.register(lambda: (), "probe")
+    key = entry.key
+    assert callbacks.lookup(key) is entry
+    del entry
+    gc.collect()
+    with pytest.raises(FailedPrecondition, match="no longer exists"):
+        callbacks.lookup(key)
+    foreign = "0" * 12 + ":0"
+    if key.startswith("0" * 12):
+        foreign = "1" * 12 + ":0"
+    with pytest.raises(FailedPrecondition, match="another process"):
+        callbacks.lookup(foreign)
+
+
+def test_every_callback_primitive_of_this_jax_has_a_rule():
+    from pjrtkit import jax_callbacks
+
+    names = sorted(p.name for p in jax_callbacks.callback_lowerings("pjrtkit_cpu", "cpu"))
+    assert names == ["debug_callback", "debug_print", "io_callback", "pure_callback"]
+
+
+def test_without_the_cpu_platform_callbacks_get_arrays_on_the_pjrtkit_device():
+    """With JAX_PLATFORMS=pjrtkit_cpu alone (no JAX cpu device to place arguments on, which JAX's
+    own GPU/TPU backends require) pjrtkit_cpu, being like cpu, hosts the callback's arrays
+    itself; what is printed and returned is what XLA's cpu gives for the same program."""
+    # One source for both runs: prints, an ordered io_callback and a pure_callback that reports
+    # where its argument lives.
+    program = """
+            import jax, jax.numpy as jnp, numpy as np
+            from jax.experimental import io_callback
+            def where(a):
+                print("callback argument on", next(iter(a.devices())).platform)
+                return np.asarray(a) * 2
+            def f(x):
+                jax.debug.print("x={x} sum={s}", x=x, s=jnp.sum(x), ordered=True)
+                y = io_callback(lambda a: np.asarray(a) + 1,
+                                jax.ShapeDtypeStruct((3,), jnp.float32), x, ordered=True)
+                return jax.pure_callback(where, jax.ShapeDtypeStruct((3,), jnp.float32), y)
+            out = jax.jit(f)(jnp.arange(3.0))
+            jax.effects_barrier()
+            print("result", np.asarray(out).tolist())
+    """
+    ours = run_python(program, JAX_PLATFORMS="pjrtkit_cpu")
+    assert ours.returncode == 0, ours.stderr
+    ref = run_python(program, JAX_PLATFORMS="cpu")
+    assert ref.returncode == 0, ref.stderr
+    assert ours.stdout.replace("pjrtkit_cpu", "cpu") == ref.stdout
+    assert "callback argument on pjrtkit_cpu" in ours.stdout
+
+
+def test_a_callback_in_a_program_over_two_devices_is_refused_when_lowering():
+    out = run_python("""
+        import jax, jax.numpy as jnp, numpy as np
+        from jax.sharding import NamedSharding, PartitionSpec as P
+        mesh = jax.make_mesh((2,), ("x",))
+        x = jax.device_put(jnp.arange(4.0), NamedSharding(mesh, P("x")))
+        f = jax.jit(lambda x: jax.pure_callback(np.sin, jax.ShapeDtypeStruct((4,), jnp.float32), x))
+        try:
+            f(x)
+        except NotImplementedError as exc:
+            print("error:", exc)
+        print("alive", float(jnp.sum(jnp.ones(3))))
+    """, JAX_PLATFORMS="pjrtkit_cpu", PJRTKIT_CPU_DEVICES="2")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[-2] == ("error: pure_callback in a program over 2 devices is not supported on "
+                         "pjrtkit_cpu yet: host callbacks run only in single-device programs")
+    assert lines[-1] == "alive 3.0"
