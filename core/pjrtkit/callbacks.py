@@ -108,8 +108,8 @@ def make_host_callback_rule(to_host: Callable[[Any], np.ndarray] = np.asarray,
     def host_callback(op, ctx):
         key = op.attributes.get("backend_config", "")
         if not isinstance(key, str) or not key:
-            raise ctx.unimplemented(op, f"{HOST_CALLBACK_TARGET} without a callback key in "
-                                        f"backend_config")
+            raise InvalidArgument(f"custom_call @{HOST_CALLBACK_TARGET} without a callback key in "
+                                  f"backend_config (only pjrtkit's own callback lowering emits it)")
         entry = lookup(key)
         is_token = tuple(isinstance(v.type, TokenType) for v in op.operands)
         results = op.results

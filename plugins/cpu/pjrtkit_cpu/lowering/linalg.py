@@ -17,6 +17,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from pjrtkit.errors import InvalidArgument
 from pjrtkit.lowering.registry import custom_call_rule
 
 from pjrtkit_cpu.jax_rules import target
@@ -40,8 +41,20 @@ def unsupported(op, ctx, why: str):
     return ctx.unimplemented(op, f"@{target_name}: {why}" if target_name else why)
 
 
+def expect_matrices(op, count: int) -> None:
+    """INVALID_ARGUMENT unless ``op`` has at least ``count`` operands, the first a batch of
+    matrices: a custom call written by hand may name a target with another signature."""
+    shapes = [v.type.shape for v in op.operands]
+    if len(shapes) < count or len(shapes[0]) < 2:
+        target_name = op.attributes.get("call_target_name", op.name)
+        raise InvalidArgument(f"custom_call @{target_name}: operands {shapes} do not match its "
+                              f"signature ({count} operand(s), the first of rank >= 2)")
+
+
 def lapack_dtype(op, ctx, operand: int = 0) -> np.dtype:
-    """The LAPACK dtype of ``op``'s operand, or UNIMPLEMENTED naming the op and the dtype."""
+    """The LAPACK dtype of ``op``'s operand, or UNIMPLEMENTED naming the op and the dtype
+    (INVALID_ARGUMENT when the operand is not a batch of matrices)."""
+    expect_matrices(op, operand + 1)
     dtype = op.operands[operand].type.dtype
     if dtype not in LAPACK_DTYPES:
         raise unsupported(op, ctx, f"{dtype.name} operands; the LAPACK kernels take "
@@ -52,6 +65,15 @@ def lapack_dtype(op, ctx, operand: int = 0) -> np.dtype:
 def backend_config(op) -> dict:
     text = op.attributes.get("backend_config") or "{}"
     return json.loads(text) if isinstance(text, str) else {}
+
+
+def config_flag(op, config: dict, name: str) -> bool:
+    """A flag of the backend_config that pjrtkit_cpu.jax_rules writes; INVALID_ARGUMENT when a
+    hand-written call leaves it out."""
+    if name not in config:
+        raise InvalidArgument(f"custom_call @{op.attributes.get('call_target_name')}: its "
+                              f"backend_config has no {name!r} (it has {sorted(config)})")
+    return bool(config[name])
 
 
 def is_complex(dtype: np.dtype) -> bool:
@@ -156,6 +178,7 @@ def lower_qr_factor(op, ctx):
 
 @RULES.register(custom_call_rule("ProductOfElementaryHouseholderReflectors"))
 def lower_householder_product(op, ctx):
+    expect_matrices(op, 2)
     dtype = lapack_dtype(op, ctx)
     m, n = op.operands[0].type.shape[-2:]
     k = op.operands[1].type.shape[-1]
@@ -214,7 +237,7 @@ def lower_svd(op, ctx):
     dtype = lapack_dtype(op, ctx)
     config = backend_config(op)
     m, n = op.operands[0].type.shape[-2:]
-    full, compute_uv = bool(config["full_matrices"]), bool(config["compute_uv"])
+    full, compute_uv = config_flag(op, config, "full_matrices"), config_flag(op, config, "compute_uv")
     rank = min(m, n)
     low, high = config.get("subset_by_index") or (0, rank)
     driver = lapack(config.get("driver", "gesdd"), dtype)
@@ -241,7 +264,7 @@ def lower_svd(op, ctx):
 def lower_eig(op, ctx):
     dtype = lapack_dtype(op, ctx)
     config = backend_config(op)
-    left, right = bool(config["left"]), bool(config["right"])
+    left, right = config_flag(op, config, "left"), config_flag(op, config, "right")
     geev = lapack("geev", dtype)
 
     def per_matrix(a):
@@ -282,7 +305,7 @@ def lower_schur(op, ctx):
     if config.get("sort"):
         raise unsupported(op, ctx, f"sorted eigenvalues (sort_eig_vals=True) on "
                                    f"{dtype.name}; LAPACK's gees sorting is not wired")
-    vectors = bool(config["compute_schur_vectors"])
+    vectors = config_flag(op, config, "compute_schur_vectors")
     gees = lapack("gees", dtype)
 
     def per_matrix(a):
