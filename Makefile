@@ -18,7 +18,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.pjrtkit-installed
 SETS := $(patsubst constraints-jax%.txt,%,$(wildcard constraints-jax*.txt))
 
-.PHONY: demo test install bench conformance fuzz clean jax-tests-env jax-tests jax-tests-ci
+.PHONY: demo test lint install bench conformance fuzz clean jax-tests-env jax-tests jax-tests-ci
 
 $(STAMP): pyproject.toml setup.py $(CONSTRAINTS) plugins/cpu/pyproject.toml core/pjrtkit/abi/_build.py $(wildcard core/pjrtkit/abi/*.h)
 	@$(PYTHON) -c "" >/dev/null 2>&1 || { echo "cannot run $(PYTHON); run: make PYTHON=/path/to/python$(if $(JAX),3.12,3.11)$(if $(JAX), JAX=$(JAX))"; exit 1; }
@@ -39,8 +39,14 @@ demo: $(STAMP)
 
 # The conformance reports first, then pytest, whose summary line closes the output.
 test: $(STAMP)
+	$(MAKE) --no-print-directory lint
 	$(MAKE) --no-print-directory conformance
 	$(BIN)/python -m pytest -q -p no:cacheprovider
+
+# The lint floor: ruff with the rules in pyproject.toml (import cycles and private imports are
+# tests/test_import_graph.py, run with the tests).
+lint: $(STAMP)
+	$(BIN)/ruff check .
 
 # The conformance suite on every plugin in the repository; reports in build/conformance/
 # (git-ignored). Fails when any check FAILs.

@@ -101,7 +101,7 @@ def record_op(op: Any, total: float, self_time: float) -> None:
 
 def run_plan(plan: Any, args: tuple) -> tuple:
     """The profiled twin of ``Plan.__call__``: the same loop, each step timed."""
-    env = plan._template.copy()
+    env = plan.template.copy()
     for slot, value in zip(plan.arg_slots, args):
         env[slot] = value
     stack = _children()
@@ -177,7 +177,7 @@ def report(top_signatures: int = 25) -> str:
         calls = sorted(_C_CALLS.items(), key=lambda kv: -kv[1][1])
     lines = [f"pjrtkit profile (pid {os.getpid()}; {ENV})", ""]
     op_self = sum(v[2] for _, v in ops) or 1.0
-    lines.append(f"ops by self time (self excludes nested region ops; total includes them)")
+    lines.append("ops by self time (self excludes nested region ops; total includes them)")
     lines.append(f"{'op':<40} {'calls':>9} {'self ms':>10} {'self %':>6} {'total ms':>10} "
                  f"{'mean us':>10}")
     for name, (n, total, self_time) in ops:

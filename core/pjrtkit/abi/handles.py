@@ -48,19 +48,19 @@ class Ref:
     ``fill``. ``c`` is the struct, once a handle exists.
     """
 
-    __slots__ = ("obj", "_c", "c")
+    __slots__ = ("obj", "c_cache", "c")
     KIND: int = lib.PJRTKIT_KIND_DEAD
     CTYPE: str = "pjrtkit_plain"
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
-        cls._CTYPE_PTR = ffi.typeof(f"{cls.CTYPE}*")
+        cls.CTYPE_PTR = ffi.typeof(f"{cls.CTYPE}*")
         if cls.KIND:
             _KIND_NAMES[cls.KIND] = cls.__name__
 
     def __init__(self, obj: Any):
         self.obj = obj
-        self._c: dict[Any, Any] | None = None  # made on first use: most buffers never need it
+        self.c_cache: dict[Any, Any] | None = None  # made on first use: most buffers never need it
         self.c = None
 
     def fill(self, c: Any) -> None:
@@ -73,7 +73,7 @@ class Ref:
         ``fill`` writes every fact of the struct, each one separately guarded: a fact that
         cannot be computed is left unknown (-1 or NULL), and Python answers its query (and
         reports the failure) as before."""
-        c = ffi.new(self._CTYPE_PTR)
+        c = ffi.new(self.CTYPE_PTR)
         handle = ffi.new_handle(self)
         head = c.head
         head.kind = self.KIND
@@ -84,12 +84,12 @@ class Ref:
 
     def cached(self, key: Any, make: Callable[[], Any]) -> Any:
         """The value C sees for ``key``, built once; it lives as long as this Ref."""
-        cache = self._c
+        cache = self.c_cache
         if cache is None:
             with _cache_lock:  # two threads must not make two caches (one would be lost)
-                if self._c is None:
-                    self._c = {}
-                cache = self._c
+                if self.c_cache is None:
+                    self.c_cache = {}
+                cache = self.c_cache
         try:
             return cache[key]
         except KeyError:
@@ -426,7 +426,7 @@ def _new_buffer_ref(buffer: Any, client: ClientRef) -> BufferRef:
     """``BufferRef(buffer, client)`` without the constructor chain (one per execution output)."""
     ref = _BUFFER_REF_NEW(BufferRef)
     ref.obj = buffer
-    ref._c = None
+    ref.c_cache = None
     ref.c = None
     ref.client = client
     return ref
@@ -469,7 +469,7 @@ class OutputHandles:
                         ref.c.head.kind = BufferRef.KIND
                         return BUFFERS.readopt(ptr, handle)
             ref = _new_buffer_ref(buffer, self.client)
-            c = ffi.new(BufferRef._CTYPE_PTR, known[4][0])
+            c = ffi.new(BufferRef.CTYPE_PTR, known[4][0])
             handle = ffi.new_handle(ref)
             c.head.ref = handle
             ref.c = c
@@ -479,7 +479,7 @@ class OutputHandles:
         c = ffi.from_handle(ffi.cast(_HEAD, ptr).ref).c
         if c.device != NULL and c.memory != NULL and c.element_type >= 0 \
                 and c.on_device_size_in_bytes >= 0:
-            template = ffi.new(BufferRef._CTYPE_PTR, c[0])
+            template = ffi.new(BufferRef.CTYPE_PTR, c[0])
             template.head.ref = NULL
             self._templates[slot] = (buffer.device, buffer.memory, buffer.dtype,
                                      c.on_device_size_in_bytes, template)
@@ -492,7 +492,7 @@ class OutputHandles:
     def give_back(self, ref: BufferRef, handle: Any, ptr: Any) -> None:
         """A handle C destroyed (and Python finished): keep it for reuse, up to a few."""
         ref.obj = None  # the runtime Buffer is gone
-        ref._c = None
+        ref.c_cache = None
         spare = self._spare.setdefault(ref.recycle[1], [])
         if len(spare) < self.SPARE_PER_SLOT:
             spare.append((ref, handle, ptr))

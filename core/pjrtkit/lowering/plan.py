@@ -41,7 +41,7 @@ class Plan:
     """
 
     __slots__ = ("num_slots", "arg_slots", "steps", "result_slots", "constants", "name",
-                 "_template", "_run", "source")
+                 "template", "_run", "source")
 
     def __init__(self, name: str, num_slots: int, arg_slots: tuple[int, ...],
                  steps: list[tuple[Kernel, tuple[int, ...], tuple[int, ...], Op]],
@@ -53,9 +53,9 @@ class Plan:
         self.steps = steps
         self.result_slots = result_slots
         self.constants = constants
-        self._template = [None] * num_slots
+        self.template = [None] * num_slots
         for slot, value in constants.items():
-            self._template[slot] = value
+            self.template[slot] = value
         self._run, self.source = _generate(name, arg_slots, steps, result_slots, constants, codes)
 
     def __call__(self, *args):

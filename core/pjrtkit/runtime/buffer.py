@@ -111,7 +111,7 @@ class Buffer:
     def destroy(self) -> None:
         # delete() in one critical section when the contents are already final (every
         # execution output that jaxlib drops comes through here).
-        if not self.ready._ready:
+        if not self.ready._ready:  # noqa: SLF001 - Event is runtime's; no property on the hot path
             self.delete()
             return
         with self._lock:

@@ -27,12 +27,13 @@ class Event:
 
     @classmethod
     def completed(cls, error: PjrtError | None = None) -> "Event":
+        # The class fills its own fresh instance: no __init__, so no lock or list per event.
         event = cls.__new__(cls)
-        event._ready = True
-        event._error = error
-        event._callbacks = None
-        event._lock = _COMPLETED_LOCK
-        event._waiters = []
+        event._ready = True  # noqa: SLF001
+        event._error = error  # noqa: SLF001
+        event._callbacks = None  # noqa: SLF001
+        event._lock = _COMPLETED_LOCK  # noqa: SLF001
+        event._waiters = []  # noqa: SLF001
         return event
 
     def set(self, error: PjrtError | None = None) -> None:

@@ -10,7 +10,7 @@ The loader decodes every MLIR attribute into plain Python:
 | StringAttr / FlatSymbolRefAttr               | ``str``                                      |
 | ArrayAttr / DictAttr                         | ``tuple`` / ``dict`` of decoded values       |
 | TypeAttr                                     | the decoded type (TensorType, ...)          |
-| #stablehlo.comparison_direction<LT>          | ``"LT"`` (likewise comparison_type "FLOAT", "TOTALORDER", "SIGNED", "UNSIGNED", "NOTYPE"; precision "DEFAULT"; rng_algorithm "DEFAULT"/"THREE_FRY"/"PHILOX"; fft_type "FFT"...; transpose) |
+| #stablehlo.comparison_direction<LT>          | ``"LT"`` (enums decode to their name, below) |
 | #stablehlo.dot<...>                          | ``DotDimensionNumbers``                      |
 | #stablehlo.conv<...>                         | ``ConvDimensionNumbers``                     |
 | #stablehlo.gather<...>                       | ``GatherDimensionNumbers``                   |
@@ -18,7 +18,9 @@ The loader decodes every MLIR attribute into plain Python:
 | #stablehlo.output_operand_alias<...>         | ``OutputOperandAlias``                       |
 | anything else                                | ``OpaqueAttribute(text)``                    |
 
-Field names follow the StableHLO specification.
+Enums decode to their names: comparison_type "FLOAT", "TOTALORDER", "SIGNED", "UNSIGNED",
+"NOTYPE"; precision "DEFAULT"; rng_algorithm "DEFAULT"/"THREE_FRY"/"PHILOX"; fft_type "FFT"...;
+transpose. Field names follow the StableHLO specification.
 """
 from __future__ import annotations
 

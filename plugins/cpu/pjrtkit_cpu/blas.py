@@ -40,7 +40,7 @@ def _blas():
                     from threadpoolctl import ThreadpoolController
                     found = [c for c in ThreadpoolController().lib_controllers
                              if c.user_api == "blas"]
-                except Exception:  # no threadpoolctl or an unknown BLAS: leave BLAS alone
+                except Exception:  # noqa: BLE001 - no threadpoolctl or an unknown BLAS: leave BLAS alone
                     found = []
                 _controllers = [(c, c.num_threads) for c in found]
     return _controllers
@@ -112,7 +112,8 @@ def spare_cores() -> int:
     OpenBLAS's threads wait for each other by spinning: a helper thread that another process
     keeps off its core stalls every multi-threaded call (with a load of ~5 on 2 cores the
     convnet's 5x5 layer took a median 124 ms on two threads, 31 ms on one). So contractions
-    only widen onto cores that were idle. Our own threads (BLAS helpers spinning, XLA's pool) do not count as load.
+    only widen onto cores that were idle. Our own threads (BLAS helpers spinning, XLA's pool)
+    do not count as load.
     Without /proc/stat (not Linux) every core counts as spare.
     """
     global _sample
