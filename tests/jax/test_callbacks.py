@@ -11,7 +11,6 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax.experimental import io_callback
-from test_jax_end_to_end import run_python
 
 from pjrtkit import callbacks
 from pjrtkit.errors import FailedPrecondition
@@ -264,7 +263,7 @@ def test_every_callback_primitive_of_this_jax_has_a_rule():
     assert names == ["debug_callback", "debug_print", "io_callback", "pure_callback"]
 
 
-def test_without_the_cpu_platform_callbacks_get_arrays_on_the_pjrtkit_device():
+def test_without_the_cpu_platform_callbacks_get_arrays_on_the_pjrtkit_device(run_python):
     """With JAX_PLATFORMS=pjrtkit_cpu alone (no JAX cpu device to place arguments on, which JAX's
     own GPU/TPU backends require) pjrtkit_cpu, being like cpu, hosts the callback's arrays
     itself; what is printed and returned is what XLA's cpu gives for the same program."""
@@ -293,7 +292,7 @@ def test_without_the_cpu_platform_callbacks_get_arrays_on_the_pjrtkit_device():
     assert "callback argument on pjrtkit_cpu" in ours.stdout
 
 
-def test_a_callback_in_a_program_over_two_devices_is_refused_when_lowering():
+def test_a_callback_in_a_program_over_two_devices_is_refused_when_lowering(run_python):
     out = run_python("""
         import jax, jax.numpy as jnp, numpy as np
         from jax.sharding import NamedSharding, PartitionSpec as P

@@ -6,7 +6,6 @@ import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 import pytest
-from test_jax_end_to_end import run_python
 
 DTYPES = [np.float32, np.float16, np.int32, np.int8, np.uint8, np.bool_]
 
@@ -90,7 +89,7 @@ def test_other_platforms_keep_jaxs_own_dlpack(devices):
     assert y.devices() == {reference}  # JAX's default: the producer's own (cpu) device
 
 
-def test_with_only_the_pjrtkit_platform_import_lands_on_it():
+def test_with_only_the_pjrtkit_platform_import_lands_on_it(run_python):
     # JAX loads pjrtkit when it starts its backends (here: jax.devices()); a from_dlpack that is
     # the process's very first JAX call runs before the extension exists.
     out = run_python("""
