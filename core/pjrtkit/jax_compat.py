@@ -71,6 +71,17 @@ def support_problem(jax_version: str | None = None) -> str | None:
             "see 'JAX versions' in pjrtkit's README")
 
 
+def xla_integer_power_uses_every_exponent_bit() -> bool:
+    """How the installed XLA CPU backend (the reference) computes integer ``stablehlo.power``.
+
+    Up to jaxlib 0.11 it squares over the low 6 exponent bits only, and an unsigned exponent
+    with its top bit set counts as negative; from 0.12 it is exact exponentiation modulo 2^bits
+    over every exponent bit. pjrtkit_cpu implements the former, so on 0.12 its integer power
+    differs from XLA's for exponents of 64 and more (JAX's own API never emits integer power).
+    """
+    return version_tuple(installed_versions()["jaxlib"])[:2] >= (0, 12)
+
+
 # -- registering a platform ----------------------------------------------------------------
 
 

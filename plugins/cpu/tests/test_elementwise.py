@@ -16,6 +16,7 @@ from jax import lax
 from jax.extend.core import Primitive
 from jax.interpreters import mlir
 from jaxlib.mlir import ir
+from pjrtkit import jax_compat
 
 from jax._src.core import ShapedArray  # noqa: E402  (no public constructor for avals)
 
@@ -167,13 +168,20 @@ INT_BINARY = ["add", "subtract", "multiply", "divide", "remainder", "power", "ma
               "minimum", "and", "or", "xor", "shift_left", "shift_right_arithmetic",
               "shift_right_logical"]
 BOOL_BINARY = ["add", "multiply", "maximum", "minimum", "and", "or", "xor"]
+# Known difference, not a pass: jaxlib 0.12's XLA changed integer power (see jax_compat).
+XLA_CHANGED_INTEGER_POWER = pytest.mark.xfail(
+    jax_compat.xla_integer_power_uses_every_exponent_bit(), strict=True,
+    reason="jaxlib >= 0.12: XLA's integer power uses every exponent bit; pjrtkit_cpu follows "
+           "jaxlib <= 0.11 (low 6 bits)")
 BINARY_CASES = ([(op, FLOATS, False) for op in FLOAT_BINARY]
                 + [(op, INTS + BOOL if op in BOOL_BINARY else INTS, True) for op in INT_BINARY])
 
 
 @pytest.mark.parametrize("op,dtypes,exact", BINARY_CASES,
                          ids=[f"{o}-{'float' if d is FLOATS else 'int'}" for o, d, _ in BINARY_CASES])
-def test_binary(check, rng, op, dtypes, exact):
+def test_binary(check, rng, request, op, dtypes, exact):
+    if op == "power" and exact:
+        request.applymarker(XLA_CHANGED_INTEGER_POWER)
     check_op(check, rng, op, dtypes, 2, exact=exact)
 
 
@@ -227,6 +235,7 @@ def test_shift_amounts_at_and_past_width(check, rng, op):
     check_cases(check, cases, lambda x, s: hlo(op, x, s))
 
 
+@XLA_CHANGED_INTEGER_POWER
 def test_integer_power_edge_cases(check):
     """XLA squares over the low 6 exponent bits only; negative exponents give 0 unless the
     base is 1 or -1 (and unsigned exponents with the top bit set count as negative)."""
