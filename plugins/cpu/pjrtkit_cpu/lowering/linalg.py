@@ -92,7 +92,9 @@ def batched(op, per_matrix: Callable[..., tuple | None]):
     batch = tuple(op.operands[0].type.shape[:-2])
 
     def kernel(*operands):
-        outs = [np.empty(shape, dtype) for shape, dtype in results]
+        # Integer results (pivots) are zero, never garbage, should a matrix fail.
+        outs = [np.empty(shape, dtype) if dtype.kind in "fc" else np.zeros(shape, dtype)
+                for shape, dtype in results]
         for index in np.ndindex(*batch):
             values = per_matrix(*(x[index] for x in operands))
             for out, value in zip(outs, values or [None] * len(outs)):
