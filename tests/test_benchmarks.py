@@ -109,14 +109,16 @@ def test_quick_timing_path_with_only_and_repeats(tmp_path):
 
 
 def test_a_mismatch_is_reported_and_fails_the_run(tmp_path):
-    # A workload that computes something else on any platform but XLA's cpu.
+    # A workload that computes something else on pjrtkit_cpu than on XLA's cpu (pjrtkit_cpu is
+    # like cpu, so only a branch named after it differs).
     code = textwrap.dedent("""
         import sys
         import numpy as np
         from jax import lax
         import benchmarks.workloads as w
         def make(size):
-            fn = lambda x: lax.platform_dependent(x, cpu=lambda x: x, default=lambda x: x + 1)
+            fn = lambda x: lax.platform_dependent(x, cpu=lambda x: x, pjrtkit_cpu=lambda x: x + 1,
+                                                  default=lambda x: x + 1)
             return fn, (np.zeros(3, np.float32),)
         w.WORKLOADS[:] = [w.Workload("broken_dispatch", "differs on purpose", 2.0, make)]
         from benchmarks.__main__ import main
