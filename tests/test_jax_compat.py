@@ -175,6 +175,9 @@ MAY_USE_JAX_PRIVATES = {
     "core/pjrtkit/jax_callbacks.py",
     "core/pjrtkit/jax_dlpack.py",
     "core/pjrtkit/jax_platform_like.py",
+    # The jax-tests runner's pytest plugin imports JAX's own test_util, which defines the
+    # jax_test_dut flag JAX's test files read (it runs only inside JAX's test environment).
+    "core/pjrtkit/testing/jax_tests/pytest_plugin.py",
 }
 
 

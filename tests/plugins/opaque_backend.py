@@ -173,11 +173,17 @@ def pjrtkit_copy_buffer(payload, src_device, src_memory_kind, dst_device, dst_me
     return Opaque(payload.values, payload.shape, payload.dtype)  # values are immutable
 
 
+class OpaqueExecutable:
+    """The compiled program (``pjrtkit.types.PluginExecutable``): a plan over opaque payloads."""
+
+    def __init__(self, plan):
+        self.plan = plan
+
+    def execute(self, arguments, devices):
+        return [list(self.plan(*args)) for args in arguments]
+
+
 @hookimpl
 def pjrtkit_compile(program, options, devices):
-    return CompiledProgram(executable=build_plan(program, RULES), cost=estimate_cost(program))
-
-
-@hookimpl
-def pjrtkit_execute(executable, arguments, devices):
-    return [list(executable(*args)) for args in arguments]
+    return CompiledProgram(executable=OpaqueExecutable(build_plan(program, RULES)),
+                           cost=estimate_cost(program))

@@ -26,13 +26,17 @@ from pjrtkit import hookimpl
 from pjrtkit.errors import Unimplemented
 from pjrtkit.lowering.plan import build_plan
 from pjrtkit.lowering.registry import LoweringRegistry
+from pjrtkit.reference.payloads import NumpyPayloads
 from pjrtkit.stablehlo.cost import estimate_cost
 from pjrtkit.types import Capabilities, CompiledProgram, DeviceSpec, PlatformInfo, Topology
 
 PLATFORM = "pjrtkit_template"
 
 # -- lowering rules: each runs once at compile time and returns the kernel execute calls ---------
-RULES = LoweringRegistry(PLATFORM, dtypes=(np.float32, np.int32))
+# Constants (and folding constant subexpressions at build time) come from the registry's
+# payloads: NumPy arrays here, as in the reference rules.
+RULES = LoweringRegistry(PLATFORM, dtypes=(np.dtype(np.float32), np.dtype(np.int32)),
+                         payloads=NumpyPayloads())
 
 BINARY = {"stablehlo.add": np.add, "stablehlo.subtract": np.subtract,
           "stablehlo.multiply": np.multiply}
@@ -64,13 +68,6 @@ def broadcast_in_dim(op, ctx):
     return lambda x: (np.broadcast_to(np.reshape(x, expanded), shape).copy(),)
 
 
-@RULES.register("stablehlo.constant")
-def constant(op, ctx):
-    result = op.results[0].type
-    value = np.array(np.broadcast_to(op.attributes["value"], result.shape), dtype=result.dtype)
-    return lambda: (value,)
-
-
 # -- the hooks ------------------------------------------------------------------------------------
 @hookimpl
 def pjrtkit_platform():
@@ -79,7 +76,7 @@ def pjrtkit_platform():
 
 @hookimpl
 def pjrtkit_capabilities():
-    return Capabilities(dtypes={np.dtype(d).name for d in RULES.dtypes}, ops=set(RULES.rules),
+    return Capabilities(dtypes={np.dtype(d).name for d in RULES.dtypes}, ops=RULES.op_names,
                         custom_call_targets=set(), features={"compile_only_topologies"})
 
 

@@ -21,12 +21,10 @@ from typing import Any
 from pjrtkit import profiling
 from pjrtkit.errors import Internal, PjrtError, Unimplemented
 from pjrtkit.lowering.payloads import Payloads
-from pjrtkit.lowering.registry import Kernel, LoweringContext, LoweringRegistry
+from pjrtkit.lowering.registry import CONSTANT, Kernel, LoweringContext, LoweringRegistry
 from pjrtkit.stablehlo.ir import (TERMINATORS, Block, Op, Program, Region, TensorType, Value,
                                   free_values)
 
-# Constants are not rules: the backend's payloads make them (``Payloads.make_constant``).
-CONSTANT = "stablehlo.constant"
 
 _CHECK_KERNELS = os.environ.get("PJRTKIT_CHECK_KERNELS", "") not in ("", "0")
 

@@ -28,6 +28,8 @@ if TYPE_CHECKING:
 Kernel = Callable[..., tuple]
 
 CUSTOM_CALL = "stablehlo.custom_call"
+# Not a rule: the plan builder makes constants through the registry's ``Payloads``.
+CONSTANT = "stablehlo.constant"
 
 
 def custom_call_rule(target: str) -> str:
@@ -110,9 +112,11 @@ class LoweringRegistry:
 
     @property
     def op_names(self) -> frozenset[str]:
-        """The op names with a rule (custom-call target rules not included)."""
+        """The op names a plan built with this registry runs: those with a rule (custom-call
+        target rules not included) and ``stablehlo.constant``, which the plan builder makes
+        through the registry's payloads."""
         prefix = custom_call_rule("")
-        return frozenset(name for name in self._rules if not name.startswith(prefix))
+        return frozenset({CONSTANT, *(name for name in self._rules if not name.startswith(prefix))})
 
     @property
     def custom_call_targets(self) -> frozenset[str]:

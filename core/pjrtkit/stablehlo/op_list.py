@@ -43,9 +43,6 @@ KNOWN_MISSING = {
     "stablehlo.unary_einsum": "legacy op; " + _NOT_EMITTED,
     "stablehlo.torch_index_select": "PyTorch frontends' op; " + _NOT_EMITTED,
     "stablehlo.map": _NOT_EMITTED + " (vmap lowers to elementwise ops)",
-    "stablehlo.cholesky": "jnp.linalg.cholesky: no cpu kernel yet (UNIMPLEMENTED)",
-    "stablehlo.triangular_solve": "jax.scipy.linalg.solve_triangular: no cpu kernel yet",
-    "stablehlo.fft": "jnp.fft: no cpu kernel yet (complex numbers)",
     "stablehlo.complex": "lax.complex: complex numbers not supported by the cpu plugin yet",
     "stablehlo.rng": "lax.rng_uniform: no cpu kernel yet (jax.random uses threefry bits)",
     "stablehlo.infeed": "host infeed: not supported",
@@ -91,10 +88,10 @@ def status(op: str, lowered: frozenset[str] | set[str]) -> str:
 
 
 def cpu_lowered_ops() -> frozenset[str]:
-    """The ops the cpu plugin's registry has rules for (its public ``RULES``)."""
+    """The ops a cpu plugin plan runs (its public ``RULES.op_names``: rules and constants)."""
     from pjrtkit_cpu.lowering import RULES
 
-    return frozenset(RULES.rules)
+    return RULES.op_names
 
 
 def generate(lowered: frozenset[str] | None = None) -> str:
