@@ -94,7 +94,8 @@ def run_complex_kernels(registry):
     from pjrtkit.stablehlo.ir import walk_ops
     from pjrtkit.testing.programs import lower_program
 
-    admitted = registry.merged({}, dtypes=(*registry.dtypes, np.complex64, np.complex128))
+    admitted = registry.merged({}, dtypes=(*registry.dtypes, np.dtype(np.complex64),
+                                           np.dtype(np.complex128)))
 
     def run(fn, *args, platform=None):
         if platform is not None:
