@@ -112,3 +112,49 @@ def run_complex_kernels(registry):
         return ours, run_on_xla_cpu(fn, args)
 
     return run
+
+
+# -- fused loops (test_fusion*.py use these through pytestmark) ---------------------------------
+@pytest.fixture
+def private_fusion_cache(tmp_path_factory, monkeypatch):
+    # One cache directory for the session's tests, never the user's.
+    monkeypatch.setenv("PJRTKIT_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "pjrtkit"))
+
+
+@pytest.fixture
+def check_fused(registry, private_fusion_cache):
+    """check_fused(fn, *args, fused=True, inside=()): fuse, plan, run unfused and fused, compare
+    to XLA. ``inside``: op names (without "stablehlo.") that must end up in fused loops."""
+    from pjrtkit.lowering.plan import build_plan
+    from pjrtkit.stablehlo.ir import walk_ops
+    from pjrtkit.testing.programs import lower_program
+
+    from pjrtkit_cpu.fusion import FUSED_OP, cache, fuse_program
+    from pjrtkit_cpu.fusion.kernel import STATS
+
+    def run(fn, *args, fused=True, loosen=1.0, inside=()):
+        program = fuse_program(lower_program(fn, *args))
+        count = sum(op.name == FUSED_OP for op in walk_ops(program))
+        assert (count > 0) == fused, f"expected fused={fused}, found {count} fused ops"
+        in_loops = {inner.name.removeprefix("stablehlo.") for op in walk_ops(program)
+                    if op.name == FUSED_OP for inner in op.regions[0].entry.ops}
+        assert set(inside) <= in_loops, f"not fused: {set(inside) - in_loops}"
+        plan = build_plan(program, registry)
+        flat = [np.asarray(x) for x in jax.tree_util.tree_leaves(args)]
+        ref = run_on_xla_cpu(fn, args)
+        before = dict(STATS)
+        with np.errstate(all="ignore"):
+            first = plan(*flat)
+            cache.wait_all(timeout=120)
+            second = plan(*flat)
+        failed = [f for f in list(cache._futures.values()) if f.done() and f.exception()]  # noqa: SLF001
+        assert not failed, f"a fused loop failed to compile: {failed[0].exception()!r}"
+        for outs in (first, second):
+            assert len(outs) == len(ref)
+            for i, (a, b) in enumerate(zip(outs, ref)):
+                assert_close(np.asarray(a), b, what=f"output {i}", loosen=loosen)
+        if fused:
+            assert STATS["fused"] > before["fused"], "the fused loop never ran"
+        return second
+
+    return run

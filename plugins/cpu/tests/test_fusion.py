@@ -9,79 +9,29 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from pjrtkit.lowering.plan import build_plan
 from pjrtkit.stablehlo.ir import walk_ops
 from pjrtkit.testing.programs import lower_program, run_on_xla_cpu
 from pjrtkit.testing.tolerances import assert_close
 
 from pjrtkit_cpu.fusion import FUSED_OP, cache, fuse_program
-from pjrtkit_cpu.fusion.groups import MIN_ELEMENTS
 from pjrtkit_cpu.fusion.kernel import STATS
 
-ROWS, COLS = 64, 512  # 32k elements: above MIN_ELEMENTS
-assert ROWS * COLS >= MIN_ELEMENTS
+from fusion_support import COLS, ROWS, layernorm, normal
 
-
-@pytest.fixture(autouse=True)
-def _private_cache(tmp_path_factory, monkeypatch):
-    # One cache directory for the session's tests, never the user's.
-    monkeypatch.setenv("PJRTKIT_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "pjrtkit"))
-
-
-@pytest.fixture
-def check_fused(registry):
-    """check_fused(fn, *args, fused=True, inside=()): fuse, plan, run unfused and fused, compare
-    to XLA. ``inside``: op names (without "stablehlo.") that must end up in fused loops."""
-
-    def run(fn, *args, fused=True, loosen=1.0, inside=()):
-        program = fuse_program(lower_program(fn, *args))
-        count = sum(op.name == FUSED_OP for op in walk_ops(program))
-        assert (count > 0) == fused, f"expected fused={fused}, found {count} fused ops"
-        in_loops = {inner.name.removeprefix("stablehlo.") for op in walk_ops(program)
-                    if op.name == FUSED_OP for inner in op.regions[0].entry.ops}
-        assert set(inside) <= in_loops, f"not fused: {set(inside) - in_loops}"
-        plan = build_plan(program, registry)
-        flat = [np.asarray(x) for x in jax.tree_util.tree_leaves(args)]
-        ref = run_on_xla_cpu(fn, args)
-        before = dict(STATS)
-        with np.errstate(all="ignore"):
-            first = plan(*flat)
-            cache.wait_all(timeout=120)
-            second = plan(*flat)
-        failed = [f for f in list(cache._futures.values()) if f.done() and f.exception()]  # noqa: SLF001
-        assert not failed, f"a fused loop failed to compile: {failed[0].exception()!r}"
-        for outs in (first, second):
-            assert len(outs) == len(ref)
-            for i, (a, b) in enumerate(zip(outs, ref)):
-                assert_close(np.asarray(a), b, what=f"output {i}", loosen=loosen)
-        if fused:
-            assert STATS["fused"] > before["fused"], "the fused loop never ran"
-        return second
-
-    return run
-
-
-def _normal(rng, *shape, dtype=np.float32):
-    return rng.standard_normal(shape).astype(dtype)
+pytestmark = pytest.mark.usefixtures("private_fusion_cache")
 
 
 # -- floats ---------------------------------------------------------------------------------
 
-def layernorm(x, g, b):
-    m = x.mean(-1, keepdims=True)
-    v = ((x - m) ** 2).mean(-1, keepdims=True)
-    return (x - m) * jax.lax.rsqrt(v + 1e-5) * g + b
-
-
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_layernorm(check_fused, rng, dtype):
-    x = _normal(rng, ROWS, COLS, dtype=dtype) * 3 + 1
-    check_fused(layernorm, x, _normal(rng, COLS, dtype=dtype), _normal(rng, COLS, dtype=dtype),
+    x = normal(rng, ROWS, COLS, dtype=dtype) * 3 + 1
+    check_fused(layernorm, x, normal(rng, COLS, dtype=dtype), normal(rng, COLS, dtype=dtype),
                 inside={"reduce"})
 
 
 def test_gelu_tanh_and_erf(check_fused, rng):
-    x = _normal(rng, ROWS, COLS) * 4
+    x = normal(rng, ROWS, COLS) * 4
 
     def fn(x):
         return jax.nn.gelu(x, approximate=True), jax.nn.gelu(x, approximate=False)
@@ -90,14 +40,14 @@ def test_gelu_tanh_and_erf(check_fused, rng):
 
 
 def test_softmax_and_logistic(check_fused, rng):
-    x = _normal(rng, ROWS, COLS) * 10
+    x = normal(rng, ROWS, COLS) * 10
     check_fused(lambda x: (jax.nn.softmax(x, axis=-1), jax.nn.sigmoid(x) * x), x,
                 inside={"exponential", "reduce"})
 
 
 def test_sgd_update(check_fused, rng):
-    params = {"w": _normal(rng, ROWS, COLS), "b": _normal(rng, COLS * 32)}
-    grads = {"w": _normal(rng, ROWS, COLS), "b": _normal(rng, COLS * 32)}
+    params = {"w": normal(rng, ROWS, COLS), "b": normal(rng, COLS * 32)}
+    grads = {"w": normal(rng, ROWS, COLS), "b": normal(rng, COLS * 32)}
 
     def sgd(p, g, lr):
         return jax.tree_util.tree_map(lambda a, b: a - lr * b * 0.5 + 1e-4 * a, p, g)
@@ -106,7 +56,7 @@ def test_sgd_update(check_fused, rng):
 
 
 def test_nan_inf_maximum_minimum_signed_zeros(check_fused, rng):
-    x = _normal(rng, ROWS, COLS)
+    x = normal(rng, ROWS, COLS)
     specials = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1e38, -1e-30], np.float32)
     x.reshape(-1)[: 7 * 100] = np.tile(specials, 100)
     y = np.roll(x, 3)
@@ -120,9 +70,9 @@ def test_nan_inf_maximum_minimum_signed_zeros(check_fused, rng):
 
 
 def test_mixed_scalar_and_broadcast_operands(check_fused, rng):
-    x = _normal(rng, ROWS, COLS)
-    col = _normal(rng, ROWS, 1)
-    row = _normal(rng, COLS)
+    x = normal(rng, ROWS, COLS)
+    col = normal(rng, ROWS, 1)
+    row = normal(rng, COLS)
 
     def fn(x, col, row, s):
         return (x * s + col) / (jnp.abs(row) + 1.0) - jnp.float32(2) * s
@@ -131,7 +81,7 @@ def test_mixed_scalar_and_broadcast_operands(check_fused, rng):
 
 
 def test_float_to_int_conversion_saturates(check_fused, rng):
-    x = _normal(rng, ROWS, COLS) * 3e9
+    x = normal(rng, ROWS, COLS) * 3e9
     x.reshape(-1)[:4] = [np.nan, np.inf, -np.inf, -0.7]
 
     def fn(x):
@@ -183,7 +133,7 @@ def test_threefry_bits_and_normal(check_fused):
 
 
 def test_compare_select_chain(check_fused, rng):
-    x = _normal(rng, ROWS, COLS)
+    x = normal(rng, ROWS, COLS)
     i = rng.integers(-5, 5, (ROWS, COLS)).astype(np.int32)
 
     def fn(x, i):
@@ -199,7 +149,7 @@ def test_inside_while_loop(check_fused, rng, monkeypatch):
     from pjrtkit_cpu.loops import native
 
     monkeypatch.setattr(native, "ENABLED", False)
-    x = _normal(rng, ROWS, COLS)
+    x = normal(rng, ROWS, COLS)
 
     def fn(x):
         def body(i, x):
@@ -211,7 +161,7 @@ def test_inside_while_loop(check_fused, rng, monkeypatch):
 
 
 def test_small_programs_stay_unfused(check_fused, rng):
-    x = _normal(rng, 8, 8)
+    x = normal(rng, 8, 8)
     check_fused(lambda x: jnp.exp(x) * 2 + 1, x, fused=False)
 
 
@@ -238,16 +188,16 @@ def test_layernorm_sized_program_is_fused_through_the_plugin():
 def test_fusion_can_be_disabled(monkeypatch, rng):
     import pjrtkit_cpu.fusion as fusion
 
-    program = lower_program(lambda x: x * 2 + 1, _normal(rng, ROWS, COLS))
+    program = lower_program(lambda x: x * 2 + 1, normal(rng, ROWS, COLS))
     assert fusion.maybe_fuse(program) is not program
     monkeypatch.setattr(fusion, "ENABLED", False)  # what PJRTKIT_CPU_FUSION=0 sets at import
     assert fusion.maybe_fuse(program) is program
 
 
 def test_rank3_broadcasts_along_every_axis(check_fused, rng):
-    x = _normal(rng, 8, 64, 64)
-    a, b, c = _normal(rng, 8, 1, 1), _normal(rng, 1, 64, 1), _normal(rng, 64)
-    v = _normal(rng, 8 * 64 * 64)
+    x = normal(rng, 8, 64, 64)
+    a, b, c = normal(rng, 8, 1, 1), normal(rng, 1, 64, 1), normal(rng, 64)
+    v = normal(rng, 8 * 64 * 64)
 
     def fn(x, a, b, c, v):
         return (x * a - b) * c + jnp.maximum(x, b), jnp.minimum(v * 2, v[:1]) - 1
@@ -259,7 +209,7 @@ def test_group_around_an_outside_reduce_is_reordered(check_fused, rng):
     """a feeds a reduce and, independently, more elementwise ops of its group; the group's
     last member sits after the reduce in the program, so the fused op must move before it, and
     the op that needs both starts a second group rather than closing a cycle."""
-    x = _normal(rng, ROWS, COLS)
+    x = normal(rng, ROWS, COLS)
 
     def fn(x):
         a = x * 2 + 1
@@ -274,7 +224,7 @@ def test_group_around_an_outside_reduce_is_reordered(check_fused, rng):
 def test_clamp_fuses(check_fused, rng, dtype):
     """clamp(lo, x, hi) is one op of the group, with max/min's NaN and signed-zero rules."""
     if np.dtype(dtype).kind == "f":
-        x = _normal(rng, ROWS, COLS, dtype=dtype) * 2
+        x = normal(rng, ROWS, COLS, dtype=dtype) * 2
         x[0, :4] = [np.nan, -0.0, 0.0, np.inf]
         low, high = dtype(-1.0), dtype(0.5)
     else:
@@ -286,6 +236,6 @@ def test_clamp_fuses(check_fused, rng, dtype):
 
 def test_saturating_convert_to_uint64_matches_xla(check_fused, rng):
     # the largest uint64 is the bound a too-large float saturates to (one literal formatter)
-    x = _normal(rng, ROWS, COLS) * np.float32(1e19)
+    x = normal(rng, ROWS, COLS) * np.float32(1e19)
     x[0, :3] = [np.inf, np.nan, -np.inf]
     check_fused(lambda x: (x * 2).astype(jnp.uint64), x)

@@ -9,11 +9,13 @@ import numpy as np
 import pytest
 
 from pjrtkit.stablehlo.ir import walk_ops
-from pjrtkit.testing.programs import lower_program, run_on_xla_cpu
+from pjrtkit.testing.programs import lower_program
 
 from pjrtkit_cpu.fusion import FUSED_OP, fuse_program
 
-from test_fusion import COLS, ROWS, _normal, _private_cache, check_fused  # noqa: F401
+from fusion_support import COLS, ROWS, normal
+
+pytestmark = pytest.mark.usefixtures("private_fusion_cache")
 
 
 def _fused_inner_ops(fn, *args) -> list[set[str]]:
@@ -26,7 +28,7 @@ def _fused_inner_ops(fn, *args) -> list[set[str]]:
 def test_sum_of_long_rows_matches_xla(check_fused, rng, dtype):
     # 1024-element rows with a large common offset: a sequential f32 sum would drift by many
     # ulps; the blocked (vector-lane) sum stays within the tolerance of XLA's.
-    x = _normal(rng, ROWS // 2, 1024, dtype=dtype) * 3 + 100
+    x = normal(rng, ROWS // 2, 1024, dtype=dtype) * 3 + 100
 
     def fn(x):
         return jnp.sum(x * 1.5, axis=-1), jnp.mean(jnp.square(x - 100), axis=-1)
@@ -36,7 +38,7 @@ def test_sum_of_long_rows_matches_xla(check_fused, rng, dtype):
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_max_min_reductions_of_infinities_and_signed_zeros(check_fused, rng, dtype):
-    x = _normal(rng, ROWS, COLS, dtype=dtype)
+    x = normal(rng, ROWS, COLS, dtype=dtype)
     x[2, :] = -0.0
     x[2, 100] = 0.0
     x[3, :] = 0.0
@@ -53,7 +55,7 @@ def test_max_min_reductions_of_infinities_and_signed_zeros(check_fused, rng, dty
 
 
 def test_reduction_and_elementwise_outputs_of_one_loop(check_fused, rng):
-    x = _normal(rng, ROWS, COLS)
+    x = normal(rng, ROWS, COLS)
 
     def fn(x):
         e = jnp.exp(x * 0.5) - 1
@@ -63,7 +65,7 @@ def test_reduction_and_elementwise_outputs_of_one_loop(check_fused, rng):
 
 
 def test_rank1_reduction_to_a_scalar_with_an_init_value(check_fused, rng):
-    x = _normal(rng, ROWS * COLS)
+    x = normal(rng, ROWS * COLS)
 
     def fn(x):
         return (jax.lax.reduce(x * 2 + 1, np.float32(5), jax.lax.add, (0,)),
@@ -73,7 +75,7 @@ def test_rank1_reduction_to_a_scalar_with_an_init_value(check_fused, rng):
 
 
 def test_reductions_over_outer_axes_stay_unfused(check_fused, rng):
-    x = _normal(rng, ROWS, COLS)
+    x = normal(rng, ROWS, COLS)
 
     def fn(x):
         return jnp.sum(x * 2 + 1, axis=0), jnp.sum(x * 3 - 1, axis=(0, 1))
@@ -83,7 +85,7 @@ def test_reductions_over_outer_axes_stay_unfused(check_fused, rng):
 
 
 def test_softmax_reads_its_reductions_back_without_a_cycle(check_fused, rng):
-    x = _normal(rng, 8, 4, 64, 64) * 5
+    x = normal(rng, 8, 4, 64, 64) * 5
 
     def fn(x):
         m = jnp.max(x, axis=-1, keepdims=True)
@@ -95,7 +97,7 @@ def test_softmax_reads_its_reductions_back_without_a_cycle(check_fused, rng):
 
 def test_single_select_of_a_broadcast_mask_is_fused(check_fused, rng):
     mask = rng.random((64, 64)) > 0.5
-    x = _normal(rng, 8, 4, 64, 64)
+    x = normal(rng, 8, 4, 64, 64)
 
     def fn(mask, x):
         return jnp.where(mask, x, np.float32(-1e9))
@@ -104,7 +106,7 @@ def test_single_select_of_a_broadcast_mask_is_fused(check_fused, rng):
 
 
 def test_float64_transcendentals_stay_unfused(check_fused, rng):
-    x = _normal(rng, ROWS, COLS, dtype=np.float64)
+    x = normal(rng, ROWS, COLS, dtype=np.float64)
 
     def fn(x):
         return jnp.exp(x * 2 + 1) * 3 - 1
@@ -124,7 +126,7 @@ def test_max_min_reductions_follow_the_spec_on_nan_and_signed_zeros(registry, rn
     from pjrtkit_cpu.fusion import cache
     from pjrtkit_cpu.fusion.kernel import STATS
 
-    x = _normal(rng, ROWS, COLS, dtype=dtype)
+    x = normal(rng, ROWS, COLS, dtype=dtype)
     x[0, 7] = np.nan
     x[1, 3] = -np.nan
     x[2, COLS - 1] = np.nan
@@ -156,10 +158,10 @@ def test_max_min_reductions_follow_the_spec_on_nan_and_signed_zeros(registry, rn
 def test_transposed_operands_are_read_in_place(check_fused, rng):
     """A transpose feeding the group is absorbed (its operand read with permuted strides, no
     copy), also when the group itself produced that operand (square: it cannot join)."""
-    a = _normal(rng, 512, 96)
-    b = _normal(rng, 96, 512)
-    s = _normal(rng, 192, 192)
-    c = _normal(rng, 8, 16, 32, 8)
+    a = normal(rng, 512, 96)
+    b = normal(rng, 96, 512)
+    s = normal(rng, 192, 192)
+    c = normal(rng, 8, 16, 32, 8)
 
     def fn(a, b, s, c):
         y = s * 2 + 1

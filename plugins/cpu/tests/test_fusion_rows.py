@@ -17,7 +17,9 @@ from pjrtkit.testing.programs import lower_program
 from pjrtkit_cpu.fusion import FUSED_OP, fuse_program, rows
 from pjrtkit_cpu.fusion.kernel import stage_parts
 
-from test_fusion import COLS, ROWS, _normal, _private_cache, check_fused, layernorm  # noqa: F401
+from fusion_support import COLS, ROWS, layernorm, normal
+
+pytestmark = pytest.mark.usefixtures("private_fusion_cache")
 
 
 def _row_programs(fn, *args) -> list:
@@ -49,8 +51,8 @@ def check_rows(check_fused):
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_layernorm_is_one_row_program(check_rows, rng, dtype):
-    x = _normal(rng, ROWS, COLS, dtype=dtype) * 3 + 1
-    check_rows(layernorm, x, _normal(rng, COLS, dtype=dtype), _normal(rng, COLS, dtype=dtype),
+    x = normal(rng, ROWS, COLS, dtype=dtype) * 3 + 1
+    check_rows(layernorm, x, normal(rng, COLS, dtype=dtype), normal(rng, COLS, dtype=dtype),
                stages=3)
 
 
@@ -58,12 +60,12 @@ def test_layernorm_of_long_rows_with_offset(check_rows, rng):
     # 1024-element rows with a common offset: the mean and variance sums stay within the
     # tolerance of XLA's (the row reductions are those of the separate loops). (A far larger
     # offset makes x - mean ill-conditioned: NumPy's unfused result and XLA's already differ.)
-    x = _normal(rng, 32, 1024) * 3 + 5
-    check_rows(layernorm, x, _normal(rng, 1024), _normal(rng, 1024), stages=3)
+    x = normal(rng, 32, 1024) * 3 + 5
+    check_rows(layernorm, x, normal(rng, 1024), normal(rng, 1024), stages=3)
 
 
 def test_softmax_reads_the_exponentials_from_the_row_buffer(check_rows, rng):
-    x = _normal(rng, ROWS, COLS) * 10
+    x = normal(rng, ROWS, COLS) * 10
     x[3, :] = -np.inf          # a row of -inf: max -inf, exp(nan) -> nan, like XLA
     x[4, 7] = np.inf
     x[5, 9] = np.nan
@@ -74,7 +76,7 @@ def test_softmax_reads_the_exponentials_from_the_row_buffer(check_rows, rng):
 def test_masked_attention_softmax_after_a_call(check_rows, rng):
     # The scaled scores go through jnp.where (a private function, outside every program):
     # the max that reads its result starts a new program rather than joining the scaling.
-    scores = _normal(rng, 2, 4, 64, 64) * 3
+    scores = normal(rng, 2, 4, 64, 64) * 3
     mask = np.tril(np.ones((64, 64), bool))
 
     def fn(s, mask):
@@ -86,7 +88,7 @@ def test_masked_attention_softmax_after_a_call(check_rows, rng):
 def test_rank3_layernorm_with_per_row_outputs(check_rows, rng):
     # Transformer shapes [batch, tokens, features]; the statistics are outputs too (one per
     # row), and a per-row op after the last stage stays outside.
-    x = _normal(rng, 4, 16, COLS) * 2 - 1
+    x = normal(rng, 4, 16, COLS) * 2 - 1
 
     def fn(x, g):
         mean = jnp.mean(x, axis=-1, keepdims=True)
@@ -94,14 +96,14 @@ def test_rank3_layernorm_with_per_row_outputs(check_rows, rng):
         out = (x - mean) * jax.lax.rsqrt(var + 1e-6) * g
         return out, mean[..., 0] * 2, var, jnp.max(out, axis=-1) - 1
 
-    check_rows(fn, x, _normal(rng, COLS), stages=3)
+    check_rows(fn, x, normal(rng, COLS), stages=3)
 
 
 def test_per_row_value_through_an_outside_op_splits_the_program(check_fused, rng):
     # The mean goes through a cumulative sum over rows before the second loop reads it: that
     # op is not per-row, so the loops cannot run row by row (no row program), and the result
     # still matches XLA.
-    x = _normal(rng, ROWS, COLS)
+    x = normal(rng, ROWS, COLS)
 
     def fn(x):
         m = jnp.cumsum(jnp.mean(x, axis=-1, keepdims=True), axis=0)
@@ -112,7 +114,7 @@ def test_per_row_value_through_an_outside_op_splits_the_program(check_fused, rng
 
 
 def test_integer_and_select_per_row_ops(check_rows, rng):
-    x = _normal(rng, ROWS, COLS) * 4
+    x = normal(rng, ROWS, COLS) * 4
 
     def fn(x):
         count = jnp.sum((x > 0).astype(np.float32), axis=-1, keepdims=True)
@@ -127,7 +129,7 @@ def test_jnp_var_is_a_call_each_side_of_which_is_a_row_program(check_fused, rng)
     # jnp.var is a private function: the call is an op outside the program that does not read
     # the program's values, so the mean and the normalization still chain (two stages), and
     # the function's own mean and sum of squares make a second program.
-    x = _normal(rng, 4, 16, COLS)
+    x = normal(rng, 4, 16, COLS)
 
     def fn(x):
         mean = jnp.mean(x, axis=-1, keepdims=True)
@@ -139,15 +141,15 @@ def test_jnp_var_is_a_call_each_side_of_which_is_a_row_program(check_fused, rng)
 
 def test_disabled_row_programs_leave_the_separate_loops(monkeypatch, rng):
     monkeypatch.setattr(rows, "ENABLED", False)
-    x = _normal(rng, ROWS, COLS)
-    assert _row_programs(layernorm, x, _normal(rng, COLS), _normal(rng, COLS)) == []
+    x = normal(rng, ROWS, COLS)
+    assert _row_programs(layernorm, x, normal(rng, COLS), normal(rng, COLS)) == []
 
 
 def test_a_stage_moved_before_its_inputs_is_refused(rng):
     # The generator reads values in member order; a region whose normalizing stage comes
     # before the per-row ops it reads is an error, never a kernel reading stale locals.
-    x = _normal(rng, ROWS, COLS)
-    (op,) = _row_programs(layernorm, x, _normal(rng, COLS), _normal(rng, COLS))
+    x = normal(rng, ROWS, COLS)
+    (op,) = _row_programs(layernorm, x, normal(rng, COLS), normal(rng, COLS))
     block = op.regions[0].entry
     *members, terminator = block.ops
     last = max(i for i, m in enumerate(members) if m.name == FUSED_OP)

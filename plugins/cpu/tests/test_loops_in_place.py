@@ -46,7 +46,9 @@ def test_unrolled_scan_updates_in_place(check, rng, unroll):
     # JAX writes an unrolled step's outputs as one block: one update per iteration
     h0 = rng.standard_normal(3).astype(np.float32)
     xs = rng.standard_normal((7, 3)).astype(np.float32)
-    fn = lambda h0, xs: lax.scan(lambda h, x: (h * 0.5 + x, h * 2), h0, xs, unroll=unroll)
+    def fn(h0, xs):
+        return lax.scan(lambda h, x: (h * 0.5 + x, h * 2), h0, xs, unroll=unroll)
+
     (body,) = while_bodies(lower_program(fn, h0, xs))
     assert len(in_place_positions(body)) == 1
     check(fn, h0, xs)
