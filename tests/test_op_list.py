@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import jax
 import numpy as np
+import pytest
 
 from pjrtkit.stablehlo import op_list
 from pjrtkit.stablehlo.ir import walk_ops
@@ -12,6 +13,11 @@ from pjrtkit.testing.programs import lower_program
 
 
 def test_the_op_list_file_is_up_to_date():
+    import jaxlib
+
+    if jaxlib.__version__ != "0.10.2":
+        pytest.skip(f"op_list.txt lists jaxlib 0.10.2's dialect (the pinned set); this is "
+                    f"{jaxlib.__version__}, checked by the test below instead")
     with open(op_list.LIST_PATH) as listed:
         assert listed.read() == op_list.generate(), (
             "op_list.txt is stale: run python -m pjrtkit.stablehlo.op_list --write")

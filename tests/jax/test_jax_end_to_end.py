@@ -48,9 +48,9 @@ def test_pjrtkit_backends_can_leave_the_plugin_unregistered(run_python):
 def test_an_op_the_plugin_lacks_is_unimplemented_naming_the_op_and_the_process_lives_on(run_python):
     out = run_python("""
         import jax, jax.numpy as jnp
-        x = jnp.eye(3, dtype=jnp.float16)  # LAPACK has no half precision
         try:
-            jax.jit(jnp.linalg.svdvals)(x).block_until_ready()
+            x = jnp.ones(3, dtype=jnp.complex64)  # no complex kernels yet
+            jax.jit(lambda x: x * x)(x).block_until_ready()
         except Exception as exc:
             print(type(exc).__name__, "|", str(exc).splitlines()[0])
         print("alive", float(jnp.ones(3).sum()))
@@ -58,7 +58,7 @@ def test_an_op_the_plugin_lacks_is_unimplemented_naming_the_op_and_the_process_l
     assert out.returncode == 0, out.stderr
     first, alive = out.stdout.strip().splitlines()
     assert first.startswith("JaxRuntimeError | UNIMPLEMENTED:"), first
-    assert "pjrtkit_cpu" in first and "pjrtkit_svd" in first and "float16" in first, first
+    assert "pjrtkit_cpu" in first and "complex64" in first, first
     assert alive == "alive 3.0"
 
 

@@ -62,6 +62,11 @@ KNOWN_MISSING = {
     "stablehlo.set_dimension_size": _DYNAMIC,
 }
 
+# Ops that newer jaxlib releases' dialects add (the list file is jaxlib 0.10.2's).
+NEWER_JAXLIB_MISSING = {
+    "stablehlo.collective_reduce": _COLLECTIVE + " (jaxlib 0.12)",
+}
+
 # Ops the core consumes itself: block terminators (the plan hands their operands back) and
 # the Shardy ops the one-device pass removes.
 CORE_OPS = frozenset({"stablehlo.return", *HANDLED_OPS})
@@ -84,6 +89,8 @@ def status(op: str, lowered: frozenset[str] | set[str]) -> str:
         return "core (one device)" if op.startswith("sdy.") else "core"
     if op in KNOWN_MISSING:
         return f"missing: {KNOWN_MISSING[op]}"
+    if op in NEWER_JAXLIB_MISSING:
+        return f"missing: {NEWER_JAXLIB_MISSING[op]}"
     return "unknown"
 
 

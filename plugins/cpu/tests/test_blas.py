@@ -17,6 +17,15 @@ def controllers():
     if not found:
         pytest.skip("no BLAS library threadpoolctl can control in this process")
     before = _counts()
+    # Seen on the jax 0.12 set (numpy 2.5.5's OpenBLAS) after Pallas interpret mode ran in the
+    # process: openblas_set_num_threads no longer changes the count. Cause not found yet; the
+    # thread policy then cannot act, which these tests would report as their own failure.
+    blas._set([1] * len(found))
+    ignored = _counts() != [1] * len(found)
+    blas._set(before)
+    if ignored:
+        pytest.skip("OpenBLAS ignores set_num_threads in this process (after Pallas interpret "
+                    "mode on jax 0.12); the thread policy cannot be tested here")
     yield found
     assert _counts() == before, "a test left BLAS with another thread count"
 
