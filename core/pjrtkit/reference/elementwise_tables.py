@@ -84,26 +84,24 @@ def float_maximum(a, b):
         if s == 0:
             np.add(r, r.dtype.type(0), out=r)
         return r
-    r = np.maximum(a, b)
-    zero = r == 0
-    if zero.any():
-        zero &= a == b
-        bits = unsigned_of(r.dtype)
-        fixed = np.bitwise_and(np.asarray(a).view(bits), np.asarray(b).view(bits)).view(r.dtype)
-        r = np.where(zero, fixed, r)
-    return r
+    return _signed_zero_ties(np.maximum(a, b), a, b, np.bitwise_and)
 
 
 def float_minimum(a, b):
     s = _splat_value(a, b)
     if s is not None and s != 0:  # no tie possible (see float_maximum)
         return np.minimum(a, b)
-    r = np.minimum(a, b)
+    return _signed_zero_ties(np.minimum(a, b), a, b, np.bitwise_or)
+
+
+def _signed_zero_ties(r, a, b, combine_bits):
+    """``r`` with each tie of +0.0 and -0.0 settled by XLA's rule: the sign bits of ``a`` and
+    ``b`` combined (``bitwise_and``: maximum prefers +0.0; ``bitwise_or``: minimum, -0.0)."""
     zero = r == 0
     if zero.any():
         zero &= a == b
         bits = unsigned_of(r.dtype)
-        fixed = np.bitwise_or(np.asarray(a).view(bits), np.asarray(b).view(bits)).view(r.dtype)
+        fixed = combine_bits(np.asarray(a).view(bits), np.asarray(b).view(bits)).view(r.dtype)
         r = np.where(zero, fixed, r)
     return r
 
