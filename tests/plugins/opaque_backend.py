@@ -19,6 +19,7 @@ import math
 import struct
 
 from pjrtkit import hookimpl
+from pjrtkit.errors import Unimplemented
 from pjrtkit.lowering.payloads import Payloads
 from pjrtkit.lowering.plan import build_plan
 from pjrtkit.lowering.registry import LoweringRegistry
@@ -57,7 +58,9 @@ class OpaquePayloads(Payloads):
 
     def make_constant(self, value, type):
         if type.dtype.name != DTYPE:
-            raise NotImplementedError(f"the opaque backend has only {DTYPE} constants")
+            # Unimplemented, not any other exception: only it means "not supported" (anything
+            # else is reported as a bug in the rule, and the conformance suite FAILs it).
+            raise Unimplemented(f"{PLATFORM}: only {DTYPE} constants, not {type.dtype.name}")
         values = [to_float32(float(v)) for v in _flat(value.tolist())]
         if len(values) == 1:  # a splat fills the whole shape
             values = values * math.prod(type.shape)
@@ -156,7 +159,6 @@ def pjrtkit_client_topology(options):
 @hookimpl
 def pjrtkit_transfer_to_device(array, device, memory_kind):
     if array.dtype.name != DTYPE:
-        from pjrtkit.errors import Unimplemented
         raise Unimplemented(f"{PLATFORM}: only {DTYPE} buffers, not {array.dtype.name}")
     return Opaque((float(v) for v in array.reshape(-1).tolist()), array.shape, array.dtype)
 

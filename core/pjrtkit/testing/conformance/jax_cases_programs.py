@@ -224,13 +224,18 @@ def _mlp_adam_step(params, opt_state, x, labels):
     return _apply_updates(params, updates), opt_state, loss
 
 
-def _mlp_inputs(rng):
+def _adam_state(params):
+    """What ``_adam(...)[0](params)`` returns, made in NumPy: inputs are host arrays, made
+    without running anything on a device."""
     import jax
 
+    zeros = jax.tree_util.tree_map(np.zeros_like, params)
+    return {"count": np.zeros((), np.int32), "mu": zeros, "nu": zeros}
+
+
+def _mlp_inputs(rng):
     params = {"l1": _dense(rng, 8, 16), "l2": _dense(rng, 16, 4)}
-    init, _ = _adam(1e-2)
-    opt_state = jax.tree_util.tree_map(np.asarray, init(params))
-    return (params, opt_state, rng.normal(size=(12, 8)).astype(F32),
+    return (params, _adam_state(params), rng.normal(size=(12, 8)).astype(F32),
             rng.integers(0, 4, 12).astype(np.int32))
 
 
@@ -298,8 +303,6 @@ def _transformer_step(params, opt_state, tokens, targets):
 
 
 def _transformer_inputs(rng):
-    import jax
-
     d, vocab = 8, 11
 
     def w(*shape):
@@ -309,8 +312,7 @@ def _transformer_inputs(rng):
               "wo": w(d, d), "mlp_in": w(d, 16), "mlp_out": w(16, d),
               "ln1_scale": np.ones(d, F32), "ln1_bias": np.zeros(d, F32),
               "ln2_scale": np.ones(d, F32), "ln2_bias": np.zeros(d, F32)}
-    init, _ = _adam(3e-3)
-    opt_state = jax.tree_util.tree_map(np.asarray, init(params))
+    opt_state = _adam_state(params)
     tokens = rng.integers(0, vocab, (2, 6)).astype(np.int32)
     return params, opt_state, tokens, np.roll(tokens, -1, axis=1)
 
@@ -327,7 +329,7 @@ def _rnn_step(params, xs, ys):
             h = (1 - z) * h + z * candidate
             return h, h @ p["out"]
 
-        _, predictions = lax.scan(cell, jnp.zeros((xs.shape[1], p["uz"].shape[0])), xs)
+        _, predictions = lax.scan(cell, jnp.zeros((xs.shape[1], p["uz"].shape[0]), xs.dtype), xs)
         return jnp.mean((predictions - ys) ** 2)
 
     loss, grads = jax.value_and_grad(loss_fn)(params)
