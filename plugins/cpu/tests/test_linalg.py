@@ -524,3 +524,23 @@ def test_pjrtkit_jax_lowering_rules_cover_what_jax_lowers_only_on_its_own_platfo
     jax.devices()
     text = jax.jit(jnp.linalg.eigh).trace(x).lower(lowering_platforms=("pjrtkit_cpu",)).as_text()
     assert "stablehlo.custom_call @pjrtkit_eigh" in text
+
+
+@pytest.mark.parametrize("dtype", COMPLEX, ids=lambda d: np.dtype(d).name)
+def test_complex_schur_and_hessenberg_kernels(run_complex_kernels, rng, dtype):
+    a = matrices(rng, (2, 5, 5), dtype)
+
+    def fn(x):
+        return (*lax.linalg.schur(x), *lax.linalg.hessenberg(x))
+
+    (t, z, packed, taus), (t_ref, _, packed_ref, taus_ref) = run_complex_kernels(
+        fn, a, platform="pjrtkit_cpu")
+    assert np.all(np.tril(t, -1) == 0), "complex Schur form is upper triangular"
+    assert_reconstructs(z @ t @ adjoint(z), a, "Z T Z^H")
+    assert_orthonormal_columns(z, "Z")
+    assert_close(np.sort_complex(np.diagonal(t, axis1=-2, axis2=-1).ravel()),
+                 np.sort_complex(np.diagonal(t_ref, axis1=-2, axis2=-1).ravel()),
+                 what="eigenvalues on the diagonal of T", loosen=100)
+    # gehrd is deterministic (no pivoting): the packed reflectors equal XLA's.
+    assert_close(packed, packed_ref, what="packed Hessenberg form", loosen=10)
+    assert_close(taus, taus_ref, what="Householder scalars", loosen=10)
