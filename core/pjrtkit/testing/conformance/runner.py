@@ -304,7 +304,7 @@ def run_and_report(target: Target, args) -> int:
           f"UNSUPPORTED {s['unsupported']}, SKIP {s['skip']} in {result.duration_seconds:.1f} s")
     print(f"  {per_layer}")
     if "jax" in result.layers:
-        print(f"  {target.label} {describe_surface(result.jax_surface())}")
+        print(f"  {target.platform or target.label} {describe_surface(result.jax_surface())}")
     for layer, reason in result.missing_layers.items():
         print(f"  layer {layer} not run: {reason}")
     for r in result.failed:
