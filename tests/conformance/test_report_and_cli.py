@@ -211,6 +211,7 @@ def test_pytest_plugin_one_item_per_check_with_outcomes(tmp_path):
     assert "UNSUPPORTED (JAX host_input)" in out or "negative_stride" not in out
     passed = int(out.strip().splitlines()[-1].split(" passed")[0].split()[-1])
     assert passed >= 11  # 10 topology checks + the jax case
+    assert "pjrtkit conformance: pjrtkit_cpu covers " in out and "of the items that ran" in out
     assert "hooks.topology.unique_ids" in _run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--pjrtkit-backend=cpu",
          "--co", "-q", "-k", "unique_ids"]).stdout
