@@ -23,7 +23,6 @@ import math
 import struct
 
 from pjrtkit import hookimpl
-from pjrtkit.errors import Unimplemented
 from pjrtkit.lowering.payloads import Payloads
 from pjrtkit.lowering.plan import build_plan
 from pjrtkit.lowering.registry import LoweringRegistry
