@@ -6,9 +6,11 @@ import hashlib
 import json
 import math
 import struct
+import threading
 
 import numpy as np
 
+from pjrtkit.collectives.launch import Launch, LaunchAborted, running_as
 from pjrtkit.errors import Internal, InvalidArgument, PjrtError
 from pjrtkit.runtime.buffer import Buffer
 from pjrtkit.runtime.compile_options import parse_compile_options
@@ -274,13 +276,17 @@ class LoadedExecutable:
         done = [Event() for _ in devices]
         inputs_ready = [buf.ready for args in sources for buf in args]
 
+        # A program over several devices runs as one launch: a thread per device, meeting
+        # at the core's rendezvous for collectives (pjrtkit.collectives).
+        run_devices = (run_launch if len(devices) > 1 and exe.num_replicas * exe.num_partitions
+                       == len(devices) else run_together)
+
         def run(input_error):
             error = input_error
             if error is None:
                 try:
                     payloads = [[buf.payload for buf in args] for args in sources]
-                    results = exe.compiled.executable.execute(
-                        payloads, [dev.spec for dev in devices])
+                    results = run_devices(exe, payloads, [dev.spec for dev in devices])
                     if len(results) != len(devices) or any(
                             len(r) != exe.num_outputs for r in results):
                         raise _wrong_output_count(exe)
@@ -305,6 +311,47 @@ class LoadedExecutable:
         else:
             executor.submit(lambda: when_all(inputs_ready, run))
         return outputs, done
+
+
+def run_together(exe: Executable, payloads: list, specs: list) -> list:
+    """Every device's program in one call of the plugin's ``execute`` (no collectives)."""
+    return exe.compiled.executable.execute(payloads, specs)
+
+
+def run_launch(exe: Executable, payloads: list, specs: list) -> list:
+    """One launch over several devices: the plugin's ``execute`` for each device on its own
+    thread (device 0 on this one), each marked as its device of the launch, so collectives
+    meet at the launch's rendezvous. A device that fails fails the launch: the others are
+    released from any rendezvous, and the first device's own error is the launch's."""
+    launch = Launch(exe.name, exe.num_replicas, exe.num_partitions)
+    results: list = [None] * len(specs)
+    errors: list = [None] * len(specs)
+
+    def device_main(position: int) -> None:
+        try:
+            with running_as(launch.device(position)):
+                out = exe.compiled.executable.execute([payloads[position]], [specs[position]])
+            if len(out) != 1:
+                raise _wrong_output_count(exe)
+            results[position] = out[0]
+            launch.finished(position)
+        except LaunchAborted as aborted:
+            errors[position] = aborted.error
+        except Exception as exc:  # noqa: BLE001 - the launch's error, on every output
+            errors[position] = execution_error(exe, exc)
+            launch.fail(errors[position])
+
+    threads = [threading.Thread(target=device_main, args=(position,), daemon=True,
+                                name=f"pjrtkit-{exe.name}-device{position}")
+               for position in range(1, len(specs))]
+    for thread in threads:
+        thread.start()
+    device_main(0)
+    for thread in threads:
+        thread.join()
+    if launch.error is not None:
+        raise launch.error
+    return results
 
 
 def _wrong_output_count(exe: Executable) -> Internal:
