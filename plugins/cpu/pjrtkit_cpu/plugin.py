@@ -96,7 +96,8 @@ def pjrtkit_capabilities():
     ops = {name for name in RULES.op_names if not name.startswith(f"{PLATFORM}.")}
     return Capabilities(dtypes={dtype.name for dtype in RULES.dtypes}, ops=ops,
                         custom_call_targets=RULES.custom_call_targets,
-                        features={"compile_only_topologies", "multiple_devices"})
+                        features={"compile_only_topologies", "multiple_devices",
+                                  "partitioned_programs"})
 
 
 # -- what JAX is told ---------------------------------------------------------------------------
