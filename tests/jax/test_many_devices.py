@@ -164,3 +164,19 @@ def test_failing_device_fails_the_whole_launch_and_leaves_no_thread_waiting(run_
     shards = np.arange(8.0).reshape(4, 2)
     expected = np.tile(shards.sum(axis=0) * 2 * 4, 4)
     assert json.loads(lines["AFTER"]) == expected.tolist(), child.stdout
+
+
+def test_device_count_follows_jax_num_cpu_devices_when_pjrtkit_cpu_devices_is_unset(run_python):
+    child = run_python("""
+        import jax
+        jax.config.update("jax_num_cpu_devices", 3)
+        print(len(jax.devices("pjrtkit_cpu")), len(jax.devices("cpu")))
+    """, JAX_PLATFORMS="pjrtkit_cpu,cpu")
+    assert child.returncode == 0, child.stderr[-3000:]
+    assert child.stdout.split() == ["3", "3"]
+    child = run_python("""
+        import jax
+        jax.config.update("jax_num_cpu_devices", 3)
+        print(len(jax.devices("pjrtkit_cpu")))
+    """, JAX_PLATFORMS="pjrtkit_cpu,cpu", PJRTKIT_CPU_DEVICES="2")
+    assert child.stdout.split() == ["2"], child.stderr[-3000:]
