@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from pjrtkit.errors import Internal, PjrtError
@@ -139,3 +140,38 @@ class Launch:
         with self._condition:
             self._finished.add(position)
             self._condition.notify_all()
+
+
+def launch_on_threads(name: str, num_replicas: int, num_partitions: int,
+                      run_device: Callable[[int], Any],
+                      error_of: Callable[[Exception], PjrtError]) -> list:
+    """Run ``run_device(position)`` for every device of one launch, each on its own thread
+    (position 0 on the calling one) marked as that device, and return their results in
+    position order. A device that raises fails the launch: the others are released from any
+    rendezvous, and the first failing device's error (``error_of(exception)``) is raised here.
+    """
+    count = num_replicas * num_partitions
+    launch = Launch(name, num_replicas, num_partitions)
+    results: list = [None] * count
+
+    def device_main(position: int) -> None:
+        try:
+            with running_as(launch.device(position)):
+                results[position] = run_device(position)
+            launch.finished(position)
+        except LaunchAborted:
+            pass  # another device failed first; its error is the launch's
+        except Exception as exc:  # noqa: BLE001 - the launch's error, on every output
+            launch.fail(error_of(exc))
+
+    threads = [threading.Thread(target=device_main, args=(position,), daemon=True,
+                                name=f"pjrtkit-{name}-device{position}")
+               for position in range(1, count)]
+    for thread in threads:
+        thread.start()
+    device_main(0)
+    for thread in threads:
+        thread.join()
+    if launch.error is not None:
+        raise launch.error
+    return results

@@ -6,11 +6,10 @@ import hashlib
 import json
 import math
 import struct
-import threading
 
 import numpy as np
 
-from pjrtkit.collectives.launch import Launch, LaunchAborted, running_as
+from pjrtkit.collectives.launch import launch_on_threads
 from pjrtkit.errors import Internal, InvalidArgument, PjrtError
 from pjrtkit.runtime.buffer import Buffer
 from pjrtkit.runtime.compile_options import parse_compile_options
@@ -319,39 +318,18 @@ def run_together(exe: Executable, payloads: list, specs: list) -> list:
 
 
 def run_launch(exe: Executable, payloads: list, specs: list) -> list:
-    """One launch over several devices: the plugin's ``execute`` for each device on its own
-    thread (device 0 on this one), each marked as its device of the launch, so collectives
-    meet at the launch's rendezvous. A device that fails fails the launch: the others are
-    released from any rendezvous, and the first device's own error is the launch's."""
-    launch = Launch(exe.name, exe.num_replicas, exe.num_partitions)
-    results: list = [None] * len(specs)
-    errors: list = [None] * len(specs)
+    """One launch over several devices (``pjrtkit.collectives.launch.run_launch``): the
+    plugin's ``execute`` for each device on its own thread."""
+    execute = exe.compiled.executable.execute
 
-    def device_main(position: int) -> None:
-        try:
-            with running_as(launch.device(position)):
-                out = exe.compiled.executable.execute([payloads[position]], [specs[position]])
-            if len(out) != 1:
-                raise _wrong_output_count(exe)
-            results[position] = out[0]
-            launch.finished(position)
-        except LaunchAborted as aborted:
-            errors[position] = aborted.error
-        except Exception as exc:  # noqa: BLE001 - the launch's error, on every output
-            errors[position] = execution_error(exe, exc)
-            launch.fail(errors[position])
+    def run_device(position: int) -> list:
+        out = execute([payloads[position]], [specs[position]])
+        if len(out) != 1:
+            raise _wrong_output_count(exe)
+        return out[0]
 
-    threads = [threading.Thread(target=device_main, args=(position,), daemon=True,
-                                name=f"pjrtkit-{exe.name}-device{position}")
-               for position in range(1, len(specs))]
-    for thread in threads:
-        thread.start()
-    device_main(0)
-    for thread in threads:
-        thread.join()
-    if launch.error is not None:
-        raise launch.error
-    return results
+    return launch_on_threads(exe.name, exe.num_replicas, exe.num_partitions, run_device,
+                             lambda exc: execution_error(exe, exc))
 
 
 def _wrong_output_count(exe: Executable) -> Internal:
