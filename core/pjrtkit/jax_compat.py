@@ -238,7 +238,9 @@ def compile_with_hlo_dump(code: bytes, compile_options: bytes, num_replicas: int
     xc = xla_client()
     client = private_xla_cpu_client(num_replicas * num_partitions)
     options = xc.CompileOptions.ParseFromString(compile_options)
-    options.env_option_overrides = [
+    # The caller's own overrides first (XLA refuses unknown or ill-typed ones, as it would on
+    # its own backend); the partitioner's settings after them win.
+    options.env_option_overrides = list(options.env_option_overrides) + [
         ("xla_dump_to", dump_dir),
         ("xla_dump_hlo_pass_re", "spmd-partitioning"),
         ("xla_dump_hlo_as_proto", True),

@@ -264,6 +264,16 @@ def _register_pmap_cases():
         program(f"pmap-{name}")(lambda devices, body=body: _pmap(devices, body))
 
 
+@program("pmap-linalg-custom-call")
+def _(devices):
+    # lu's custom call has several results: XLA's partitioned program returns them as a tuple
+    import jax
+    import jax.numpy as jnp
+
+    x = jnp.eye(6) * 0.3 + 0.01
+    return jax.pmap(jax.scipy.linalg.expm, devices=devices)(jnp.stack([x] * len(devices)))
+
+
 _register_shard_map_cases()
 _register_pmap_cases()
 

@@ -31,7 +31,8 @@ import threading
 from collections import OrderedDict
 
 from pjrtkit.errors import Internal, InvalidArgument, PjrtError
-from pjrtkit.stablehlo.ir import Program
+from pjrtkit.stablehlo.ir import (Op, Program, Region, TupleType, Value, fresh_value,
+                                  rename_reads, walk_ops)
 
 # Parsed per-device programs kept (pickled, so each compile gets its own copy to rewrite).
 CACHE_ENTRIES = 256
@@ -77,7 +78,52 @@ def partition_and_parse(code: bytes, compile_options: bytes, *, num_replicas: in
 
     bytecode = spmd_partition(code, compile_options, num_replicas=num_replicas,
                               num_partitions=num_partitions)
-    return parse_program(bytecode), bytecode
+    return untuple_custom_calls(parse_program(bytecode)), bytecode
+
+
+def untuple_custom_calls(program: Program) -> Program:
+    """Give custom calls their results back as JAX emits them.
+
+    In XLA's HLO a custom call with several results returns one tuple, and converting the
+    partitioned HLO back to StableHLO keeps that: one tuple-typed result read by
+    ``stablehlo.get_tuple_element``s. Plugins' custom-call rules expect the results JAX emits,
+    one value each; so a custom call whose tuple result is read only by get_tuple_element
+    gets one result per element, and those reads become the results themselves.
+    """
+    ops = list(walk_ops(program))
+    readers: dict[int, list[Op]] = {}
+    for op in ops:
+        for value in op.operands:
+            readers.setdefault(value.id, []).append(op)
+    renamed: dict[int, Value] = {}
+    dropped: set[int] = set()
+    for op in ops:
+        if (op.name != "stablehlo.custom_call" or len(op.results) != 1
+                or not isinstance(op.results[0].type, TupleType)):
+            continue
+        tuple_value = op.results[0]
+        reads = readers.get(tuple_value.id, [])
+        if not reads or any(r.name != "stablehlo.get_tuple_element" for r in reads):
+            continue
+        elements = tuple(fresh_value(t) for t in tuple_value.type.elements)
+        op.results = elements
+        for read in reads:
+            renamed[read.results[0].id] = elements[int(read.attributes["index"])]
+            dropped.add(id(read))
+    if not renamed:
+        return program
+    for function in program.functions.values():
+        _drop_ops(function.body, dropped)
+        function.body = rename_reads(function.body, renamed)
+    return program
+
+
+def _drop_ops(region: Region, dropped: set[int]) -> None:
+    for block in region.blocks:
+        block.ops = [op for op in block.ops if id(op) not in dropped]
+        for op in block.ops:
+            for inner in op.regions:
+                _drop_ops(inner, dropped)
 
 
 def spmd_partition(code: bytes, compile_options: bytes, *, num_replicas: int,
