@@ -264,6 +264,26 @@ def _register_pmap_cases():
         program(f"pmap-{name}")(lambda devices, body=body: _pmap(devices, body))
 
 
+@program("shard_map-partial-manual")
+def _(devices):
+    # manual over "x" only; "y" stays automatic (XLA partitions the body's matmul over it)
+    import jax
+    import jax.numpy as jnp
+    from jax import lax
+    from jax.sharding import PartitionSpec as P
+
+    mesh = _mesh(devices, _two_axes(len(devices)), ("x", "y"))
+    x = _put(_data(4, 2 * len(devices), seed=13), mesh, "x", "y")
+    w = _put(_data(2 * len(devices), 3, seed=14), mesh, "y", None)
+
+    def body(a, w):
+        return lax.psum(jnp.tanh(a @ w), "x")
+
+    mapped = jax.shard_map(body, mesh=mesh, in_specs=(P("x"), P()), out_specs=P(),
+                           axis_names=frozenset({"x"}), check_vma=False)
+    return jax.jit(mapped)(x, w)
+
+
 @program("pmap-linalg-custom-call")
 def _(devices):
     # lu's custom call has several results: XLA's partitioned program returns them as a tuple
