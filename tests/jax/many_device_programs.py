@@ -166,6 +166,19 @@ def _(devices):
     return jax.jit(lambda a: (jnp.sum(a, axis=0), jnp.max(a), jnp.any(a > 5, axis=1)))(x)
 
 
+@program("jit-erf-top_k")
+def _(devices):
+    # XLA's HLO writes chlo.erf / chlo.top_k as mhlo.erf / mhlo.topk in partitioned programs
+    import jax
+    from jax import lax
+
+    mesh = _mesh(devices, (len(devices),), ("x",))
+    values = np.round(_data(2 * len(devices), 9, seed=15), 1)  # ties among them
+    values[0, 3] = np.nan
+    x = _put(values, mesh, "x")
+    return jax.jit(lambda a: (lax.erf(a), *lax.top_k(a, 4)))(x)
+
+
 @program("jit-mlp-grad-data-model")
 def _(devices):
     import jax

@@ -175,12 +175,3 @@ def partition_id(op, ctx):
         return (np.array(0 if device is None else device.partition, dtype=np.uint32),)
 
     return partition_id_kernel
-
-
-@REFERENCE.register("mhlo.copy")
-def copy(op, ctx):
-    # XLA's partitioner leaves copies around parameters and results; they copy.
-    def copy_kernel(operand):
-        return (np.array(operand, copy=True),)
-
-    return copy_kernel
