@@ -14,6 +14,7 @@ An empty replica_groups list means every replica (or partition) in one group.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 import numpy as np
 
@@ -107,7 +108,7 @@ def group_of(position: int, groups: list[tuple[int, ...]]) -> tuple[int, ...] | 
 
 
 def id_space(mode: str, num_replicas: int, num_partitions: int, position: int
-             ) -> tuple[tuple[int, ...], callable]:
+             ) -> tuple[tuple[int, ...], Callable[[int], int]]:
     """For ops naming devices by pairs (collective_permute): the positions that share an id
     space with ``position`` and a function from an id in the pairs to a position."""
     replica, partition = divmod(position, num_partitions)

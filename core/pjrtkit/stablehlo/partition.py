@@ -173,6 +173,6 @@ def _dumped_module(dump_dir: str) -> bytes | None:
 
 
 def _describe(code: bytes) -> str:
-    """'program <name>' from the module's symbol name where it is readable, else its digest."""
+    """How errors name a program that may not even parse: by its digest."""
     digest = hashlib.sha256(bytes(code)).hexdigest()[:12]
     return f"the program (sha256 {digest}...)"
