@@ -15,6 +15,7 @@ import numpy as np
 
 from pjrtkit.collectives import groups as G
 from pjrtkit.collectives.launch import current_device
+from pjrtkit.errors import InvalidArgument
 from pjrtkit.reference.reduce import binary_body, body_ufunc, vectorized_region
 from pjrtkit.reference.registry import REFERENCE
 
@@ -109,12 +110,15 @@ def all_to_all(op, ctx):
     split_axis = int(op.attributes["split_dimension"])
     concat_axis = int(op.attributes["concat_dimension"])
     split_count = int(op.attributes["split_count"])
+    if replica_groups and any(len(g) != split_count for g in replica_groups):
+        raise InvalidArgument(f"{op.describe()}: split_count {split_count} differs from the "
+                              f"size of its replica groups {replica_groups}")
 
     def all_to_all_kernel(*operands):
         values, index = _exchange(mode, replica_groups, operands)
-        if len(values) != split_count:
-            raise ctx.unimplemented(op, f"its group has {len(values)} devices but split_count "
-                                        f"is {split_count}")
+        if len(values) != split_count:  # an empty group list: every device, known only now
+            raise InvalidArgument(f"{op.describe()}: split_count {split_count} but its group "
+                                  f"has {len(values)} devices")
         return tuple(
             np.concatenate([np.split(v[i], split_count, axis=split_axis)[index] for v in values],
                            axis=concat_axis)
