@@ -318,7 +318,7 @@ def run_together(exe: Executable, payloads: list, specs: list) -> list:
 
 
 def run_launch(exe: Executable, payloads: list, specs: list) -> list:
-    """One launch over several devices (``pjrtkit.collectives.launch.run_launch``): the
+    """One launch over several devices (``pjrtkit.collectives.launch.launch_on_threads``): the
     plugin's ``execute`` for each device on its own thread."""
     execute = exe.compiled.executable.execute
 
