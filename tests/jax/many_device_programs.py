@@ -301,10 +301,9 @@ def _(devices):
 def _(devices):
     # lu's custom call has several results: XLA's partitioned program returns them as a tuple
     import jax
-    import jax.numpy as jnp
 
-    x = jnp.eye(6) * 0.3 + 0.01
-    return jax.pmap(jax.scipy.linalg.expm, devices=devices)(jnp.stack([x] * len(devices)))
+    x = np.eye(6, dtype=np.float32) * 0.3 + 0.01  # host data: each backend gets its own copy
+    return jax.pmap(jax.scipy.linalg.expm, devices=devices)(np.stack([x] * len(devices)))
 
 
 _register_shard_map_cases()
