@@ -203,3 +203,90 @@ def serialized_device_assignment(assignment) -> bytes:
 
     array = np.array(assignment, dtype=np.int64)
     return xla_client().DeviceAssignment.create(array).serialize()
+
+
+# -- XLA's SPMD partitioner (many devices; see ../shared/MANY_DEVICES.md) -----------------------
+
+_private_cpu_client = None
+
+
+def private_xla_cpu_client(num_devices: int):
+    """A private in-process XLA:CPU client with at least ``num_devices`` devices, made lazily
+    and kept (about 2.5 ms; it lives beside JAX's own cpu client and is never given to JAX).
+
+    ``jax._src.lib.xla_client.make_cpu_client(num_devices=N)`` is private; the partitioner
+    only compiles on it, to read XLA's program after its SPMD partitioning pass.
+    """
+    global _private_cpu_client
+    client = _private_cpu_client
+    if client is None or len(client.devices()) < num_devices:
+        from jax._src.lib import xla_client as private_xla_client
+
+        client = private_xla_client.make_cpu_client(num_devices=num_devices)
+        _private_cpu_client = client
+    return client
+
+
+def compile_with_hlo_dump(code: bytes, compile_options: bytes, num_replicas: int,
+                          num_partitions: int, dump_dir: str) -> str | None:
+    """Compile ``code`` on the private XLA:CPU client with the given options bytes (identity
+    device assignment, cheap back-end settings) and XLA's HLO dump around its SPMD pass
+    written to ``dump_dir`` as protos. Returns XLA's error message when the compile failed
+    (the dump may still hold what was written before the failure), else None."""
+    import numpy as np
+
+    xc = xla_client()
+    client = private_xla_cpu_client(num_replicas * num_partitions)
+    options = xc.CompileOptions.ParseFromString(compile_options)
+    # The caller's own overrides first (XLA refuses unknown or ill-typed ones, as it would on
+    # its own backend); the partitioner's settings after them win.
+    options.env_option_overrides = list(options.env_option_overrides) + [
+        ("xla_dump_to", dump_dir),
+        ("xla_dump_hlo_pass_re", "spmd-partitioning"),
+        ("xla_dump_hlo_as_proto", True),
+        ("xla_dump_hlo_as_text", False),
+        # Without this, replica groups come out as #stablehlo.replica_group_mesh_axes.
+        ("xla_enable_rgv3_materialization", False),
+        ("xla_backend_optimization_level", 0),
+        ("xla_llvm_disable_expensive_passes", True),
+    ]
+    build = options.executable_build_options
+    build.num_replicas = num_replicas
+    build.num_partitions = num_partitions
+    build.device_assignment = xc.DeviceAssignment.create(
+        np.arange(num_replicas * num_partitions).reshape(num_replicas, num_partitions))
+    options.num_replicas = num_replicas
+    options.num_partitions = num_partitions
+    devices = client.devices()[:num_replicas * num_partitions]
+    try:
+        if hasattr(client, "compile_and_load"):
+            client.compile_and_load(code, xc.DeviceList(tuple(devices)), options)
+        else:  # older jaxlib spelling
+            client.compile(code, options)
+    except Exception as exc:  # noqa: BLE001 - XLA's own error becomes the caller's message
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+def hlo_module_to_stablehlo(module_proto: bytes) -> bytes:
+    """A serialized ``xla.HloModuleProto`` -> StableHLO bytecode (jaxlib's private converter)."""
+    from jax._src.lib import _jax
+
+    return bytes(_jax.mlir.hlo_to_stablehlo(module_proto))
+
+
+def configured_cpu_device_count() -> int | None:
+    """JAX's ``jax_num_cpu_devices`` setting when it was set (JAX's default is -1: unset).
+
+    Read only when JAX is already imported: a pjrtkit client is made by JAX, after the user's
+    ``jax.config.update``; reading it never imports JAX.
+    """
+    import sys
+
+    if "jax" not in sys.modules:
+        return None
+    try:
+        value = int(sys.modules["jax"].config.jax_num_cpu_devices)
+    except (AttributeError, TypeError, ValueError):
+        return None
+    return value if value > 0 else None

@@ -29,8 +29,6 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("pjrtkit_cpu") is None,
 
 # What the cpu backend does not offer, and why.
 CPU_NOT_PASSING = {
-    "abi.client.default_device_assignment": Outcome.UNSUPPORTED,   # not implemented
-    "abi.client.default_device_assignment_too_small": Outcome.UNSUPPORTED,
     "abi.buffer.unsafe_pointer_on_cpu": Outcome.SKIP,              # Buffer_IsOnCpu is false
 }
 # Functions XLA's 0.81 plugin predates (SKIP), and capabilities it answers UNIMPLEMENTED.

@@ -7,8 +7,9 @@ from pjrtkit.abi import named_values
 from pjrtkit.abi.args import Args, data, string
 from pjrtkit.abi.errors import pjrt_function
 from pjrtkit.abi.fn_executable import new_loaded_executable
-from pjrtkit.abi.handles import CLIENTS, ClientRef, deref
+from pjrtkit.abi.handles import CLIENTS, NULL, ClientRef, deref
 from pjrtkit.abi.slots import backend_for_slot
+from pjrtkit.errors import InvalidArgument
 
 
 def client_of(a: Args, field: str = "client") -> ClientRef:
@@ -102,6 +103,24 @@ def client_lookup_addressable_device(args: Any) -> None:
     a.require_outputs("addressable_device")
     device = ref.obj.lookup_addressable_device(a.req("local_hardware_id"))
     a.set("addressable_device", ref.device_ptr(device))
+
+
+@pjrt_function("PJRT_Client_DefaultDeviceAssignment")
+def client_default_device_assignment(args: Any) -> None:
+    a = Args(args)
+    ref = client_of(a)
+    replicas, partitions = a.req("num_replicas"), a.req("num_partitions")
+    assignment = ref.obj.default_device_assignment(replicas, partitions)
+    flat = [device_id for row in assignment for device_id in row]
+    if a.req("default_assignment_size") < len(flat):
+        raise InvalidArgument(f"{a.name}.default_assignment_size is "
+                              f"{a.req('default_assignment_size')}; {replicas} replica(s) x "
+                              f"{partitions} partition(s) need {len(flat)} entries")
+    out = a.req("default_assignment")
+    if out == NULL:
+        raise InvalidArgument(f"{a.name}.default_assignment is NULL")
+    for i, device_id in enumerate(flat):
+        out[i] = device_id
 
 
 def read_program(ptr: Any, what: str) -> tuple[bytes, str]:

@@ -1,4 +1,5 @@
-"""Control flow (while, if, case, func.call), tokens, device ids and no-op custom calls.
+"""Control flow (while, if, case, func.call), tokens and no-op custom calls (device ids and
+collectives: ``collectives.py``).
 
 Regions are lowered to nested plans at compile time; the kernels only pick and call them.
 Region plans are called as ``plan(*block_args, *captures)`` and an op with regions receives
@@ -16,10 +17,6 @@ from pjrtkit.reference.registry import REFERENCE
 # A token carries ordering only; at run time it is this empty, read-only array.
 TOKEN = np.zeros((0,), dtype=np.bool_)
 TOKEN.flags.writeable = False
-
-# Single-device values of partition_id / replica_id.
-_DEVICE_ZERO = np.zeros((), dtype=np.uint32)
-_DEVICE_ZERO.flags.writeable = False
 
 # custom_call targets that only annotate sharding or memory placement: on one host device they
 # pass values through (XLA's CPU backend does the same).
@@ -100,10 +97,3 @@ def token(op, ctx):
 
     return kernel
 
-
-@REFERENCE.register("stablehlo.partition_id", "stablehlo.replica_id")
-def device_id(op, ctx):
-    def kernel():
-        return (_DEVICE_ZERO,)
-
-    return kernel

@@ -92,6 +92,18 @@ class Client:
         device, memory = self._placement(None, memory)
         return Buffer(self, dtype, shape, device, memory, ready=Event.completed(error))
 
+    def default_device_assignment(self, num_replicas: int, num_partitions: int
+                                  ) -> list[list[int]]:
+        """[replica][partition] -> device id, as XLA's ComputationPlacer assigns them:
+        replica r of partition p runs on addressable device ``p * num_replicas + r``."""
+        count = num_replicas * num_partitions
+        if num_replicas < 1 or num_partitions < 1 or count > len(self.addressable_devices):
+            raise InvalidArgument(f"{self.platform_name}: no device assignment for "
+                                  f"{num_replicas} replica(s) x {num_partitions} partition(s) "
+                                  f"on {len(self.addressable_devices)} device(s)")
+        return [[self.addressable_devices[p * num_replicas + r].id
+                 for p in range(num_partitions)] for r in range(num_replicas)]
+
     # -- executables -----------------------------------------------------------------------------
     def _assigned_devices(self, options) -> list[Device]:
         if options.num_partitions * options.num_replicas > 1 and options.device_assignment is None:

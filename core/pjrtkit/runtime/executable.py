@@ -9,6 +9,7 @@ import struct
 
 import numpy as np
 
+from pjrtkit.collectives.launch import launch_on_threads
 from pjrtkit.errors import Internal, InvalidArgument, PjrtError
 from pjrtkit.runtime.buffer import Buffer
 from pjrtkit.runtime.compile_options import parse_compile_options
@@ -16,6 +17,7 @@ from pjrtkit.runtime.event import Event, when_all
 from pjrtkit.stablehlo.ir import Program, TensorType
 from pjrtkit.stablehlo import isolation
 from pjrtkit.stablehlo.loader import load_program
+from pjrtkit.stablehlo.partition import partitioned_program
 from pjrtkit.types import CompiledProgram, CompileOptions
 
 # A program whose estimated work is below this runs inline on the caller's thread (when the
@@ -36,8 +38,15 @@ def load_and_compile(backend, code: bytes, fmt: str, compile_options: bytes, dev
         raise InvalidArgument(f"{backend.platform_name}: program format {fmt!r} is not "
                               f"supported; expected 'mlir' (StableHLO)")
     options = parse_compile_options(compile_options)
-    program = load_program(code, num_partitions=options.num_partitions,
-                           num_replicas=options.num_replicas, isolated=isolation.ENABLED)
+    per_device_code = None
+    if options.num_partitions > 1:
+        # One global program -> the program each device runs (XLA's SPMD partitioner).
+        program, per_device_code = partitioned_program(
+            code, options.serialized, num_replicas=options.num_replicas,
+            num_partitions=options.num_partitions, isolated=isolation.ENABLED)
+    else:
+        program = load_program(code, num_partitions=options.num_partitions,
+                               num_replicas=options.num_replicas, isolated=isolation.ENABLED)
     specs = device_specs_for(options)
     compiled = backend.compile(program=program, options=options, devices=specs)
     if not isinstance(compiled, CompiledProgram):
@@ -48,7 +57,8 @@ def load_and_compile(backend, code: bytes, fmt: str, compile_options: bytes, dev
                        f"whose executable ({type(compiled.executable).__name__}) has no "
                        f"execute(arguments, devices) method (see pjrtkit.types."
                        f"PluginExecutable)")
-    return Executable(backend, program, options, bytes(code), compiled)
+    return Executable(backend, program, options, bytes(code), compiled,
+                      per_device_code=per_device_code)
 
 
 def execution_error(exe: "Executable", exc: Exception) -> PjrtError:
@@ -63,8 +73,11 @@ def execution_error(exe: "Executable", exc: Exception) -> PjrtError:
 
 class Executable:
     def __init__(self, backend, program: Program, options: CompileOptions, code: bytes,
-                 compiled: CompiledProgram):
+                 compiled: CompiledProgram, *, per_device_code: bytes | None = None):
         self.backend = backend
+        # The partitioned program (StableHLO bytecode) when Compile was given a global
+        # program over several partitions; None when the program is run as given.
+        self.per_device_code = per_device_code
         self.program = program
         self.options = options
         self.code = code
@@ -113,7 +126,13 @@ class Executable:
         bytecode or text; jaxlib reads all three as format "mlir"). pjrtkit does not rewrite
         the MLIR (plugins optimise in their plans), and handing back the original bytes spares
         printing the module as text at load and jaxlib parsing that text again: about 4 ms of
-        an MLP-step compile (jaxlib asks for this program four times per compile)."""
+        an MLP-step compile (jaxlib asks for this program four times per compile).
+
+        A program partitioned over several devices answers with the per-device program XLA's
+        partitioner made: jaxlib reads the output and parameter shardings from its module
+        attributes ``mhlo.spmd_output_sharding`` / ``mhlo.spmd_parameters_shardings``."""
+        if self.per_device_code is not None:
+            return bytes(self.per_device_code)
         return bytes(self.code)
 
     def serialize(self) -> bytes:
@@ -256,13 +275,17 @@ class LoadedExecutable:
         done = [Event() for _ in devices]
         inputs_ready = [buf.ready for args in sources for buf in args]
 
+        # A program over several devices runs as one launch: a thread per device, meeting
+        # at the core's rendezvous for collectives (pjrtkit.collectives).
+        run_devices = (run_launch if len(devices) > 1 and exe.num_replicas * exe.num_partitions
+                       == len(devices) else run_together)
+
         def run(input_error):
             error = input_error
             if error is None:
                 try:
                     payloads = [[buf.payload for buf in args] for args in sources]
-                    results = exe.compiled.executable.execute(
-                        payloads, [dev.spec for dev in devices])
+                    results = run_devices(exe, payloads, [dev.spec for dev in devices])
                     if len(results) != len(devices) or any(
                             len(r) != exe.num_outputs for r in results):
                         raise _wrong_output_count(exe)
@@ -287,6 +310,26 @@ class LoadedExecutable:
         else:
             executor.submit(lambda: when_all(inputs_ready, run))
         return outputs, done
+
+
+def run_together(exe: Executable, payloads: list, specs: list) -> list:
+    """Every device's program in one call of the plugin's ``execute`` (no collectives)."""
+    return exe.compiled.executable.execute(payloads, specs)
+
+
+def run_launch(exe: Executable, payloads: list, specs: list) -> list:
+    """One launch over several devices (``pjrtkit.collectives.launch.launch_on_threads``): the
+    plugin's ``execute`` for each device on its own thread."""
+    execute = exe.compiled.executable.execute
+
+    def run_device(position: int) -> list:
+        out = execute([payloads[position]], [specs[position]])
+        if len(out) != 1:
+            raise _wrong_output_count(exe)
+        return out[0]
+
+    return launch_on_threads(exe.name, exe.num_replicas, exe.num_partitions, run_device,
+                             lambda exc: execution_error(exe, exc))
 
 
 def _wrong_output_count(exe: Executable) -> Internal:

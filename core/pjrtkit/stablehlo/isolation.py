@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import atexit
 import collections
+import dataclasses
 import os
 import pickle
 import selectors
@@ -83,10 +84,15 @@ class ParserProcess:
         self._stderr_tail = collections.deque(maxlen=20)
 
     def parse(self, code: bytes | str) -> Program:
+        return self.request(code)
+
+    def request(self, request):
+        """Send one request (program bytes or text to parse, or a ``PartitionRequest``) and
+        return the child's answer, raising the error it reports."""
         with self._lock:
             child = self._running_child()
             try:
-                write_message(child.stdin, pickle.dumps(code, protocol=pickle.HIGHEST_PROTOCOL))
+                write_message(child.stdin, pickle.dumps(request, protocol=pickle.HIGHEST_PROTOCOL))
                 reply = self._read_reply(child)
             except (BrokenPipeError, OSError):
                 reply = None
@@ -164,9 +170,9 @@ class ParserProcess:
         time.sleep(0.05)  # let the drain thread read the child's last words
         said = b"".join(self._stderr_tail).decode("utf-8", "replace").strip()[-600:]
         return InvalidArgument(
-            f"the program crashed jaxlib's StableHLO parser ({how}); it is damaged or not a "
-            f"program JAX produced. The parser ran in a child process, so this process is "
-            f"unaffected; the next compile starts a new parser."
+            f"the program crashed jaxlib's StableHLO parser or XLA's partitioner ({how}); it "
+            f"is damaged or not a program JAX produced. The parser ran in a child process, "
+            f"so this process is unaffected; the next compile starts a new parser."
             + (f" The parser's last output: {said}" if said else ""))
 
 
@@ -184,3 +190,22 @@ atexit.register(_PARSER.close)
 def parse_isolated(code: bytes | str) -> Program:
     """Parse ``code`` in the child process (``pjrtkit.stablehlo.loader.parse_program`` there)."""
     return _PARSER.parse(code)
+
+
+@dataclasses.dataclass(frozen=True)
+class PartitionRequest:
+    """Ask the child to partition a global program with XLA and parse the per-device one
+    (``pjrtkit.stablehlo.partition.partition_and_parse`` there)."""
+
+    code: bytes
+    compile_options: bytes
+    num_replicas: int
+    num_partitions: int
+
+
+def partition_isolated(code: bytes, compile_options: bytes, *, num_replicas: int,
+                       num_partitions: int) -> tuple[Program, bytes]:
+    """(per-device Program, its bytecode), partitioned and parsed in the child process: XLA's
+    compiler runs there too, so an abort in it is INVALID_ARGUMENT, not a dead process."""
+    return _PARSER.request(PartitionRequest(bytes(code), bytes(compile_options),
+                                            num_replicas, num_partitions))

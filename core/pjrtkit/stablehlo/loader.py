@@ -515,6 +515,9 @@ def _dense_to_numpy(attr, walker: _Walker) -> np.ndarray:
     shaped = walker.ir.ShapedType(attr.type)
     shape = tuple(shaped.shape)
     element = str(shaped.element_type)
+    if element == "index":
+        # Layout attributes XLA writes (result_layout, operand_layouts): 64-bit integers.
+        return dense.from_text(str(attr).replace("index>", "i64>"))
     dtype = dense.element_dtype(element)
     try:
         view = memoryview(attr)

@@ -21,18 +21,17 @@ import inspect
 import os
 import sys
 
-from pjrtkit.stablehlo.one_device import COLLECTIVES, HANDLED_OPS
+from pjrtkit.stablehlo.one_device import HANDLED_OPS
 
 LIST_PATH = os.path.join(os.path.dirname(__file__), "op_list.txt")
 
-_COLLECTIVE = ("collective across devices: for several devices, the many-devices issue; on one "
-               "device the core returns the operand (one_device.py)")
+_COLLECTIVE = ("collective across devices with no rule yet (the rest are the reference's "
+               "rules on the core's rendezvous, pjrtkit.collectives)")
 _DYNAMIC = "dynamic shapes: pjrtkit supports static shapes only"
 _NOT_EMITTED = "JAX does not emit it"
 
 KNOWN_MISSING = {
-    **{name: _COLLECTIVE for name in COLLECTIVES},
-    "stablehlo.cross-replica-sum": _COLLECTIVE,
+    "stablehlo.cross-replica-sum": "legacy form of all_reduce; " + _NOT_EMITTED,
     "stablehlo.async_start": "XLA-internal asynchronous wrapper; " + _NOT_EMITTED,
     "stablehlo.async_done": "XLA-internal asynchronous wrapper; " + _NOT_EMITTED,
     "stablehlo.batch_norm_grad": "JAX lowers batch norm to elementwise ops; " + _NOT_EMITTED,

@@ -1,5 +1,6 @@
-"""The child side of ``pjrtkit.stablehlo.isolation``: parse programs sent on stdin, send each
-Program (or the error) back pickled on the original stdout. Run as
+"""The child side of ``pjrtkit.stablehlo.isolation``: parse programs sent on stdin (or partition
+them with XLA first: ``PartitionRequest``), send each Program (or the error) back pickled on the
+original stdout. Run as
 ``python -m pjrtkit.stablehlo.parser_child``; it exits when its stdin closes."""
 from __future__ import annotations
 
@@ -8,8 +9,19 @@ import pickle
 import signal
 import sys
 
-from pjrtkit.stablehlo.isolation import error_reply, read_message, write_message
+from pjrtkit.stablehlo.isolation import (PartitionRequest, error_reply, read_message,
+                                         write_message)
 from pjrtkit.stablehlo.loader import parse_program
+from pjrtkit.stablehlo.partition import partition_and_parse
+
+
+def answer(request):
+    """A Program for program bytes or text; (Program, bytecode) for a PartitionRequest."""
+    if isinstance(request, PartitionRequest):
+        return partition_and_parse(request.code, request.compile_options,
+                                   num_replicas=request.num_replicas,
+                                   num_partitions=request.num_partitions)
+    return parse_program(request)
 
 
 def main() -> None:
@@ -23,7 +35,7 @@ def main() -> None:
         if request is None:
             return
         try:
-            reply = ("ok", parse_program(pickle.loads(request)))
+            reply = ("ok", answer(pickle.loads(request)))
         except Exception as exc:  # noqa: BLE001 - every failure goes back to the parent
             reply = error_reply(exc)
         write_message(replies, pickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL))

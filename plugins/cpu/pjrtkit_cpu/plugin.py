@@ -4,7 +4,6 @@ from __future__ import annotations
 import numpy as np
 
 from pjrtkit import hookimpl
-from pjrtkit.errors import Unimplemented
 from pjrtkit.lowering.plan import build_plan
 from pjrtkit.stablehlo.cost import estimate_cost
 from pjrtkit.stablehlo.ir import walk_ops
@@ -57,11 +56,6 @@ def pjrtkit_copy_buffer(payload, src_device, src_memory_kind, dst_device, dst_me
 def pjrtkit_compile(program, options, devices):
     from pjrtkit_cpu.lowering import RULES
 
-    if options.num_partitions > 1:
-        raise Unimplemented(
-            f"{PLATFORM}: programs partitioned over {options.num_partitions} devices (sharded "
-            f"jit / shard_map) are not supported yet; run on one device or use jax.pmap-free "
-            f"code")
     plan = build_plan(maybe_fuse(program), RULES)
     uses_blas = any(op.name in _BLAS_OPS for op in walk_ops(program))
     return CompiledProgram(executable=CpuExecutable(plan, uses_blas),
@@ -102,7 +96,8 @@ def pjrtkit_capabilities():
     ops = {name for name in RULES.op_names if not name.startswith(f"{PLATFORM}.")}
     return Capabilities(dtypes={dtype.name for dtype in RULES.dtypes}, ops=ops,
                         custom_call_targets=RULES.custom_call_targets,
-                        features={"compile_only_topologies", "multiple_devices"})
+                        features={"compile_only_topologies", "multiple_devices",
+                                  "partitioned_programs"})
 
 
 # -- what JAX is told ---------------------------------------------------------------------------

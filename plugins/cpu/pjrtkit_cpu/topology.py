@@ -1,5 +1,5 @@
-"""The cpu backend's devices: N host "devices" (``PJRTKIT_CPU_DEVICES``, default 1), each with
-the three memory kinds, all backed by host RAM."""
+"""The cpu backend's devices: N host "devices" (``PJRTKIT_CPU_DEVICES``, else JAX's
+``jax_num_cpu_devices``, else 1), each with the three memory kinds, all backed by host RAM."""
 from __future__ import annotations
 
 import os
@@ -20,7 +20,15 @@ def _host_memory_bytes() -> int | None:
 
 
 def device_count(options=None) -> int:
-    raw = os.environ.get(DEVICE_COUNT_VARIABLE, "1").strip() or "1"
+    """``PJRTKIT_CPU_DEVICES``; when it is unset, JAX's own ``jax_num_cpu_devices`` setting
+    (``jax.config.update("jax_num_cpu_devices", N)``, which JAX's tests and many users set);
+    else 1."""
+    raw = os.environ.get(DEVICE_COUNT_VARIABLE, "").strip()
+    if not raw:
+        from pjrtkit import jax_compat
+
+        configured = jax_compat.configured_cpu_device_count()
+        raw = str(configured) if configured is not None else "1"
     try:
         count = int(raw)
     except ValueError:

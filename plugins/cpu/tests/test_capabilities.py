@@ -16,4 +16,5 @@ def test_pjrtkit_capabilities_of_cpu_come_from_its_registry():
     assert not any("@" in name for name in caps.ops)  # custom-call target rules are not ops
     assert caps.custom_call_targets == RULES.custom_call_targets
     assert "Sharding" in caps.custom_call_targets
-    assert caps.features == {"compile_only_topologies", "multiple_devices"} <= FEATURES
+    assert caps.features == {"compile_only_topologies", "multiple_devices",
+                             "partitioned_programs"} <= FEATURES

@@ -1,0 +1,177 @@
+"""One launch of a program over several devices: the rendezvous its collectives meet at, and
+which device the current thread runs.
+
+JAX gives every collective ``channel_handle = 1``, so a channel does not tell one collective
+from another; each device counts the collectives it has run in this launch, and the n-th
+collective of the devices of one group meets under the key ``(n, group)``.
+
+No thread is left waiting: when a device fails (its kernel raised), ``fail`` wakes every
+waiter, and they raise ``LaunchAborted``; a device whose program ends while another waits for
+it at a collective it never reached fails the launch too (the devices disagree about the
+program's collectives, which would otherwise wait forever).
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from pjrtkit.errors import Internal, PjrtError
+
+
+class LaunchAborted(Exception):
+    """Raised at a rendezvous of a launch that another device failed; the launch's error is
+    the other device's, not this."""
+
+    def __init__(self, error: PjrtError):
+        super().__init__(error.message)
+        self.error = error
+
+
+@dataclasses.dataclass
+class DeviceContext:
+    """What the thread running one device of a launch knows about it."""
+
+    launch: "Launch"
+    position: int          # replica * num_partitions + partition: StableHLO's global id
+    collectives_run: int = 0
+
+    @property
+    def replica(self) -> int:
+        return self.position // self.launch.num_partitions
+
+    @property
+    def partition(self) -> int:
+        return self.position % self.launch.num_partitions
+
+    def next_ordinal(self) -> int:
+        ordinal = self.collectives_run
+        self.collectives_run += 1
+        return ordinal
+
+    def exchange(self, group: tuple[int, ...], payload: Any) -> list[Any]:
+        """Every member's payload of this device's next collective, in ``group`` order."""
+        return self.launch.exchange((self.next_ordinal(), group), group, self.position, payload)
+
+
+_current = threading.local()
+
+
+def current_device() -> DeviceContext | None:
+    """The device the calling thread runs in a launch over several devices; None otherwise
+    (a program on one device: its replica and partition are 0)."""
+    return getattr(_current, "device", None)
+
+
+@contextlib.contextmanager
+def running_as(context: DeviceContext | None):
+    """Mark the calling thread as running ``context``'s device while the block runs."""
+    previous = getattr(_current, "device", None)
+    _current.device = context
+    try:
+        yield context
+    finally:
+        _current.device = previous
+
+
+class _Meeting:
+    __slots__ = ("values", "taken")
+
+    def __init__(self):
+        self.values: dict[int, Any] = {}
+        self.taken = 0
+
+
+class Launch:
+    """The rendezvous of one execution over ``num_replicas * num_partitions`` devices."""
+
+    def __init__(self, name: str, num_replicas: int, num_partitions: int):
+        self.name = name
+        self.num_replicas = num_replicas
+        self.num_partitions = num_partitions
+        self._condition = threading.Condition()
+        self._meetings: dict[Any, _Meeting] = {}
+        self._finished: set[int] = set()
+        self.error: PjrtError | None = None
+
+    def device(self, position: int) -> DeviceContext:
+        return DeviceContext(self, position)
+
+    def exchange(self, key, group: tuple[int, ...], position: int, payload: Any) -> list[Any]:
+        with self._condition:
+            if self.error is not None:
+                raise LaunchAborted(self.error)
+            meeting = self._meetings.get(key)
+            if meeting is None:
+                meeting = self._meetings[key] = _Meeting()
+            meeting.values[position] = payload
+            self._condition.notify_all()
+            while len(meeting.values) < len(group):
+                if self.error is not None:
+                    raise LaunchAborted(self.error)
+                gone = [p for p in group if p not in meeting.values and p in self._finished]
+                if gone:
+                    self._fail(Internal(
+                        f"{self.name}: device {gone[0]} of the launch finished without joining "
+                        f"collective #{key[0]} of group {list(group)}; the devices disagree "
+                        f"about the program's collectives"))
+                    raise LaunchAborted(self.error)
+                self._condition.wait()
+            values = [meeting.values[p] for p in group]
+            meeting.taken += 1
+            if meeting.taken == len(group):
+                del self._meetings[key]
+            return values
+
+    def fail(self, error: PjrtError) -> None:
+        """Fail the launch with ``error`` (the first one wins); every waiter wakes and raises."""
+        with self._condition:
+            self._fail(error)
+
+    def _fail(self, error: PjrtError) -> None:
+        if self.error is None:
+            self.error = error
+        self._condition.notify_all()
+
+    def finished(self, position: int) -> None:
+        """The device at ``position`` ran its program to the end."""
+        with self._condition:
+            self._finished.add(position)
+            self._condition.notify_all()
+
+
+def launch_on_threads(name: str, num_replicas: int, num_partitions: int,
+                      run_device: Callable[[int], Any],
+                      error_of: Callable[[Exception], PjrtError]) -> list:
+    """Run ``run_device(position)`` for every device of one launch, each on its own thread
+    (position 0 on the calling one) marked as that device, and return their results in
+    position order. A device that raises fails the launch: the others are released from any
+    rendezvous, and the first failing device's error (``error_of(exception)``) is raised here.
+    """
+    count = num_replicas * num_partitions
+    launch = Launch(name, num_replicas, num_partitions)
+    results: list = [None] * count
+
+    def device_main(position: int) -> None:
+        try:
+            with running_as(launch.device(position)):
+                results[position] = run_device(position)
+            launch.finished(position)
+        except LaunchAborted:
+            pass  # another device failed first; its error is the launch's
+        except Exception as exc:  # noqa: BLE001 - the launch's error, on every output
+            launch.fail(error_of(exc))
+
+    threads = [threading.Thread(target=device_main, args=(position,), daemon=True,
+                                name=f"pjrtkit-{name}-device{position}")
+               for position in range(1, count)]
+    for thread in threads:
+        thread.start()
+    device_main(0)
+    for thread in threads:
+        thread.join()
+    if launch.error is not None:
+        raise launch.error
+    return results

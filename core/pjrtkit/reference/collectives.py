@@ -1,0 +1,181 @@
+"""Collectives, replica_id and partition_id as NumPy rules, on the core's rendezvous.
+
+Each device of a launch runs the program on its own thread (``pjrtkit.collectives``); a
+collective's kernel finds this device's process group (StableHLO's rules, ``groups``), hands
+its operands to the launch's rendezvous and builds its results from every member's operands,
+in group order, so all members compute the same values in the same order. Results never alias
+another device's arrays (a device may update its arrays in place later).
+
+A kernel running outside a launch (a program on one device) is a launch of one device: its
+group is itself, its ids are 0.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from pjrtkit.collectives import groups as G
+from pjrtkit.collectives.launch import current_device
+from pjrtkit.errors import InvalidArgument
+from pjrtkit.reference.reduce import binary_body, body_ufunc, vectorized_region
+from pjrtkit.reference.registry import REFERENCE
+
+
+def _group_rule(op):
+    """(mode, replica groups) of ``op``, read once at compile time."""
+    return G.group_mode(op), G.replica_groups(op)
+
+
+def _exchange(mode, replica_groups, payload):
+    """(every member's payload in group order, this device's index in its group)."""
+    device = current_device()
+    if device is None:
+        return [payload], 0
+    launch = device.launch
+    processes = G.process_groups(mode, replica_groups, launch.num_replicas,
+                                 launch.num_partitions)
+    group = G.group_of(device.position, processes)
+    if group is None:
+        group = (device.position,)
+    return device.exchange(group, payload), group.index(device.position)
+
+
+def _reducer(op, ctx):
+    """``combine(a, b) -> a (op) b`` for the op's binary computation region, per operand."""
+    region = op.regions[0]
+    body = binary_body(region)
+    combiners = []
+    for value in op.results:
+        if body is not None:
+            combiners.append(body_ufunc(body, value.type.dtype))
+        else:
+            # Any elementwise computation: the region compiled once for whole operands.
+            shape = tuple(op.operands[len(combiners)].type.shape)
+            plan = vectorized_region(ctx, region, shape)
+            combiners.append(lambda a, b, plan=plan: plan(a, b)[0])
+    return combiners
+
+
+def _fold(values, combine, dtype):
+    result = np.array(values[0], dtype=dtype, copy=True)
+    for value in values[1:]:
+        result = np.asarray(combine(result, value), dtype=dtype)
+    return result
+
+
+@REFERENCE.register("stablehlo.all_reduce")
+def all_reduce(op, ctx):
+    mode, replica_groups = _group_rule(op)
+    combiners = _reducer(op, ctx)
+    dtypes = [v.type.dtype for v in op.results]
+
+    def all_reduce_kernel(*operands):
+        values, _ = _exchange(mode, replica_groups, operands)
+        return tuple(_fold([v[i] for v in values], combiners[i], dtypes[i])
+                     for i in range(len(operands)))
+
+    return all_reduce_kernel
+
+
+@REFERENCE.register("stablehlo.all_gather")
+def all_gather(op, ctx):
+    mode, replica_groups = _group_rule(op)
+    axis = int(op.attributes["all_gather_dim"])
+
+    def all_gather_kernel(*operands):
+        values, _ = _exchange(mode, replica_groups, operands)
+        return tuple(np.concatenate([v[i] for v in values], axis=axis)
+                     for i in range(len(operands)))
+
+    return all_gather_kernel
+
+
+@REFERENCE.register("stablehlo.reduce_scatter")
+def reduce_scatter(op, ctx):
+    mode, replica_groups = _group_rule(op)
+    axis = int(op.attributes["scatter_dimension"])
+    (combine,) = _reducer(op, ctx)
+    dtype = op.results[0].type.dtype
+
+    def reduce_scatter_kernel(operand):
+        values, index = _exchange(mode, replica_groups, operand)
+        reduced = _fold(values, combine, dtype)
+        return (np.array(np.split(reduced, len(values), axis=axis)[index], copy=True),)
+
+    return reduce_scatter_kernel
+
+
+@REFERENCE.register("stablehlo.all_to_all")
+def all_to_all(op, ctx):
+    mode, replica_groups = _group_rule(op)
+    split_axis = int(op.attributes["split_dimension"])
+    concat_axis = int(op.attributes["concat_dimension"])
+    split_count = int(op.attributes["split_count"])
+    if replica_groups and any(len(g) != split_count for g in replica_groups):
+        raise InvalidArgument(f"{op.describe()}: split_count {split_count} differs from the "
+                              f"size of its replica groups {replica_groups}")
+
+    def all_to_all_kernel(*operands):
+        values, index = _exchange(mode, replica_groups, operands)
+        if len(values) != split_count:  # an empty group list: every device, known only now
+            raise InvalidArgument(f"{op.describe()}: split_count {split_count} but its group "
+                                  f"has {len(values)} devices")
+        return tuple(
+            np.concatenate([np.split(v[i], split_count, axis=split_axis)[index] for v in values],
+                           axis=concat_axis)
+            for i in range(len(operands)))
+
+    return all_to_all_kernel
+
+
+@REFERENCE.register("stablehlo.collective_permute")
+def collective_permute(op, ctx):
+    mode = G.group_mode(op)
+    pairs = [(int(s), int(t)) for s, t in np.asarray(
+        op.attributes.get("source_target_pairs", np.zeros((0, 2))), dtype=np.int64).reshape(-1, 2)]
+    result_type = op.results[0].type
+
+    def collective_permute_kernel(operand):
+        device = current_device()
+        if device is None:
+            sources = [s for s, t in pairs if t == 0]
+            return (np.array(operand, copy=True) if sources
+                    else np.zeros(result_type.shape, result_type.dtype),)
+        launch = device.launch
+        members, position_of = G.id_space(mode, launch.num_replicas, launch.num_partitions,
+                                          device.position)
+        values = device.exchange(members, operand)
+        for source, target in pairs:
+            if position_of(target) == device.position:
+                return (np.array(values[members.index(position_of(source))], copy=True),)
+        return (np.zeros(result_type.shape, result_type.dtype),)
+
+    return collective_permute_kernel
+
+
+@REFERENCE.register("stablehlo.collective_broadcast")
+def collective_broadcast(op, ctx):
+    mode, replica_groups = _group_rule(op)
+
+    def collective_broadcast_kernel(operand):
+        values, _ = _exchange(mode, replica_groups, operand)
+        return (np.array(values[0], copy=True),)
+
+    return collective_broadcast_kernel
+
+
+@REFERENCE.register("stablehlo.replica_id")
+def replica_id(op, ctx):
+    def replica_id_kernel():
+        device = current_device()
+        return (np.array(0 if device is None else device.replica, dtype=np.uint32),)
+
+    return replica_id_kernel
+
+
+@REFERENCE.register("stablehlo.partition_id")
+def partition_id(op, ctx):
+    def partition_id_kernel():
+        device = current_device()
+        return (np.array(0 if device is None else device.partition, dtype=np.uint32),)
+
+    return partition_id_kernel

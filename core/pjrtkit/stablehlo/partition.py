@@ -1,0 +1,178 @@
+"""Partitioning: a program compiled for several partitions becomes the program each device runs.
+
+JAX hands a backend ONE global program for a sharded ``jit``, a ``shard_map`` or a ``pmap``
+(CompileOptions ``num_partitions = N``, Shardy annotations). XLA's own SPMD partitioner turns
+it into the per-device program (per-device shapes, ``partition_id``, collectives with dense
+replica groups): the program is compiled on a private in-process XLA:CPU client with XLA's HLO
+dump after the ``spmd-partitioning`` pass switched on, and that dump is converted back to
+StableHLO (``pjrtkit.jax_compat`` holds those private calls). Shardy's own MLIR passes are not
+used: in this jaxlib they return wrong numbers for max/min reductions without an error, and
+abort on some programs (../shared/MANY_DEVICES.md).
+
+The result is the per-device program, so every plugin sees an ordinary program whose
+collectives it lowers like any other op; the module keeps XLA's ``mhlo.spmd_output_sharding``
+and ``mhlo.spmd_parameters_shardings``, which jaxlib reads back from
+PJRT_Executable_OptimizedProgram to learn how outputs and parameters are sharded.
+
+``partitioned_program`` caches by (program bytes, options bytes): a second compile of the
+same program costs an unpickle of the parsed per-device program. The runtime partitions and
+parses in the parser's child process (``isolation``), so an XLA abort on a strange program
+cannot take the user's process down.
+"""
+from __future__ import annotations
+
+import glob
+import hashlib
+import os
+import pickle
+import shutil
+import tempfile
+import threading
+from collections import OrderedDict
+
+from pjrtkit.errors import Internal, InvalidArgument, PjrtError
+from pjrtkit.stablehlo.ir import (Op, Program, Region, TupleType, Value, fresh_value,
+                                  rename_reads, walk_ops)
+
+# Parsed per-device programs kept (pickled, so each compile gets its own copy to rewrite).
+CACHE_ENTRIES = 256
+
+_cache: OrderedDict[bytes, tuple[bytes, bytes]] = OrderedDict()
+_cache_lock = threading.Lock()
+
+
+def partitioned_program(code: bytes, compile_options: bytes, *, num_replicas: int,
+                        num_partitions: int, isolated: bool) -> tuple[Program, bytes]:
+    """(per-device Program, its StableHLO bytecode) of the global program ``code``.
+
+    Raises InvalidArgument when XLA's partitioner refuses the program (with XLA's message),
+    Internal when the partitioner itself fails in Python; both name the program.
+    """
+    key = hashlib.sha256(b"%d:%d:" % (num_replicas, num_partitions) + bytes(code)
+                         + b"\0" + bytes(compile_options)).digest()
+    with _cache_lock:
+        hit = _cache.get(key)
+        if hit is not None:
+            _cache.move_to_end(key)
+    if hit is None:
+        if isolated:
+            from pjrtkit.stablehlo import isolation
+
+            program, bytecode = isolation.partition_isolated(
+                code, compile_options, num_replicas=num_replicas, num_partitions=num_partitions)
+        else:
+            program, bytecode = partition_and_parse(
+                code, compile_options, num_replicas=num_replicas, num_partitions=num_partitions)
+        hit = (pickle.dumps(program, protocol=pickle.HIGHEST_PROTOCOL), bytecode)
+        with _cache_lock:
+            _cache[key] = hit
+            while len(_cache) > CACHE_ENTRIES:
+                _cache.popitem(last=False)
+    return pickle.loads(hit[0]), hit[1]
+
+
+def partition_and_parse(code: bytes, compile_options: bytes, *, num_replicas: int,
+                        num_partitions: int) -> tuple[Program, bytes]:
+    """Partition with XLA and parse the result (what the parser child runs)."""
+    from pjrtkit.stablehlo.loader import parse_program
+
+    bytecode = spmd_partition(code, compile_options, num_replicas=num_replicas,
+                              num_partitions=num_partitions)
+    return untuple_custom_calls(parse_program(bytecode)), bytecode
+
+
+def untuple_custom_calls(program: Program) -> Program:
+    """Give custom calls their results back as JAX emits them.
+
+    In XLA's HLO a custom call with several results returns one tuple, and converting the
+    partitioned HLO back to StableHLO keeps that: one tuple-typed result read by
+    ``stablehlo.get_tuple_element``s. Plugins' custom-call rules expect the results JAX emits,
+    one value each; so a custom call whose tuple result is read only by get_tuple_element
+    gets one result per element, and those reads become the results themselves.
+    """
+    ops = list(walk_ops(program))
+    readers: dict[int, list[Op]] = {}
+    for op in ops:
+        for value in op.operands:
+            readers.setdefault(value.id, []).append(op)
+    renamed: dict[int, Value] = {}
+    dropped: set[int] = set()
+    for op in ops:
+        if (op.name != "stablehlo.custom_call" or len(op.results) != 1
+                or not isinstance(op.results[0].type, TupleType)):
+            continue
+        tuple_value = op.results[0]
+        reads = readers.get(tuple_value.id, [])
+        if not reads or any(r.name != "stablehlo.get_tuple_element" for r in reads):
+            continue
+        elements = tuple(fresh_value(t) for t in tuple_value.type.elements)
+        op.results = elements
+        for read in reads:
+            renamed[read.results[0].id] = elements[int(read.attributes["index"])]
+            dropped.add(id(read))
+    if not renamed:
+        return program
+    for function in program.functions.values():
+        _drop_ops(function.body, dropped)
+        function.body = rename_reads(function.body, renamed)
+    return program
+
+
+def _drop_ops(region: Region, dropped: set[int]) -> None:
+    for block in region.blocks:
+        block.ops = [op for op in block.ops if id(op) not in dropped]
+        for op in block.ops:
+            for inner in op.regions:
+                _drop_ops(inner, dropped)
+
+
+def spmd_partition(code: bytes, compile_options: bytes, *, num_replicas: int,
+                   num_partitions: int) -> bytes:
+    """The per-device StableHLO bytecode XLA's SPMD partitioner makes of ``code``."""
+    from pjrtkit import jax_compat
+
+    dump_dir = tempfile.mkdtemp(prefix="pjrtkit-partition-")
+    try:
+        try:
+            failure = jax_compat.compile_with_hlo_dump(
+                bytes(code), bytes(compile_options), num_replicas, num_partitions, dump_dir)
+            dumped = _dumped_module(dump_dir)
+        except PjrtError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a bug here must not look like a user error
+            raise Internal(f"partitioning {_describe(code)} over {num_partitions} partitions "
+                           f"failed in pjrtkit's partitioner: {type(exc).__name__}: {exc}"
+                           ) from exc
+        if dumped is None:
+            raise InvalidArgument(
+                f"XLA's SPMD partitioner could not partition {_describe(code)} over "
+                f"{num_partitions} partitions: {failure or 'it wrote no partitioned program'}")
+        try:
+            return jax_compat.hlo_module_to_stablehlo(dumped)
+        except Exception as exc:  # noqa: BLE001
+            raise Internal(f"converting the partitioned {_describe(code)} back to StableHLO "
+                           f"failed: {type(exc).__name__}: {exc}") from exc
+    finally:
+        shutil.rmtree(dump_dir, ignore_errors=True)
+
+
+def _dumped_module(dump_dir: str) -> bytes | None:
+    """The HloModuleProto after SPMD partitioning (before optimizations when no partitioning
+    pass ran), from XLA's dump: field 1 of the dumped ``xla.HloProto``."""
+    from pjrtkit.runtime.compile_options import wire_fields
+
+    for pattern in ("*after_spmd-partitioning*.hlo.pb", "*before_optimizations.hlo.pb"):
+        found = sorted(glob.glob(os.path.join(dump_dir, pattern)))
+        if found:
+            with open(found[0], "rb") as handle:
+                proto = handle.read()
+            for field, wire, value in wire_fields(proto):
+                if field == 1 and wire == 2:
+                    return bytes(value)
+    return None
+
+
+def _describe(code: bytes) -> str:
+    """How errors name a program that may not even parse: by its digest."""
+    digest = hashlib.sha256(bytes(code)).hexdigest()[:12]
+    return f"the program (sha256 {digest}...)"

@@ -1,0 +1,368 @@
+"""Programs over N devices on pjrtkit_cpu and on XLA's CPU backend in the same process, compared.
+
+Run as ``python many_device_programs.py N`` (tests/jax/test_many_devices.py runs one process per
+N: JAX fixes its device count at start-up). It sets ``PJRTKIT_CPU_DEVICES=N`` and
+``--xla_force_host_platform_device_count=N`` before importing JAX, runs every program in
+PROGRAMS on the first N devices of each backend, and prints one JSON line per program:
+``{"name", "outcome"}`` with outcome "ok" or what differed. Each output must match XLA's result
+(per-dtype tolerances) and be sharded as XLA shards it, every device holding only its shard.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import traceback
+
+N = int(sys.argv[1]) if __name__ == "__main__" and len(sys.argv) > 1 else 4
+if __name__ == "__main__":
+    os.environ["PJRTKIT_CPU_DEVICES"] = str(N)
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
+                               + f" --xla_force_host_platform_device_count={N}")
+    os.environ["JAX_PLATFORMS"] = "pjrtkit_cpu,cpu"
+
+import numpy as np  # noqa: E402
+
+PROGRAMS = {}
+
+
+def program(name):
+    def register(fn):
+        PROGRAMS[name] = fn
+        return fn
+    return register
+
+
+def _mesh(devices, shape, names):
+    import jax
+
+    return jax.sharding.Mesh(np.array(devices).reshape(shape), names)
+
+
+def _put(x, mesh, *spec):
+    import jax
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    return jax.device_put(x, NamedSharding(mesh, PartitionSpec(*spec)))
+
+
+def _data(*shape, seed=0, dtype=np.float32):
+    return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
+
+
+def _two_axes(n):
+    return (2, n // 2) if n >= 2 else (1, 1)
+
+
+# -- sharded jit: mesh x PartitionSpec combinations (uneven shapes among them) -----------------
+
+@program("jit-1d-rows-elementwise")
+def _(devices):
+    import jax
+    import jax.numpy as jnp
+
+    mesh = _mesh(devices, (len(devices),), ("x",))
+    x = _put(_data(8 * len(devices), 3), mesh, "x")
+    return jax.jit(lambda a: jnp.tanh(a) * 2 + 1)(x)
+
+
+@program("jit-1d-uneven-rows-max")
+def _(devices):
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import NamedSharding, PartitionSpec as P
+
+    mesh = _mesh(devices, (len(devices),), ("x",))
+    x = _put(_data(4 * len(devices), 5, seed=1), mesh, "x")
+
+    def f(a):
+        # 4N - 3 rows over N devices: uneven from N = 2 on (JAX refuses uneven arguments, not
+        # uneven values inside a program).
+        a = jax.lax.with_sharding_constraint(a[3:] * 1.5, NamedSharding(mesh, P("x")))
+        return jnp.max(a, axis=0), jnp.argmax(a, axis=0), jnp.min(a, axis=0), jnp.sum(a, axis=0)
+
+    return jax.jit(f)(x)
+
+
+@program("jit-2d-matmul-reduce")
+def _(devices):
+    import jax
+    import jax.numpy as jnp
+
+    mesh = _mesh(devices, _two_axes(len(devices)), ("x", "y"))
+    a = _put(_data(6, 8, seed=2), mesh, "x", "y")
+    b = _put(_data(8, 5, seed=3), mesh, "y", None)
+    return jax.jit(lambda a, b: (a @ b, jnp.sum(a @ b, axis=0)))(a, b)
+
+
+@program("jit-2d-transpose-reshard")
+def _(devices):
+    import jax
+    from jax.sharding import NamedSharding, PartitionSpec as P
+
+    mesh = _mesh(devices, _two_axes(len(devices)), ("x", "y"))
+    x = _put(_data(4, 8, seed=4), mesh, "x", "y")
+    return jax.jit(lambda a: a.T + 1, out_shardings=NamedSharding(mesh, P("y", "x")))(x)
+
+
+@program("jit-uneven-softmax-cumsum")
+def _(devices):
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import NamedSharding, PartitionSpec as P
+
+    mesh = _mesh(devices, (len(devices),), ("x",))
+    x = _put(_data(3, 2 * len(devices), seed=5), mesh, None, "x")
+
+    def f(a):
+        a = jax.lax.with_sharding_constraint(jnp.pad(a, ((0, 0), (0, 1))),
+                                             NamedSharding(mesh, P(None, "x")))
+        return jax.nn.softmax(a, axis=-1).sum(axis=0), jnp.cumsum(a, axis=1)[:, -1]
+
+    return jax.jit(f)(x)
+
+
+@program("jit-gather-scatter-dus")
+def _(devices):
+    import jax
+    import jax.numpy as jnp
+
+    mesh = _mesh(devices, (len(devices),), ("x",))
+    x = _put(_data(4 * len(devices), 3, seed=6), mesh, "x")
+    idx = _put(np.array([3, 0, 1, 2 * len(devices) - 1], np.int32), mesh)
+
+    def f(a, i):
+        taken = a[i]
+        updated = a.at[i].add(10.0)
+        dus = jax.lax.dynamic_update_slice(a, jnp.ones((2, 3), a.dtype), (1, 0))
+        return taken, updated, dus
+
+    return jax.jit(f)(x, idx)
+
+
+@program("jit-sharding-constraint-sort")
+def _(devices):
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import NamedSharding, PartitionSpec as P
+
+    mesh = _mesh(devices, _two_axes(len(devices)), ("x", "y"))
+    x = _put(_data(4, 10, seed=7), mesh, "x")
+
+    def f(a):
+        a = jax.lax.with_sharding_constraint(a * 2, NamedSharding(mesh, P(None, "y")))
+        return jnp.sort(a, axis=1), jnp.sort(a, axis=0)
+
+    return jax.jit(f)(x)
+
+
+@program("jit-int-and-bool")
+def _(devices):
+    import jax
+    import jax.numpy as jnp
+
+    mesh = _mesh(devices, _two_axes(len(devices)), ("x", "y"))
+    x = _put(np.arange(8 * 6, dtype=np.int32).reshape(8, 6) % 7, mesh, "y", "x")
+    return jax.jit(lambda a: (jnp.sum(a, axis=0), jnp.max(a), jnp.any(a > 5, axis=1)))(x)
+
+
+@program("jit-erf-top_k")
+def _(devices):
+    # XLA's HLO writes chlo.erf / chlo.top_k as mhlo.erf / mhlo.topk in partitioned programs
+    import jax
+    from jax import lax
+
+    mesh = _mesh(devices, (len(devices),), ("x",))
+    values = np.round(_data(2 * len(devices), 9, seed=15), 1)  # ties among them
+    values[0, 3] = np.nan
+    x = _put(values, mesh, "x")
+    return jax.jit(lambda a: (lax.erf(a), *lax.top_k(a, 4)))(x)
+
+
+@program("jit-mlp-grad-data-model")
+def _(devices):
+    import jax
+    import jax.numpy as jnp
+
+    mesh = _mesh(devices, _two_axes(len(devices)), ("data", "model"))
+    w1 = _put(_data(5, 8, seed=8) * 0.3, mesh, None, "model")
+    w2 = _put(_data(8, 3, seed=9) * 0.3, mesh, "model", None)
+    x = _put(_data(8, 5, seed=10), mesh, "data", None)
+
+    def loss(w1, w2, x):
+        return jnp.mean(jnp.square(jnp.tanh(x @ w1) @ w2))
+
+    return jax.jit(jax.value_and_grad(loss, argnums=(0, 1)))(w1, w2, x)
+
+
+# -- shard_map with each collective ---------------------------------------------------------
+
+def _shard_map(devices, body, *, out_rank=2):
+    import jax
+    from jax.sharding import PartitionSpec as P
+
+    mesh = _mesh(devices, _two_axes(len(devices)), ("x", "y"))
+    x = _put(_data(4, 2 * len(devices), seed=11), mesh, "x", "y")
+    mapped = jax.shard_map(body, mesh=mesh, in_specs=P("x", "y"), out_specs=P("x", "y"),
+                           check_vma=False)
+    return jax.jit(mapped)(x)
+
+
+def _shard_map_case(name, body):
+    program(f"shard_map-{name}")(lambda devices: _shard_map(devices, body))
+
+
+def _register_shard_map_cases():
+    from jax import lax
+
+    cases = {
+        "psum": lambda a: lax.psum(a, "x"),
+        "psum-both-axes": lambda a: lax.psum(a, ("x", "y")),
+        "pmean": lambda a: lax.pmean(a, "y"),
+        "pmax": lambda a: lax.pmax(a, ("x", "y")),
+        "pmin": lambda a: lax.pmin(a, "y"),
+        "all_gather-tiled": lambda a: lax.all_gather(a, "y", axis=1, tiled=True),
+        "all_gather": lambda a: lax.all_gather(a, "x").sum(axis=0),
+        "ppermute": lambda a: lax.ppermute(a, "y", [(i, (i + 1) % _axis_size("y"))
+                                                     for i in range(_axis_size("y"))]),
+        "all_to_all": lambda a: lax.all_to_all(a, "y", 1, 0, tiled=True),
+        "psum_scatter": lambda a: lax.psum_scatter(a, "y", scatter_dimension=1, tiled=True),
+        "axis_index": lambda a: a + lax.axis_index("x") * 10 + lax.axis_index("y"),
+        "psum-in-loop": lambda a: lax.fori_loop(0, 3, lambda i, c: lax.psum(c, "y") * 0.5, a),
+    }
+    for name, body in cases.items():
+        _shard_map_case(name, body)
+
+
+def _axis_size(name):
+    from jax import lax
+
+    return lax.axis_size(name)
+
+
+# -- pmap with every lax.p* collective -----------------------------------------------------
+
+def _pmap(devices, body, *, shape=(4, 8)):
+    import jax
+
+    x = _data(len(devices), *shape, seed=12)
+    return jax.pmap(body, axis_name="i", devices=devices)(x)
+
+
+def _register_pmap_cases():
+    from jax import lax
+
+    def size():
+        return _axis_size("i")
+
+    cases = {
+        "psum": lambda a: lax.psum(a, "i"),
+        "pmean": lambda a: lax.pmean(a, "i"),
+        "pmax": lambda a: lax.pmax(a, "i"),
+        "pmin": lambda a: lax.pmin(a, "i"),
+        "all_gather": lambda a: lax.all_gather(a, "i"),
+        "all_gather-tiled": lambda a: lax.all_gather(a, "i", axis=1, tiled=True),
+        "all_to_all": lambda a: lax.all_to_all(
+            a.reshape(size(), -1), "i", 0, 0).reshape(size(), -1),
+        "ppermute": lambda a: lax.ppermute(a, "i", [(i, (i + 1) % size())
+                                                    for i in range(size())]),
+        "pshuffle": lambda a: lax.pshuffle(a, "i", list(reversed(range(size())))),
+        "psum_scatter": lambda a: lax.psum_scatter(
+            a.reshape(size(), -1), "i", scatter_dimension=0, tiled=True),
+        "axis_index": lambda a: a * lax.axis_index("i"),
+        "psum-int": lambda a: lax.psum((a * 10).astype(np.int32), "i"),
+        "pmax-tuple": lambda a: lax.pmax((a, -a), "i"),
+    }
+    for name, body in cases.items():
+        program(f"pmap-{name}")(lambda devices, body=body: _pmap(devices, body))
+
+
+@program("shard_map-partial-manual")
+def _(devices):
+    # manual over "x" only; "y" stays automatic (XLA partitions the body's matmul over it)
+    import jax
+    import jax.numpy as jnp
+    from jax import lax
+    from jax.sharding import PartitionSpec as P
+
+    mesh = _mesh(devices, _two_axes(len(devices)), ("x", "y"))
+    x = _put(_data(4, 2 * len(devices), seed=13), mesh, "x", "y")
+    w = _put(_data(2 * len(devices), 3, seed=14), mesh, "y", None)
+
+    def body(a, w):
+        return lax.psum(jnp.tanh(a @ w), "x")
+
+    mapped = jax.shard_map(body, mesh=mesh, in_specs=(P("x"), P()), out_specs=P(),
+                           axis_names=frozenset({"x"}), check_vma=False)
+    return jax.jit(mapped)(x, w)
+
+
+@program("pmap-linalg-custom-call")
+def _(devices):
+    # lu's custom call has several results: XLA's partitioned program returns them as a tuple
+    import jax
+
+    x = np.eye(6, dtype=np.float32) * 0.3 + 0.01  # host data: each backend gets its own copy
+    return jax.pmap(jax.scipy.linalg.expm, devices=devices)(np.stack([x] * len(devices)))
+
+
+_register_shard_map_cases()
+_register_pmap_cases()
+
+
+# -- comparison --------------------------------------------------------------------------------
+
+def compare(name, under_test, reference) -> str:
+    import jax
+
+    from pjrtkit.testing.tolerances import assert_close
+
+    got, want = jax.tree.leaves(under_test), jax.tree.leaves(reference)
+    if len(got) != len(want):
+        return f"{len(got)} outputs, XLA has {len(want)}"
+    for k, (g, w) in enumerate(zip(got, want)):
+        if g.shape != w.shape or g.dtype != w.dtype:
+            return f"output {k}: {g.dtype}{g.shape}, XLA {w.dtype}{w.shape}"
+        try:
+            assert_close(np.asarray(g), np.asarray(w), what=f"{name} output {k}")
+        except AssertionError as exc:
+            return str(exc)[:2000]
+        mine = sorted((s.device.id, s.index, s.data.shape) for s in g.addressable_shards)
+        theirs = sorted((s.device.id, s.index, s.data.shape) for s in w.addressable_shards)
+        if [(i, str(ix), sh) for i, ix, sh in mine] != [(i, str(ix), sh) for i, ix, sh in theirs]:
+            return f"output {k}: shards {mine}, XLA {theirs}"
+        expected = np.asarray(w)
+        for shard in g.addressable_shards:
+            if shard.device.platform != "pjrtkit_cpu":
+                return f"output {k}: a shard lives on {shard.device}"
+            try:
+                assert_close(np.asarray(shard.data), expected[shard.index],
+                             what=f"{name} output {k} shard on device {shard.device.id}")
+            except AssertionError as exc:
+                return str(exc)[:2000]
+    return "ok"
+
+
+def main() -> None:
+    import jax
+
+    ours, xla = jax.devices("pjrtkit_cpu")[:N], jax.devices("cpu")[:N]
+    assert len(ours) == N and len(xla) == N, (ours, xla)
+    only = set(sys.argv[2].split(",")) if len(sys.argv) > 2 else None
+    for name, fn in PROGRAMS.items():
+        if only and name not in only:
+            continue
+        try:
+            reference = fn(xla)
+        except Exception as exc:  # noqa: BLE001 - a case XLA itself refuses at this N
+            print(json.dumps({"name": name, "outcome": f"xla-refuses: {exc}"[:300]}), flush=True)
+            continue
+        try:
+            outcome = compare(name, fn(ours), reference)
+        except Exception:  # noqa: BLE001 - reported as the program's outcome
+            outcome = traceback.format_exc()[-3000:]
+        print(json.dumps({"name": name, "outcome": outcome}), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,156 @@
+"""The core's collectives service: StableHLO process groups, the launch rendezvous (order,
+release on failure, devices that disagree) and the reference's collective rules run on several
+threads as a launch runs them, including collective_broadcast, which JAX's cpu lowering never
+emits (tests/jax/test_many_devices.py covers the rest end to end against XLA)."""
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from pjrtkit.collectives import groups as G
+from pjrtkit.collectives.launch import Launch, LaunchAborted, running_as
+from pjrtkit.errors import Internal
+from pjrtkit.lowering.plan import build_plan
+from pjrtkit.reference import REFERENCE
+from pjrtkit.stablehlo.loader import load_program
+
+
+# -- process groups (StableHLO spec, "Collective ops": process groups) ------------------------
+
+def test_cross_replica_groups_repeat_per_partition():
+    # 2 replicas x 2 partitions; position = replica * 2 + partition
+    assert G.process_groups(G.CROSS_REPLICA, [[0, 1]], 2, 2) == [(0, 2), (1, 3)]
+
+
+def test_cross_partition_groups_repeat_per_replica():
+    assert G.process_groups(G.CROSS_PARTITION, [[1, 0]], 2, 2) == [(1, 0), (3, 2)]
+
+
+def test_cross_replica_and_partition_takes_every_partition_of_the_replicas():
+    assert G.process_groups(G.CROSS_REPLICA_AND_PARTITION, [[0], [1]], 2, 2) == [(0, 1), (2, 3)]
+
+
+def test_flattened_ids_are_positions_and_empty_groups_mean_everyone():
+    assert G.process_groups(G.FLATTENED_IDS, [[3, 0], [1, 2]], 1, 4) == [(3, 0), (1, 2)]
+    assert G.process_groups(G.CROSS_PARTITION, [], 1, 3) == [(0, 1, 2)]
+
+
+def test_a_group_naming_a_device_the_program_does_not_have_is_invalid():
+    with pytest.raises(Exception, match="runs on 4 device"):
+        G.process_groups(G.FLATTENED_IDS, [[0, 4]], 1, 4)
+
+
+# -- the rendezvous ------------------------------------------------------------------------------
+
+def _run_devices(launch, count, body):
+    results, errors = [None] * count, [None] * count
+
+    def main(position):
+        try:
+            with running_as(launch.device(position)) as device:
+                results[position] = body(device)
+            launch.finished(position)
+        except LaunchAborted as exc:
+            errors[position] = exc.error
+        except Exception as exc:  # noqa: BLE001 - recorded for the test to inspect
+            errors[position] = exc
+            launch.fail(Internal(str(exc)))
+
+    threads = [threading.Thread(target=main, args=(p,), daemon=True) for p in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=10)
+    assert not any(t.is_alive() for t in threads), "a device thread is still waiting"
+    return results, errors
+
+
+def test_exchange_returns_every_members_payload_in_group_order():
+    launch = Launch("t", 1, 4)
+    results, errors = _run_devices(launch, 4, lambda d: [
+        d.exchange((3, 1, 0, 2), d.position * 10), d.exchange((0, 1, 2, 3), -d.position)])
+    assert errors == [None] * 4
+    assert results == [[[30, 10, 0, 20], [0, -1, -2, -3]]] * 4
+
+
+def test_a_failing_device_releases_the_others_at_the_rendezvous():
+    launch = Launch("t", 1, 4)
+
+    def body(device):
+        if device.position == 2:
+            time.sleep(0.3)
+            raise ValueError("kernel failed on device 2")
+        return device.exchange((0, 1, 2, 3), device.position)
+
+    start = time.monotonic()
+    results, errors = _run_devices(launch, 4, body)
+    assert time.monotonic() - start < 5
+    assert all("kernel failed on device 2" in str(e) for e in errors), errors
+
+
+def test_a_device_that_ends_without_joining_a_collective_fails_the_launch():
+    launch = Launch("t", 1, 2)
+
+    def body(device):
+        if device.position == 1:
+            return None  # runs no collective
+        return device.exchange((0, 1), "x")
+
+    results, errors = _run_devices(launch, 2, body)
+    assert isinstance(errors[0], Internal) and "finished without joining" in str(errors[0])
+
+
+# -- the reference rules on several threads ------------------------------------------------------
+
+def _launch_program(text, num_partitions, arguments):
+    plan = build_plan(load_program(text, num_partitions=num_partitions, num_replicas=1),
+                      REFERENCE)
+    launch = Launch("t", 1, num_partitions)
+    results, errors = _run_devices(launch, num_partitions,
+                                   lambda d: plan(*arguments[d.position]))
+    assert errors == [None] * num_partitions, errors
+    return results
+
+
+def test_collective_broadcast_sends_the_first_members_operand_to_its_group():
+    text = """
+    func.func public @main(%x: tensor<3xf32>) -> tensor<3xf32> {
+      %0 = "stablehlo.collective_broadcast"(%x) {
+        replica_groups = dense<[[2, 0], [1, 3]]> : tensor<2x2xi64>,
+        channel_handle = #stablehlo.channel_handle<handle = 1, type = 0>
+      } : (tensor<3xf32>) -> tensor<3xf32>
+      return %0 : tensor<3xf32>
+    }"""
+    inputs = [np.full(3, p, np.float32) + np.arange(3, dtype=np.float32) for p in range(4)]
+    results = _launch_program(text, 4, [[x] for x in inputs])
+    first_of = {0: 2, 2: 2, 1: 1, 3: 1}
+    for position, (out,) in enumerate(results):
+        np.testing.assert_array_equal(out, inputs[first_of[position]])
+        assert out is not inputs[first_of[position]]  # never another device's array
+
+
+def test_all_reduce_with_a_custom_body_and_partition_ids():
+    # a body that is no single ufunc: max(a, b) + 0 * a, plus each device's partition id
+    text = """
+    func.func public @main(%x: tensor<2xi32>) -> (tensor<2xi32>, tensor<ui32>) {
+      %0 = "stablehlo.all_reduce"(%x) ({
+      ^bb0(%a: tensor<i32>, %b: tensor<i32>):
+        %m = stablehlo.maximum %a, %b : tensor<i32>
+        %z = stablehlo.subtract %a, %a : tensor<i32>
+        %s = stablehlo.add %m, %z : tensor<i32>
+        stablehlo.return %s : tensor<i32>
+      }) {replica_groups = dense<[[0, 1, 2]]> : tensor<1x3xi64>,
+          channel_handle = #stablehlo.channel_handle<handle = 1, type = 0>,
+          use_global_device_ids} : (tensor<2xi32>) -> tensor<2xi32>
+      %1 = stablehlo.partition_id : tensor<ui32>
+      return %0, %1 : tensor<2xi32>, tensor<ui32>
+    }"""
+    inputs = [np.array([p, -p], np.int32) for p in range(3)]
+    results = _launch_program(text, 3, [[x] for x in inputs])
+    expected = np.max(np.stack(inputs), axis=0)
+    for position, (reduced, pid) in enumerate(results):
+        np.testing.assert_array_equal(reduced, expected)
+        assert int(pid) == position

@@ -1,0 +1,70 @@
+"""The core's partitioner (pjrtkit.stablehlo.partition): XLA's SPMD partitioner turns a global
+program into the per-device one, with the shardings jaxlib reads; results are cached by program
+and options; a program XLA refuses is INVALID_ARGUMENT naming it."""
+from __future__ import annotations
+
+import pytest
+
+from pjrtkit import jax_compat
+from pjrtkit.errors import InvalidArgument
+from pjrtkit.stablehlo import partition
+from pjrtkit.stablehlo.ir import TensorType, walk_ops
+
+GLOBAL_PROGRAM = """
+module @jit_f attributes {mhlo.num_partitions = 4 : i32, mhlo.num_replicas = 1 : i32} {
+  sdy.mesh @mesh = <["x"=4]>
+  func.func public @main(%arg0: tensor<8x3xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"x"}, {}]>})
+      -> (tensor<3xf32> {jax.result_info = "result"}) {
+    %cst = stablehlo.constant dense<0xFF800000> : tensor<f32>
+    %0 = stablehlo.reduce(%arg0 init: %cst) applies stablehlo.maximum across dimensions = [0]
+        : (tensor<8x3xf32>, tensor<f32>) -> tensor<3xf32>
+    return %0 : tensor<3xf32>
+  }
+}
+"""
+
+
+def _options(num_partitions: int) -> bytes:
+    xc = jax_compat.xla_client()
+    options = xc.CompileOptions()
+    options.num_partitions = num_partitions
+    build = options.executable_build_options
+    build.num_partitions = num_partitions
+    build.num_replicas = 1
+    build.use_spmd_partitioning = True
+    build.use_shardy_partitioner = True
+    return options.SerializeAsString()
+
+
+def test_a_global_program_becomes_the_per_device_program_with_its_shardings():
+    code = jax_compat.serialize_portable_artifact(GLOBAL_PROGRAM)
+    program, bytecode = partition.partitioned_program(
+        code, _options(4), num_replicas=1, num_partitions=4, isolated=False)
+    assert program.main.arguments[0].type == TensorType((2, 3), program.main.arguments[0].type.dtype)
+    names = {op.name for op in walk_ops(program)}
+    assert "stablehlo.all_reduce" in names, names  # the max over the sharded rows
+    assert program.attributes["mhlo.spmd_parameters_shardings"] == ("{devices=[4,1]<=[4]}",)
+    assert program.attributes["mhlo.spmd_output_sharding"] == "{replicated}"
+    assert bytecode.startswith(b"ML\xefR")  # MLIR bytecode, what OptimizedProgram answers
+
+
+def test_a_second_partitioning_of_the_same_program_is_served_from_the_cache(monkeypatch):
+    code = jax_compat.serialize_portable_artifact(GLOBAL_PROGRAM.replace("8x3", "12x3"))
+    compiles = []
+    original = jax_compat.compile_with_hlo_dump
+    monkeypatch.setattr(jax_compat, "compile_with_hlo_dump",
+                        lambda *a: compiles.append(a) or original(*a))
+    first, _ = partition.partitioned_program(code, _options(4), num_replicas=1,
+                                             num_partitions=4, isolated=False)
+    second, _ = partition.partitioned_program(code, _options(4), num_replicas=1,
+                                              num_partitions=4, isolated=False)
+    assert len(compiles) == 1
+    assert first is not second  # each compile gets its own copy to rewrite
+    assert [op.name for op in walk_ops(first)] == [op.name for op in walk_ops(second)]
+
+
+def test_a_program_xla_refuses_is_invalid_argument_naming_it():
+    with pytest.raises(InvalidArgument, match=r"XLA's SPMD partitioner could not partition "
+                                              r"the program \(sha256 [0-9a-f]{12}"):
+        partition.spmd_partition(b"not a program", _options(2), num_replicas=1,
+                                 num_partitions=2)
