@@ -18,7 +18,7 @@ from typing import Any, Callable
 from pjrtkit import profiling
 from pjrtkit.abi._cffi import ffi, lib
 from pjrtkit.abi.handles import HandleTable, Ref, deref, set_c_answers
-from pjrtkit.errors import ErrorCode, PjrtError
+from pjrtkit.errors import ErrorCode, PjrtError, host_out_of_memory
 
 log = logging.getLogger("pjrtkit.abi")
 
@@ -58,6 +58,8 @@ def describe(exc: BaseException, function: str) -> tuple[int, str]:
     """(PJRT code, message) for an exception raised while serving ``function``."""
     if isinstance(exc, PjrtError):
         return int(exc.code), str(exc)
+    if isinstance(exc, MemoryError):
+        return int(ErrorCode.RESOURCE_EXHAUSTED), str(host_out_of_memory(exc, function))
     text = str(exc)
     detail = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
     return int(ErrorCode.INTERNAL), f"{function} failed in pjrtkit: {detail}"

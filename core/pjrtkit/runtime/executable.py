@@ -9,8 +9,8 @@ import struct
 
 import numpy as np
 
-from pjrtkit.errors import Internal, InvalidArgument, PjrtError
-from pjrtkit.runtime.buffer import Buffer
+from pjrtkit.errors import Internal, InvalidArgument, PjrtError, host_out_of_memory
+from pjrtkit.runtime.buffer import Buffer, count_allocations
 from pjrtkit.runtime.compile_options import parse_compile_options
 from pjrtkit.runtime.event import Event, when_all
 from pjrtkit.stablehlo.ir import Program, TensorType
@@ -57,6 +57,8 @@ def execution_error(exe: "Executable", exc: Exception) -> PjrtError:
     since it is a bug in the plugin rather than something the user did."""
     if isinstance(exc, PjrtError):
         return exc
+    if isinstance(exc, MemoryError):
+        return host_out_of_memory(exc, f"{exe.backend.platform_name}: executing {exe.name}")
     return Internal(f"{exe.backend.platform_name}: {type(exe.compiled.executable).__name__}"
                     f".execute raised {type(exc).__name__}: {exc} while executing {exe.name}")
 
@@ -176,9 +178,10 @@ class LoadedExecutable:
             memory = (device.memory(kind) if kind in ("device", "pinned_host", "unpinned_host")
                       else device.default_memory)
             outputs.append((dtype, shape, math.prod(shape) * dtype.itemsize, memory))
+        allocations = [(memory, nbytes, (dtype, shape)) for dtype, shape, nbytes, memory in outputs]
         # The plugin's execute as a bound method: one attribute lookup fewer per call.
         return (device, [device.spec], outputs, self.client.executor,
-                exe.compiled.executable.execute, exe.num_parameters)
+                exe.compiled.executable.execute, exe.num_parameters, allocations)
 
     def execute_inline(self, arguments: list) -> tuple[list, Event] | None:
         """The common case of ``execute``, cheaply: one device, no donation, a cheap program,
@@ -193,7 +196,7 @@ class LoadedExecutable:
         plan = self._inline
         if plan is None or self._deleted:
             return None
-        device, specs, outputs, executor, execute, num_parameters = plan
+        device, specs, outputs, executor, execute, num_parameters, allocations = plan
         if not executor.idle or len(arguments) != num_parameters:  # busy: queue behind it
             return None
         payloads = []
@@ -204,11 +207,14 @@ class LoadedExecutable:
             if buf._deleted or not ready._ready or ready._error is not None:  # noqa: SLF001
                 return None
             payloads.append(buf.payload)
+        count_allocations(allocations)  # past a memory limit: RESOURCE_EXHAUSTED, nothing run
         try:
             results = execute([payloads], specs)
             if len(results) != 1 or len(results[0]) != len(outputs):
                 raise _wrong_output_count(self.executable)
         except Exception as exc:  # noqa: BLE001 - delivered through the outputs' events
+            for memory, nbytes, _array in allocations:
+                memory.freed(nbytes)
             return self._failed_inline(execution_error(self.executable, exc))
         client = self.client
         return [Buffer.computed(client, dtype, shape, nbytes, device, memory, payload, _DONE)
@@ -217,7 +223,8 @@ class LoadedExecutable:
     def _failed_inline(self, error: PjrtError) -> tuple[list, Event]:
         device, _specs, outputs = self._inline[:3]
         failed = Event.completed(error)
-        return [Buffer(self.client, dtype, shape, device, memory, ready=failed)
+        return [Buffer(self.client, dtype, shape, device, memory, ready=failed,
+                       accounting="empty")
                 for dtype, shape, _nbytes, memory in outputs], failed
 
     @property
@@ -244,15 +251,10 @@ class LoadedExecutable:
                                       f"argument(s); argument list {d} has {len(args)}")
             for i, buf in enumerate(args):
                 buf.check_usable(f"passed as argument {i} of {exe.name}")
+        outputs = self._new_outputs(devices)  # first: past a memory limit nothing has changed
         donate = exe.donated_parameters - frozenset(non_donatable)
         sources = [[buf.donate() if i in donate else buf.hold() for i, buf in enumerate(args)]
                    for args in argument_lists]
-        outputs = [[Buffer(self.client, dtype, shape, dev,
-                           dev.memory(kind) if kind in ("device", "pinned_host", "unpinned_host")
-                           else dev.default_memory, ready=Event())
-                    for dtype, shape, kind in zip(exe.output_dtypes, exe.output_shapes,
-                                                  exe.output_memory_kinds)]
-                   for dev in devices]
         done = [Event() for _ in devices]
         inputs_ready = [buf.ready for args in sources for buf in args]
 
@@ -287,6 +289,30 @@ class LoadedExecutable:
         else:
             executor.submit(lambda: when_all(inputs_ready, run))
         return outputs, done
+
+
+    def _new_outputs(self, devices) -> list[list[Buffer]]:
+        """Pending output buffers per device, their bytes counted; when one is past a memory
+        limit, the ResourceExhausted with none of them counted."""
+        exe = self.executable
+        made: list[Buffer] = []
+        try:
+            outputs = []
+            for dev in devices:
+                outs = []
+                for dtype, shape, kind in zip(exe.output_dtypes, exe.output_shapes,
+                                              exe.output_memory_kinds):
+                    memory = (dev.memory(kind) if kind in ("device", "pinned_host",
+                                                           "unpinned_host")
+                              else dev.default_memory)
+                    outs.append(Buffer(self.client, dtype, shape, dev, memory, ready=Event()))
+                    made.append(outs[-1])
+                outputs.append(outs)
+            return outputs
+        except BaseException:
+            for buf in made:
+                buf.destroy()
+            raise
 
 
 def _wrong_output_count(exe: Executable) -> Internal:
