@@ -6,6 +6,7 @@ import math
 import numpy as np
 
 from pjrtkit.errors import InvalidArgument, PjrtError, host_out_of_memory
+from pjrtkit.runtime import serialized_executable
 from pjrtkit.runtime.buffer import Buffer
 from pjrtkit.runtime.devices import Device, DeviceDescription, Memory  # noqa: F401 (re-export)
 from pjrtkit.runtime.event import Event
@@ -144,8 +145,14 @@ class Client:
         return LoadedExecutable(self, executable, self._assigned_devices(executable.options))
 
     def deserialize_executable(self, data: bytes, compile_options: bytes | None = None):
-        code, options = Executable.unpack(bytes(data), self.platform_name)
-        return self.compile(code, "mlir", compile_options if compile_options else options)
+        """Load a serialized executable: its program is compiled again (in the parser child
+        process); nothing in ``data`` is run (``serialized_executable``)."""
+        code, options, fingerprint = serialized_executable.unpack(data, self.platform_name)
+        loaded = self.compile(code, "mlir", compile_options if compile_options else options)
+        if not compile_options:
+            serialized_executable.check_fingerprint(fingerprint,
+                                                    loaded.executable.fingerprint, data)
+        return loaded
 
     def destroy(self) -> None:
         self.executor.shutdown()

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import math
-import struct
 
 import numpy as np
 
 from pjrtkit.errors import Internal, InvalidArgument, PjrtError, host_out_of_memory
+from pjrtkit.runtime import serialized_executable
 from pjrtkit.runtime.buffer import Buffer, count_allocations
 from pjrtkit.runtime.compile_options import parse_compile_options
 from pjrtkit.runtime.event import Event, when_all
@@ -22,8 +21,6 @@ from pjrtkit.types import CompiledProgram, CompileOptions
 # worker is idle and its inputs are ready): a thread hand-off costs tens of microseconds,
 # more than such a program takes. Units: flops + bytes accessed (see ARCHITECTURE.md).
 INLINE_WORK_LIMIT = 2_000_000
-
-_MAGIC = b"PJRTKIT-EXE1"
 
 # Completion of every inline execution that succeeded: a completed event never changes, so one
 # serves them all.
@@ -119,33 +116,10 @@ class Executable:
         return bytes(self.code)
 
     def serialize(self) -> bytes:
-        """The program and options themselves, so a later process can compile it again."""
-        header = json.dumps({"platform": self.backend.platform_name,
-                             "fingerprint": self.fingerprint}).encode()
-        return b"".join([_MAGIC, struct.pack("<QQQ", len(header), len(self.code),
-                                             len(self.options.serialized)),
-                         header, self.code, self.options.serialized])
-
-    @staticmethod
-    def unpack(data: bytes, platform_name: str) -> tuple[bytes, bytes]:
-        try:
-            if not data.startswith(_MAGIC):
-                raise ValueError("not a pjrtkit executable")
-            pos = len(_MAGIC)
-            n_header, n_code, n_options = struct.unpack_from("<QQQ", data, pos)
-            pos += 24
-            header = json.loads(data[pos:pos + n_header])
-            pos += n_header
-            code, options = data[pos:pos + n_code], data[pos + n_code:pos + n_code + n_options]
-            if len(options) != n_options:
-                raise ValueError("truncated")
-        except (ValueError, struct.error) as exc:
-            raise InvalidArgument(f"serialized executable is malformed ({len(data)} bytes): "
-                                  f"{exc}") from None
-        if header.get("platform") != platform_name:
-            raise InvalidArgument(f"serialized executable was compiled for "
-                                  f"{header.get('platform')!r}, not {platform_name!r}")
-        return code, options
+        """The program and options themselves, so a later process can compile it again
+        (the format: ``runtime/serialized_executable.py``)."""
+        return serialized_executable.pack(self.backend.platform_name, self.code,
+                                          self.options.serialized, self.fingerprint)
 
 
 class LoadedExecutable:
