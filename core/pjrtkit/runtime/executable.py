@@ -83,6 +83,9 @@ class Executable:
         params = [v.type for v in main.arguments]
         self.parameter_dtypes = [t.dtype for t in params if isinstance(t, TensorType)]
         self.parameter_shapes = [t.shape for t in params if isinstance(t, TensorType)]
+        # What each argument must be, (dtype, shape); None for a token (any buffer will do).
+        self.argument_types = [(np.dtype(t.dtype), tuple(int(d) for d in t.shape))
+                               if isinstance(t, TensorType) else None for t in params]
         self.num_parameters = len(params)
         self.donated_parameters = frozenset(
             i for i, attrs in enumerate(main.arg_attributes)
@@ -174,12 +177,14 @@ class LoadedExecutable:
         if not executor.idle or len(arguments) != num_parameters:  # busy: queue behind it
             return None
         payloads = []
-        for buf in arguments:
+        for buf, expected in zip(arguments, self.executable.argument_types):
             ready = buf.ready
             # Plain attribute reads of the runtime's own objects (no method calls): this loop
             # runs for every argument of every jitted call.
             if buf._deleted or not ready._ready or ready._error is not None:  # noqa: SLF001
                 return None
+            if expected is not None and (buf.shape != expected[1] or buf.dtype != expected[0]):
+                return None  # the general path says what is wrong
             payloads.append(buf.payload)
         count_allocations(allocations)  # past a memory limit: RESOURCE_EXHAUSTED, nothing run
         try:
@@ -223,8 +228,13 @@ class LoadedExecutable:
             if len(args) != exe.num_parameters:
                 raise InvalidArgument(f"executable {exe.name} takes {exe.num_parameters} "
                                       f"argument(s); argument list {d} has {len(args)}")
-            for i, buf in enumerate(args):
+            for i, (buf, expected) in enumerate(zip(args, exe.argument_types)):
                 buf.check_usable(f"passed as argument {i} of {exe.name}")
+                if expected is not None and (buf.dtype, buf.shape) != expected:
+                    # jaxlib never does this; a C caller can, and the kernels must not see it.
+                    raise InvalidArgument(
+                        f"argument {i} of {exe.name} is {buf.dtype.name}{list(buf.shape)}, "
+                        f"the program takes {expected[0].name}{list(expected[1])}")
         outputs = self._new_outputs(devices)  # first: past a memory limit nothing has changed
         donate = exe.donated_parameters - frozenset(non_donatable)
         sources = [[buf.donate() if i in donate else buf.hold() for i, buf in enumerate(args)]
