@@ -31,7 +31,7 @@ def test_the_harness_counts_an_abort_and_goes_on(monkeypatch):
     assert summary["outcomes"]["abort"] == 1
 
 
-def _through_the_abi(code: str) -> list[str]:
+def _through_the_abi(code: str, **env: str) -> list[str]:
     prelude = """
         import numpy as np
         from pjrtkit.abi._cffi import ffi
@@ -40,7 +40,7 @@ def _through_the_abi(code: str) -> list[str]:
         d = AbiDriver.from_backend(load_backend("cpu"))
         d.initialize()
     """
-    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", **env}
     result = subprocess.run([sys.executable, "-c", textwrap.dedent(prelude) +
                              textwrap.dedent(code)], capture_output=True, text=True, env=env,
                             timeout=300)
@@ -77,3 +77,19 @@ def test_an_argument_of_the_wrong_shape_is_invalid_argument_at_execute():
         "INVALID_ARGUMENT argument 0 of jit__lambda is int32[4], the program takes float32[4]",
         "INVALID_ARGUMENT argument 0 of jit__lambda is float32[2, 2], the program takes float32[4]"]
     assert lines[3] == "[2.0, 2.0, 2.0, 2.0]"
+
+
+def test_host_data_too_big_for_the_limit_is_refused_before_it_is_read():
+    # dims that promise far more than the 16 bytes passed: past the limit nothing is read (the
+    # 4 GiB read used to run off the caller's array), and int64-overflowing dims are refused
+    # too (they were INTERNAL).
+    lines = _through_the_abi("""
+        data = ffi.new("char[]", 16)
+        for dims in ([1 << 30], [1 << 32, 1 << 32], [-1, 4]):
+            c_dims = ffi.new("int64_t[]", dims)
+            args = d.new_args("PJRT_Client_BufferFromHostBuffer", client=d.client, data=data,
+                              type=11, dims=c_dims, num_dims=len(dims), device=d.device())
+            error = d.raw("PJRT_Client_BufferFromHostBuffer", args)
+            print(error.code.name)
+    """, PJRTKIT_CPU_MEMORY_LIMIT="64M")
+    assert lines == ["RESOURCE_EXHAUSTED", "RESOURCE_EXHAUSTED", "INVALID_ARGUMENT"]

@@ -119,3 +119,12 @@ def test_a_hook_running_out_of_host_memory_is_resource_exhausted(hbm_client, mon
         assert client.devices[0].memory_stats().bytes_in_use == 0  # nothing stays counted
     finally:
         client.destroy()
+
+
+def test_check_room_refuses_without_counting(hbm_client):
+    device = hbm_client.devices[0]
+    before = device.memory_stats()
+    with pytest.raises(ResourceExhausted, match="float32\\[1048576\\]"):
+        hbm_client.check_room((1 << 20,), np.float32, device=device)
+    hbm_client.check_room((16,), np.float32, device=device)
+    assert device.memory_stats() == before  # a check is not an allocation

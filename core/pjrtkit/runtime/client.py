@@ -103,13 +103,18 @@ class Client:
             memory.freed(array.nbytes)
             raise
 
+    def check_room(self, shape, dtype, *, device=None, memory=None) -> None:
+        """RESOURCE_EXHAUSTED now, when a ``dtype[shape]`` buffer would not fit where it is
+        going: the ABI asks before it reads a caller's host data of that size."""
+        device, memory = self._placement(device, memory)
+        dtype = np.dtype(dtype)
+        memory.check_room(math.prod(int(d) for d in shape) * dtype.itemsize, (dtype, shape))
+
     def create_uninitialized_buffer(self, shape, dtype, *, device=None, memory=None) -> Buffer:
         device, memory = self._placement(device, memory)
         dtype = np.dtype(dtype)
         shape = tuple(int(d) for d in shape)
-        nbytes = math.prod(shape) * dtype.itemsize
-        memory.allocated(nbytes, (dtype, shape))  # before NumPy is asked for the bytes
-        memory.freed(nbytes)
+        memory.check_room(math.prod(shape) * dtype.itemsize, (dtype, shape))  # before NumPy
         try:
             array = np.zeros(shape, dtype=dtype)
         except MemoryError as exc:

@@ -59,11 +59,7 @@ class Memory:
         # Runs for every buffer, execution outputs included: comparisons, not max() calls.
         with self._lock:
             in_use = self.bytes_in_use + nbytes
-            limit = self.limit_bytes
-            if limit is not None and nbytes > 0 and in_use > limit:
-                raise ResourceExhausted(
-                    f"{self._request(nbytes, array)}: would exceed the memory's limit of "
-                    f"{format_bytes(limit)} ({format_bytes(self.bytes_in_use)} in use)")
+            self._check_own_limit(nbytes, array)
             if self.pool is not None:
                 self.pool.take(nbytes, lambda: self._request(nbytes, array))
             self.bytes_in_use = in_use
@@ -72,6 +68,21 @@ class Memory:
             self.num_allocs += 1
             if nbytes > self.largest_alloc_size:
                 self.largest_alloc_size = nbytes
+
+    def check_room(self, nbytes: int, array: tuple | None = None) -> None:
+        """ResourceExhausted when a buffer of ``nbytes`` would not fit now; counts nothing
+        (for callers that must know before they read the data, e.g. from the host)."""
+        with self._lock:
+            self._check_own_limit(nbytes, array)
+            if self.pool is not None:
+                self.pool.check(nbytes, lambda: self._request(nbytes, array))
+
+    def _check_own_limit(self, nbytes: int, array: tuple | None) -> None:
+        limit = self.limit_bytes
+        if limit is not None and nbytes > 0 and self.bytes_in_use + nbytes > limit:
+            raise ResourceExhausted(
+                f"{self._request(nbytes, array)}: would exceed the memory's limit of "
+                f"{format_bytes(limit)} ({format_bytes(self.bytes_in_use)} in use)")
 
     def _request(self, nbytes: int, array: tuple | None) -> str:
         device = self.devices[0].debug_string if self.devices else "no device"

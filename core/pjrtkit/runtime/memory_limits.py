@@ -73,16 +73,21 @@ class MemoryPool:
         self.bytes_in_use = 0
         self.peak_bytes_in_use = 0
 
+    def check(self, nbytes: int, describe_request) -> None:
+        """Raise ResourceExhausted (``describe_request()`` says for what) when ``nbytes`` more
+        would pass the limit now; counts nothing."""
+        in_use = self.bytes_in_use + nbytes
+        if self.limit_bytes is not None and nbytes > 0 and in_use > self.limit_bytes:
+            raise ResourceExhausted(
+                f"{describe_request()}: {self.name} would exceed its limit of "
+                f"{format_bytes(self.limit_bytes)} ({format_bytes(self.bytes_in_use)} in use)")
+
     def take(self, nbytes: int, describe_request) -> None:
         """Count ``nbytes`` more, or raise ResourceExhausted (``describe_request()`` says for
         what) leaving the count unchanged."""
         with self._lock:
+            self.check(nbytes, describe_request)
             in_use = self.bytes_in_use + nbytes
-            if self.limit_bytes is not None and nbytes > 0 and in_use > self.limit_bytes:
-                raise ResourceExhausted(
-                    f"{describe_request()}: {self.name} would exceed its limit of "
-                    f"{format_bytes(self.limit_bytes)} ({format_bytes(self.bytes_in_use)} in "
-                    f"use)")
             self.bytes_in_use = in_use
             if in_use > self.peak_bytes_in_use:
                 self.peak_bytes_in_use = in_use
