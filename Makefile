@@ -18,7 +18,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.pjrtkit-installed
 SETS := $(patsubst constraints-jax%.txt,%,$(wildcard constraints-jax*.txt))
 
-.PHONY: demo test lint install bench conformance fuzz clean jax-tests-env jax-tests jax-tests-ci
+.PHONY: demo test lint install bench conformance fuzz soak clean jax-tests-env jax-tests jax-tests-ci
 
 $(STAMP): pyproject.toml setup.py $(CONSTRAINTS) plugins/cpu/pyproject.toml core/pjrtkit/abi/_build.py $(wildcard core/pjrtkit/abi/*.h)
 	@$(PYTHON) -c "" >/dev/null 2>&1 || { echo "cannot run $(PYTHON); run: make PYTHON=/path/to/python$(if $(JAX),3.12,3.11)$(if $(JAX), JAX=$(JAX))"; exit 1; }
@@ -63,15 +63,32 @@ conformance: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks
 
-# The program fuzz harness: FUZZ_CASES cases per target (damaged artifacts, mutated ops, random
-# constants), each batch in a child process; prints cases, aborts and bugs per target and
-# fails on any abort or bug. 500 per target is the CI form (about a minute per target).
+# The fuzz harnesses, each batch of cases in a child process (an abort is counted, not fatal);
+# each prints cases, aborts and bugs per target and fails on any abort or bug.
+# Programs: FUZZ_CASES per target (damaged artifacts, mutated ops, random constants; about a
+# minute per 500). The C ABI: FUZZ_ABI_CASES per target (random Args, handle lifetimes; about
+# 3 minutes per 10,000), 10,000 unless FUZZ_CASES is given on the command line, so CI's
+# `make fuzz FUZZ_CASES=500` is the short form of both.
 FUZZ_CASES ?= 500
+FUZZ_ABI_CASES ?= $(if $(filter command line,$(origin FUZZ_CASES)),$(FUZZ_CASES),10000)
 FUZZ_SEED ?= 0
 fuzz: $(STAMP)
 	@mkdir -p build
 	$(BIN)/python -m pjrtkit.testing.fuzz_programs --cases $(FUZZ_CASES) --seed $(FUZZ_SEED) \
 		--json build/fuzz.json
+	$(BIN)/python -m pjrtkit.testing.fuzz_abi --cases $(FUZZ_ABI_CASES) --seed $(FUZZ_SEED) \
+		--json build/fuzz_abi.json
+
+# The leak soak (not in `make test`): executes, transfers and compiles of distinct programs on
+# pjrtkit_cpu, RSS slope per 10k operations and live handle counts; fails past 1 MiB per 10k
+# or when handles do not come back. The defaults are issue 13's bar (the compiles take longest).
+SOAK_EXECUTES ?= 100000
+SOAK_TRANSFERS ?= 100000
+SOAK_COMPILES ?= 10000
+soak: $(STAMP)
+	@mkdir -p build
+	PJRTKIT_CPU_FUSION=0 $(BIN)/python -m pjrtkit.testing.soak --executes $(SOAK_EXECUTES) \
+		--transfers $(SOAK_TRANSFERS) --compiles $(SOAK_COMPILES) --json build/soak.json
 
 # JAX's own tests (pjrtkit jax-tests) need pytest<9 and JAX's test requirements, so they run in
 # their own environment, .venv-jaxtests: the project's pins (constraints.txt without its pytest

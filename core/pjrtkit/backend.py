@@ -20,7 +20,8 @@ import pluggy
 from pjrtkit import builtin, hookspecs
 from pjrtkit._markers import PROJECT
 from pjrtkit.contract import register_checked
-from pjrtkit.errors import Internal, InvalidArgument, PjrtError, Unimplemented
+from pjrtkit.errors import (Internal, InvalidArgument, PjrtError, Unimplemented,
+                            host_out_of_memory)
 from pjrtkit.types import (Capabilities, CompiledProgram, CompileOptions, DeviceSpec,
                            JaxLoweringRule, MemoryStats, PlatformInfo, Topology)
 
@@ -53,6 +54,8 @@ class Backend:
             result = hook(**kwargs)
         except PjrtError:
             raise
+        except MemoryError as exc:
+            raise host_out_of_memory(exc, f"{self.platform_name}: hook {hook_name}") from exc
         except Exception as exc:
             raise Internal(f"{self.platform_name}: hook {hook_name} raised "
                            f"{type(exc).__name__}: {exc}") from exc

@@ -72,6 +72,13 @@ class Internal(PjrtError):
     code = ErrorCode.INTERNAL
 
 
+def host_out_of_memory(exc: MemoryError, doing: str) -> ResourceExhausted:
+    """What a host allocation failure (NumPy's MemoryError, which names the size) becomes:
+    RESOURCE_EXHAUSTED saying what was being done; the process goes on."""
+    detail = str(exc) or "no size given"
+    return ResourceExhausted(f"{doing}: the host is out of memory (MemoryError: {detail})")
+
+
 class BackendLoadFailure(Exception):
     """A backend that was asked for could not be loaded (wraps the stevedore/import error)."""
 

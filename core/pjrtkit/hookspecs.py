@@ -68,7 +68,12 @@ def pjrtkit_client_topology(options: Mapping[str, Any]) -> Topology:
 
     Returns:
         ``Topology`` whose devices all have ``process_index == 0`` and distinct ids and
-        ``local_hardware_id`` s.
+        ``local_hardware_id`` s. Memory sizes are declared here: a memory space with
+        ``MemorySpaceSpec(kind, capacity_bytes=N)`` is the device's own memory of N bytes (a
+        TPU's HBM), counted per device; one with ``capacity_bytes=None`` is host RAM, shared
+        by all such spaces of the client in one pool limited to the host's physical memory.
+        The core enforces both (RESOURCE_EXHAUSTED past them; ``PJRTKIT_<BACKEND>_MEMORY_LIMIT``
+        lowers each device's default memory further); memory is counted, never reserved.
 
     Raises:
         InvalidArgument for bad options (e.g. a malformed device count); the client is not
@@ -210,8 +215,9 @@ def pjrtkit_memory_stats(device: DeviceSpec, tracked: MemoryStats) -> MemoryStat
     Args:
         device: the device.
         tracked: what the core counted itself for the device's default memory: live bytes,
-            peak, number of allocations, largest allocation, and the capacity the plugin
-            declared in its ``MemorySpaceSpec``.
+            peak, number of allocations, largest allocation, the limit the core enforces
+            (``bytes_limit``: the declared capacity, the host pool's or the user's limit,
+            the smallest) and the shared host pool's use (``pool_bytes``, ``peak_pool_bytes``).
 
     Returns:
         The stats to report (usually ``tracked``, possibly refined with what the hardware

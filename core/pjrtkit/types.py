@@ -30,7 +30,15 @@ class PlatformInfo:
 
 @dataclasses.dataclass(frozen=True)
 class MemorySpaceSpec:
-    """One memory space of a device. ``capacity_bytes`` None means "as much as the host has"."""
+    """One memory space of a device, and how much it holds: the mechanism by which a plugin
+    sizes its memories (a TPU plugin declares each device's HBM here).
+
+    ``capacity_bytes`` N: the space is the device's own memory of N bytes, counted per device
+    (allocations past N are RESOURCE_EXHAUSTED). None: the space is host RAM and shares one pool,
+    the host's physical memory, with every other such space of the client (all devices of a cpu
+    client together). ``PJRTKIT_<BACKEND>_MEMORY_LIMIT`` lowers every device's default memory
+    further. See ``pjrtkit.runtime.memory_limits``.
+    """
 
     kind: str
     capacity_bytes: int | None = None
@@ -81,6 +89,8 @@ class MemoryStats:
     num_allocs: int | None = None
     largest_alloc_size: int | None = None
     bytes_limit: int | None = None
+    pool_bytes: int | None = None  # in use in the pool the memory shares (all host memories)
+    peak_pool_bytes: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -178,9 +178,39 @@ def _callback_prototypes(static: bool) -> str:
 # in that state fails with SystemError and the pending exception is lost, so every entry point
 # parks the error indicator around the callback and puts it back afterwards.
 # Every entry also finishes the buffer destroys queued in C meanwhile (pjrtkit_fast_paths.h).
+# Once the interpreter is finalizing (after atexit, while it clears module globals) Python code
+# of pjrtkit can no longer run: its modules' globals are None, and a callback entered then fails
+# (the "Exception ignored from cffi callback ... drain_destroyed" line at exit, when jaxlib
+# frees arrays held by a module torn down after pjrtkit's). So destroys and deleters then return
+# without entering Python (the process is ending; the OS takes the memory back), and no entry
+# finishes the queued destroys.
 _GUARD_ENTER = ("PyGILState_STATE gil = PyGILState_Ensure(); PyObject *et, *ev, *etb; "
-                "PyErr_Fetch(&et, &ev, &etb); pjrtkit_drain_if_needed();")
+                "PyErr_Fetch(&et, &ev, &etb); "
+                "if (!PJRTKIT_PY_FINALIZING()) pjrtkit_drain_if_needed();")
 _GUARD_LEAVE = "PyErr_Restore(et, ev, etb); PyGILState_Release(gil);"
+# Declared here because cffi compiles against the limited API, which has neither; both are
+# exported by every CPython (Py_IsFinalizing public from 3.13, _Py_IsFinalizing before) and
+# read an atomic flag, so they need no GIL.
+_FINALIZING_MACRO = """
+#if PY_VERSION_HEX >= 0x030D0000
+extern int Py_IsFinalizing(void);
+#define PJRTKIT_PY_FINALIZING() Py_IsFinalizing()
+#else
+extern int _Py_IsFinalizing(void);
+#define PJRTKIT_PY_FINALIZING() _Py_IsFinalizing()
+#endif
+"""
+
+
+def skipped_when_finalizing(fn: str) -> bool:
+    """Functions that do nothing once the interpreter is finalizing: releasing things."""
+    return fn.endswith("_Destroy")
+
+
+def _skip_if_finalizing(fn: str, ret: str) -> str:
+    if not skipped_when_finalizing(fn):
+        return ""
+    return "if (PJRTKIT_PY_FINALIZING()) return" + (";" if ret == "void" else " NULL;") + " "
 
 
 def _guarded_entry_points() -> str:
@@ -190,22 +220,25 @@ def _guarded_entry_points() -> str:
         if fn in SLOT_ROUTED or fn in _HAND_WRITTEN_ENTRY_POINTS:
             continue
         ret = rets[fn]
+        skip = _skip_if_finalizing(fn, ret)
         if fn in _answered_in_c():
             # Answered before the GIL is taken; only the fallback enters Python.
             lines.append(f"static {ret} pjrtkit_guarded_{fn}({fn}_Args* args) {{ "
-                         f"if (pjrtkit_answer_{fn}(args)) return NULL; {_GUARD_ENTER} "
+                         f"if (pjrtkit_answer_{fn}(args)) return NULL; {skip}{_GUARD_ENTER} "
                          f"{ret} result = pjrtkit_{fn}(args); {_GUARD_LEAVE} return result; }}")
         elif ret == "void":
-            lines.append(f"static void pjrtkit_guarded_{fn}({fn}_Args* args) {{ {_GUARD_ENTER} "
-                         f"pjrtkit_{fn}(args); {_GUARD_LEAVE} }}")
+            lines.append(f"static void pjrtkit_guarded_{fn}({fn}_Args* args) {{ {skip}"
+                         f"{_GUARD_ENTER} pjrtkit_{fn}(args); {_GUARD_LEAVE} }}")
         else:
-            lines.append(f"static {ret} pjrtkit_guarded_{fn}({fn}_Args* args) {{ {_GUARD_ENTER} "
-                         f"{ret} result = pjrtkit_{fn}(args); {_GUARD_LEAVE} return result; }}")
+            lines.append(f"static {ret} pjrtkit_guarded_{fn}({fn}_Args* args) {{ {skip}"
+                         f"{_GUARD_ENTER} {ret} result = pjrtkit_{fn}(args); {_GUARD_LEAVE} "
+                         f"return result; }}")
+    skip = "if (PJRTKIT_PY_FINALIZING()) return; "
     for t in SERIALIZED_TYPES:
-        lines.append(f"void pjrtkit_guarded_free_{t}({t}* blob) {{ {_GUARD_ENTER} "
+        lines.append(f"void pjrtkit_guarded_free_{t}({t}* blob) {{ {skip}{_GUARD_ENTER} "
                      f"pjrtkit_free_{t}(blob); {_GUARD_LEAVE} }}")
-    lines.append(f"void pjrtkit_guarded_chunk_deleter(void* data, void* arg) {{ {_GUARD_ENTER} "
-                 f"pjrtkit_chunk_deleter(data, arg); {_GUARD_LEAVE} }}")
+    lines.append(f"void pjrtkit_guarded_chunk_deleter(void* data, void* arg) {{ {skip}"
+                 f"{_GUARD_ENTER} pjrtkit_chunk_deleter(data, arg); {_GUARD_LEAVE} }}")
     return "\n".join(lines) + "\n"
 
 
@@ -267,6 +300,7 @@ SOURCE = (
     + DECLARATIONS
     + HANDLE_STRUCTS
     + f"\n#define PJRTKIT_MAX_BACKENDS {MAX_BACKENDS}\n#define PJRTKIT_API_MINOR {API_MINOR}\n"
+    + _FINALIZING_MACRO
     # cffi defines extern "Python" functions after this prefix; C code here needs them declared.
     + _callback_prototypes(static=True)
     + _c_answer_source()

@@ -17,8 +17,9 @@ from typing import Any, Callable
 
 from pjrtkit import profiling
 from pjrtkit.abi._cffi import ffi, lib
+from pjrtkit.abi.args import Args
 from pjrtkit.abi.handles import HandleTable, Ref, deref, set_c_answers
-from pjrtkit.errors import ErrorCode, PjrtError
+from pjrtkit.errors import ErrorCode, PjrtError, host_out_of_memory
 
 log = logging.getLogger("pjrtkit.abi")
 
@@ -58,6 +59,8 @@ def describe(exc: BaseException, function: str) -> tuple[int, str]:
     """(PJRT code, message) for an exception raised while serving ``function``."""
     if isinstance(exc, PjrtError):
         return int(exc.code), str(exc)
+    if isinstance(exc, MemoryError):
+        return int(ErrorCode.RESOURCE_EXHAUSTED), str(host_out_of_memory(exc, function))
     text = str(exc)
     detail = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
     return int(ErrorCode.INTERNAL), f"{function} failed in pjrtkit: {detail}"
@@ -169,21 +172,24 @@ def pjrt_function(name: str, *, never_fails: bool = False
 
 @pjrt_function("PJRT_Error_Destroy")
 def error_destroy(args: Any) -> None:
-    # Only the always-present `error` field is read; no struct_size check can fail here.
-    ptr = args.error
+    # Void in C: a NULL or too small Args (found by the C ABI fuzzer: NULL Args crashed all
+    # three Error_* functions) can only be logged.
+    ptr = Args(args).req("error")
     if ptr != NULL and ptr != _FALLBACK_PTR:
         ERRORS.release(ptr)
 
 
 @pjrt_function("PJRT_Error_Message")
 def error_message(args: Any) -> None:
-    ref = deref(args.error, ErrorRef, "PJRT_Error_Message_Args.error")
+    a = Args(args)
+    ref = deref(a.req("error"), ErrorRef, "PJRT_Error_Message_Args.error")
     chars, size = ref.cstr("message", ref.message)
-    args.message = chars
-    args.message_size = size
+    a.set("message", chars)
+    a.set("message_size", size)
 
 
 @pjrt_function("PJRT_Error_GetCode", never_fails=True)
 def error_get_code(args: Any) -> None:
-    ref = deref(args.error, ErrorRef, "PJRT_Error_GetCode_Args.error")
-    args.code = ref.code
+    a = Args(args)
+    ref = deref(a.req("error"), ErrorRef, "PJRT_Error_GetCode_Args.error")
+    a.set("code", ref.code)

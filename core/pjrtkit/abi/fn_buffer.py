@@ -58,6 +58,8 @@ def client_buffer_from_host_buffer(args: Any) -> None:
     device, memory = _optional_device(a, "device"), _optional_memory(a, "memory")
     if device is None and memory is None:
         raise InvalidArgument(f"{a.name}: device and memory are both NULL")
+    # Past a memory limit, refused before a byte of the caller's data is read.
+    client.obj.check_room(shape, dtype, device=device, memory=memory)
     # The copy is taken before returning, so every host_buffer_semantics is satisfied and the
     # host buffer is released at once.
     array = host_array(a.req("data"), shape, dtype, strides, f"{a.name}.data")

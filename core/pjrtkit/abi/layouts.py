@@ -1,6 +1,7 @@
 """PJRT_Buffer_MemoryLayout: pjrtkit stores every array dense and row-major, nothing else."""
 from __future__ import annotations
 
+import math
 from typing import Any, Sequence
 
 import numpy as np
@@ -59,7 +60,7 @@ def host_array(ptr: Any, shape: Sequence[int], dtype: np.dtype,
     if ptr == ffi.NULL:
         raise InvalidArgument(f"{what} is NULL for a non-empty array of shape {shape}")
     if byte_strides is None:
-        span = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        span = math.prod(shape) * dtype.itemsize
         return np.ndarray(shape, dtype, buffer=ffi.buffer(ptr, span)).copy()
     if len(byte_strides) != len(shape):
         raise InvalidArgument(

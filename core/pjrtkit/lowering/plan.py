@@ -19,7 +19,7 @@ from types import CodeType
 from typing import Any
 
 from pjrtkit import profiling
-from pjrtkit.errors import Internal, PjrtError, Unimplemented
+from pjrtkit.errors import Internal, PjrtError, Unimplemented, host_out_of_memory
 from pjrtkit.lowering.payloads import Payloads
 from pjrtkit.lowering.registry import CONSTANT, Kernel, LoweringContext, LoweringRegistry
 from pjrtkit.stablehlo.ir import (TERMINATORS, Block, Op, Program, Region, TensorType, Value,
@@ -164,6 +164,9 @@ class PlanBuilder:
                 kernel = rule(op, self)
             except PjrtError:
                 raise
+            except MemoryError as exc:  # folding a constant too big for the host
+                raise host_out_of_memory(exc, f"{self.backend}: lowering {op.name} "
+                                              f"({op.describe()})") from exc
             except Exception as exc:
                 # Only an explicit Unimplemented means "not supported"; anything else would
                 # hide a bug in the rule behind a plausible UNSUPPORTED.

@@ -14,16 +14,34 @@ from pjrtkit.errors import FailedPrecondition, Internal, InvalidArgument, PjrtEr
 from pjrtkit.runtime.event import Event
 
 
+def count_allocations(requests) -> None:
+    """Count every ``(memory, nbytes, (dtype, shape))`` of ``requests`` with
+    ``memory.allocated``, or,
+    when one is past a limit, none of them (the ResourceExhausted is re-raised)."""
+    done = []
+    try:
+        for memory, nbytes, what in requests:
+            memory.allocated(nbytes, what)
+            done.append((memory, nbytes))
+    except BaseException:
+        for memory, nbytes in done:
+            memory.freed(nbytes)
+        raise
+
+
 class Buffer:
     # One lock for the state of all buffers (deleted, holds, external references): each
     # critical section is a few assignments and never takes another lock, and buffers are
     # made for every execution output, so a lock per buffer would cost more than it saves.
     _lock = threading.Lock()
     __slots__ = ("client", "dtype", "shape", "device", "memory", "payload", "ready", "nbytes",
-                 "_deleted", "_holds", "_external_refs", "__weakref__")
+                 "_counted", "_deleted", "_holds", "_external_refs", "__weakref__")
 
     def __init__(self, client, dtype: np.dtype, shape: tuple[int, ...], device, memory,
-                 payload=None, ready: Event | None = None):
+                 payload=None, ready: Event | None = None, *, accounting: str = "count"):
+        """``accounting``: "count" counts the buffer's bytes in ``memory`` now (raising
+        ResourceExhausted, nothing made, past a limit); "counted": the caller already counted
+        them with ``memory.allocated``; "empty": the buffer holds nothing (an error buffer)."""
         self.client = client
         self.dtype = dtype if isinstance(dtype, np.dtype) else np.dtype(dtype)
         self.shape = shape if type(shape) is tuple else tuple(int(d) for d in shape)
@@ -35,14 +53,16 @@ class Buffer:
         self._deleted = False
         self._holds = 0  # executions queued that will read the payload
         self._external_refs = 0
-        memory.allocated(self.nbytes)
+        if accounting == "count":
+            memory.allocated(self.nbytes, (self.dtype, self.shape))
+        self._counted = 0 if accounting == "empty" else self.nbytes
 
     @classmethod
     def computed(cls, client, dtype: np.dtype, shape: tuple[int, ...], nbytes: int, device,
                  memory, payload, ready: Event) -> "Buffer":
         """A buffer whose contents exist already (an inline execution's output): the same
         state ``__init__`` builds, from facts the caller computed once (``dtype`` a np.dtype,
-        ``shape`` a tuple, ``nbytes`` their size)."""
+        ``shape`` a tuple, ``nbytes`` their size, already counted with ``memory.allocated``)."""
         self = cls.__new__(cls)
         self.client = client
         self.dtype = dtype
@@ -55,7 +75,7 @@ class Buffer:
         self._deleted = False
         self._holds = 0
         self._external_refs = 0
-        memory.allocated(nbytes)
+        self._counted = nbytes
         return self
 
     # -- state ------------------------------------------------------------------------------
@@ -76,7 +96,7 @@ class Buffer:
             if self._deleted:
                 return
             self._deleted = True
-        self.memory.freed(self.nbytes)
+        self.memory.freed(self._counted)
 
     def delete(self) -> None:
         """Free the contents (now, or when the last queued execution reading them is done);
@@ -122,7 +142,7 @@ class Buffer:
             if self._holds == 0:
                 self.payload = None
         if released:
-            self.memory.freed(self.nbytes)
+            self.memory.freed(self._counted)
 
     def check_usable(self, use: str) -> None:
         if self._deleted:

@@ -1,14 +1,18 @@
 """The client: one backend's live devices, memories, buffers and executables."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
-from pjrtkit.errors import InvalidArgument, PjrtError
+from pjrtkit.errors import InvalidArgument, PjrtError, host_out_of_memory
+from pjrtkit.runtime import serialized_executable
 from pjrtkit.runtime.buffer import Buffer
 from pjrtkit.runtime.devices import Device, DeviceDescription, Memory  # noqa: F401 (re-export)
 from pjrtkit.runtime.event import Event
 from pjrtkit.runtime.executable import Executable, LoadedExecutable, load_and_compile
 from pjrtkit.runtime.executor import Executor
+from pjrtkit.runtime.memory_limits import MemoryPool, host_memory_bytes, per_device_limit
 
 
 class Client:
@@ -21,6 +25,11 @@ class Client:
         self.devices: list[Device] = []
         self.memories: list[Memory] = []
         seen_ids = set()
+        # Host-backed memories (capacity None) of every device share one pool: the host's RAM.
+        self.host_pool = MemoryPool(
+            f"the host memory shared by the {len(self._topology.devices)} device(s) of "
+            f"{self.platform_name}", host_memory_bytes())
+        user_limit = per_device_limit(backend.name)
         for spec in self._topology.devices:
             if spec.id in seen_ids:
                 raise InvalidArgument(f"{self.platform_name}: device id {spec.id} appears twice "
@@ -28,7 +37,11 @@ class Client:
             seen_ids.add(spec.id)
             memories = []
             for space in spec.memory_spaces:
-                memory = Memory(len(self.memories), space.kind, space.capacity_bytes)
+                limit = space.capacity_bytes
+                if user_limit is not None and space.kind == spec.default_memory_kind:
+                    limit = user_limit if limit is None else min(limit, user_limit)
+                memory = Memory(len(self.memories), space.kind, space.capacity_bytes, limit,
+                                self.host_pool if space.capacity_bytes is None else None)
                 self.memories.append(memory)
                 memories.append(memory)
             device = Device(self, spec, memories)
@@ -79,18 +92,40 @@ class Client:
 
     def buffer_from_host(self, array: np.ndarray, *, device=None, memory=None) -> Buffer:
         device, memory = self._placement(device, memory)
-        payload = self.backend.transfer_to_device(array=array, device=device.spec,
-                                                  memory_kind=memory.kind)
-        return Buffer(self, array.dtype, array.shape, device, memory, payload=payload)
+        # Counted before the plugin copies anything: past a limit nothing is allocated.
+        memory.allocated(array.nbytes, (array.dtype, array.shape))
+        try:
+            payload = self.backend.transfer_to_device(array=array, device=device.spec,
+                                                      memory_kind=memory.kind)
+            return Buffer(self, array.dtype, array.shape, device, memory, payload=payload,
+                          accounting="counted")
+        except BaseException:
+            memory.freed(array.nbytes)
+            raise
+
+    def check_room(self, shape, dtype, *, device=None, memory=None) -> None:
+        """RESOURCE_EXHAUSTED now, when a ``dtype[shape]`` buffer would not fit where it is
+        going: the ABI asks before it reads a caller's host data of that size."""
+        device, memory = self._placement(device, memory)
+        dtype = np.dtype(dtype)
+        memory.check_room(math.prod(int(d) for d in shape) * dtype.itemsize, (dtype, shape))
 
     def create_uninitialized_buffer(self, shape, dtype, *, device=None, memory=None) -> Buffer:
         device, memory = self._placement(device, memory)
-        array = np.zeros(shape, dtype=dtype)
+        dtype = np.dtype(dtype)
+        shape = tuple(int(d) for d in shape)
+        memory.check_room(math.prod(shape) * dtype.itemsize, (dtype, shape))  # before NumPy
+        try:
+            array = np.zeros(shape, dtype=dtype)
+        except MemoryError as exc:
+            raise host_out_of_memory(exc, f"{self.platform_name}: creating an uninitialized "
+                                          f"{dtype.name}{list(shape)} buffer") from None
         return self.buffer_from_host(array, device=device, memory=memory)
 
     def create_error_buffer(self, error: PjrtError, shape, dtype, *, memory) -> Buffer:
         device, memory = self._placement(None, memory)
-        return Buffer(self, dtype, shape, device, memory, ready=Event.completed(error))
+        return Buffer(self, dtype, shape, device, memory, ready=Event.completed(error),
+                      accounting="empty")
 
     def default_device_assignment(self, num_replicas: int, num_partitions: int
                                   ) -> list[list[int]]:
@@ -127,8 +162,14 @@ class Client:
         return LoadedExecutable(self, executable, self._assigned_devices(executable.options))
 
     def deserialize_executable(self, data: bytes, compile_options: bytes | None = None):
-        code, options = Executable.unpack(bytes(data), self.platform_name)
-        return self.compile(code, "mlir", compile_options if compile_options else options)
+        """Load a serialized executable: its program is compiled again (in the parser child
+        process); nothing in ``data`` is run (``serialized_executable``)."""
+        code, options, fingerprint = serialized_executable.unpack(data, self.platform_name)
+        loaded = self.compile(code, "mlir", compile_options if compile_options else options)
+        if not compile_options:
+            serialized_executable.check_fingerprint(fingerprint,
+                                                    loaded.executable.fingerprint, data)
+        return loaded
 
     def destroy(self) -> None:
         self.executor.shutdown()

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import threading
 
-from pjrtkit.errors import InvalidArgument
+from pjrtkit.errors import InvalidArgument, ResourceExhausted
+from pjrtkit.runtime.memory_limits import MemoryPool, format_bytes
 from pjrtkit.types import MEMORY_KINDS, DeviceSpec, MemoryStats
 
 
@@ -30,13 +31,18 @@ class DeviceDescription:
 
 
 class Memory:
-    """One memory space of a device, with the allocation statistics the core tracks."""
+    """One memory space of a device, with the allocation statistics the core tracks and the
+    limits it enforces (``runtime/memory_limits.py``): its own ``limit_bytes`` (None: none) and
+    the ``pool`` it shares (None: none)."""
 
-    def __init__(self, memory_id: int, kind: str, capacity_bytes: int | None):
+    def __init__(self, memory_id: int, kind: str, capacity_bytes: int | None,
+                 limit_bytes: int | None = None, pool: MemoryPool | None = None):
         self.id = memory_id
         self.kind = kind
         self.kind_id = MEMORY_KINDS.index(kind) if kind in MEMORY_KINDS else len(MEMORY_KINDS)
         self.capacity_bytes = capacity_bytes
+        self.limit_bytes = limit_bytes
+        self.pool = pool
         self.devices: list[Device] = []
         self.debug_string = f"memory {memory_id} ({kind})"
         self.to_string = f"Memory(id={memory_id}, kind={kind})"
@@ -46,24 +52,63 @@ class Memory:
         self.num_allocs = 0
         self.largest_alloc_size = 0
 
-    def allocated(self, nbytes: int) -> None:
+    def allocated(self, nbytes: int, array: tuple | None = None) -> None:
+        """Count a new buffer of ``nbytes``; ResourceExhausted (nothing counted) when it would
+        pass this memory's limit or its pool's. ``array`` is its ``(dtype, shape)``, for the
+        message (formatted only then: this runs for every buffer)."""
         # Runs for every buffer, execution outputs included: comparisons, not max() calls.
         with self._lock:
-            in_use = self.bytes_in_use = self.bytes_in_use + nbytes
+            in_use = self.bytes_in_use + nbytes
+            self._check_own_limit(nbytes, array)
+            if self.pool is not None:
+                self.pool.take(nbytes, lambda: self._request(nbytes, array))
+            self.bytes_in_use = in_use
             if in_use > self.peak_bytes_in_use:
                 self.peak_bytes_in_use = in_use
             self.num_allocs += 1
             if nbytes > self.largest_alloc_size:
                 self.largest_alloc_size = nbytes
 
+    def check_room(self, nbytes: int, array: tuple | None = None) -> None:
+        """ResourceExhausted when a buffer of ``nbytes`` would not fit now; counts nothing
+        (for callers that must know before they read the data, e.g. from the host)."""
+        with self._lock:
+            self._check_own_limit(nbytes, array)
+            if self.pool is not None:
+                self.pool.check(nbytes, lambda: self._request(nbytes, array))
+
+    def _check_own_limit(self, nbytes: int, array: tuple | None) -> None:
+        limit = self.limit_bytes
+        if limit is not None and nbytes > 0 and self.bytes_in_use + nbytes > limit:
+            raise ResourceExhausted(
+                f"{self._request(nbytes, array)}: would exceed the memory's limit of "
+                f"{format_bytes(limit)} ({format_bytes(self.bytes_in_use)} in use)")
+
+    def _request(self, nbytes: int, array: tuple | None) -> str:
+        device = self.devices[0].debug_string if self.devices else "no device"
+        what = f"{array[0]}{list(array[1])}" if array else "a buffer"
+        return f"allocating {format_bytes(nbytes)} for {what} in {self.kind} memory of {device}"
+
     def freed(self, nbytes: int) -> None:
         with self._lock:
             self.bytes_in_use -= nbytes
+            if self.pool is not None:
+                self.pool.give_back(nbytes)
+
+    @property
+    def effective_limit_bytes(self) -> int | None:
+        """The most this memory could hold: its own limit or its pool's, the smaller."""
+        limits = [x for x in (self.limit_bytes, self.pool and self.pool.limit_bytes)
+                  if x is not None]
+        return min(limits) if limits else None
 
     def stats(self) -> MemoryStats:
         with self._lock:
+            pool = self.pool
             return MemoryStats(self.bytes_in_use, self.peak_bytes_in_use, self.num_allocs,
-                               self.largest_alloc_size, self.capacity_bytes)
+                               self.largest_alloc_size, self.effective_limit_bytes,
+                               pool.bytes_in_use if pool else None,
+                               pool.peak_bytes_in_use if pool else None)
 
 
 class Device(DeviceDescription):

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import math
-import struct
 
 import numpy as np
 
 from pjrtkit.collectives.launch import launch_on_threads
-from pjrtkit.errors import Internal, InvalidArgument, PjrtError
-from pjrtkit.runtime.buffer import Buffer
+from pjrtkit.errors import Internal, InvalidArgument, PjrtError, host_out_of_memory
+from pjrtkit.runtime import serialized_executable
+from pjrtkit.runtime.buffer import Buffer, count_allocations
 from pjrtkit.runtime.compile_options import parse_compile_options
 from pjrtkit.runtime.event import Event, when_all
 from pjrtkit.stablehlo.ir import Program, TensorType
@@ -24,8 +23,6 @@ from pjrtkit.types import CompiledProgram, CompileOptions
 # worker is idle and its inputs are ready): a thread hand-off costs tens of microseconds,
 # more than such a program takes. Units: flops + bytes accessed (see ARCHITECTURE.md).
 INLINE_WORK_LIMIT = 2_000_000
-
-_MAGIC = b"PJRTKIT-EXE1"
 
 # Completion of every inline execution that succeeded: a completed event never changes, so one
 # serves them all.
@@ -67,6 +64,8 @@ def execution_error(exe: "Executable", exc: Exception) -> PjrtError:
     since it is a bug in the plugin rather than something the user did."""
     if isinstance(exc, PjrtError):
         return exc
+    if isinstance(exc, MemoryError):
+        return host_out_of_memory(exc, f"{exe.backend.platform_name}: executing {exe.name}")
     return Internal(f"{exe.backend.platform_name}: {type(exe.compiled.executable).__name__}"
                     f".execute raised {type(exc).__name__}: {exc} while executing {exe.name}")
 
@@ -97,6 +96,9 @@ class Executable:
         params = [v.type for v in main.arguments]
         self.parameter_dtypes = [t.dtype for t in params if isinstance(t, TensorType)]
         self.parameter_shapes = [t.shape for t in params if isinstance(t, TensorType)]
+        # What each argument must be, (dtype, shape); None for a token (any buffer will do).
+        self.argument_types = [(np.dtype(t.dtype), tuple(int(d) for d in t.shape))
+                               if isinstance(t, TensorType) else None for t in params]
         self.num_parameters = len(params)
         self.donated_parameters = frozenset(
             i for i, attrs in enumerate(main.arg_attributes)
@@ -136,33 +138,10 @@ class Executable:
         return bytes(self.code)
 
     def serialize(self) -> bytes:
-        """The program and options themselves, so a later process can compile it again."""
-        header = json.dumps({"platform": self.backend.platform_name,
-                             "fingerprint": self.fingerprint}).encode()
-        return b"".join([_MAGIC, struct.pack("<QQQ", len(header), len(self.code),
-                                             len(self.options.serialized)),
-                         header, self.code, self.options.serialized])
-
-    @staticmethod
-    def unpack(data: bytes, platform_name: str) -> tuple[bytes, bytes]:
-        try:
-            if not data.startswith(_MAGIC):
-                raise ValueError("not a pjrtkit executable")
-            pos = len(_MAGIC)
-            n_header, n_code, n_options = struct.unpack_from("<QQQ", data, pos)
-            pos += 24
-            header = json.loads(data[pos:pos + n_header])
-            pos += n_header
-            code, options = data[pos:pos + n_code], data[pos + n_code:pos + n_code + n_options]
-            if len(options) != n_options:
-                raise ValueError("truncated")
-        except (ValueError, struct.error) as exc:
-            raise InvalidArgument(f"serialized executable is malformed ({len(data)} bytes): "
-                                  f"{exc}") from None
-        if header.get("platform") != platform_name:
-            raise InvalidArgument(f"serialized executable was compiled for "
-                                  f"{header.get('platform')!r}, not {platform_name!r}")
-        return code, options
+        """The program and options themselves, so a later process can compile it again
+        (the format: ``runtime/serialized_executable.py``)."""
+        return serialized_executable.pack(self.backend.platform_name, self.code,
+                                          self.options.serialized, self.fingerprint)
 
 
 class LoadedExecutable:
@@ -195,9 +174,10 @@ class LoadedExecutable:
             memory = (device.memory(kind) if kind in ("device", "pinned_host", "unpinned_host")
                       else device.default_memory)
             outputs.append((dtype, shape, math.prod(shape) * dtype.itemsize, memory))
+        allocations = [(memory, nbytes, (dtype, shape)) for dtype, shape, nbytes, memory in outputs]
         # The plugin's execute as a bound method: one attribute lookup fewer per call.
         return (device, [device.spec], outputs, self.client.executor,
-                exe.compiled.executable.execute, exe.num_parameters)
+                exe.compiled.executable.execute, exe.num_parameters, allocations)
 
     def execute_inline(self, arguments: list) -> tuple[list, Event] | None:
         """The common case of ``execute``, cheaply: one device, no donation, a cheap program,
@@ -212,22 +192,27 @@ class LoadedExecutable:
         plan = self._inline
         if plan is None or self._deleted:
             return None
-        device, specs, outputs, executor, execute, num_parameters = plan
+        device, specs, outputs, executor, execute, num_parameters, allocations = plan
         if not executor.idle or len(arguments) != num_parameters:  # busy: queue behind it
             return None
         payloads = []
-        for buf in arguments:
+        for buf, expected in zip(arguments, self.executable.argument_types):
             ready = buf.ready
             # Plain attribute reads of the runtime's own objects (no method calls): this loop
             # runs for every argument of every jitted call.
             if buf._deleted or not ready._ready or ready._error is not None:  # noqa: SLF001
                 return None
+            if expected is not None and (buf.shape != expected[1] or buf.dtype != expected[0]):
+                return None  # the general path says what is wrong
             payloads.append(buf.payload)
+        count_allocations(allocations)  # past a memory limit: RESOURCE_EXHAUSTED, nothing run
         try:
             results = execute([payloads], specs)
             if len(results) != 1 or len(results[0]) != len(outputs):
                 raise _wrong_output_count(self.executable)
         except Exception as exc:  # noqa: BLE001 - delivered through the outputs' events
+            for memory, nbytes, _array in allocations:
+                memory.freed(nbytes)
             return self._failed_inline(execution_error(self.executable, exc))
         client = self.client
         return [Buffer.computed(client, dtype, shape, nbytes, device, memory, payload, _DONE)
@@ -236,7 +221,8 @@ class LoadedExecutable:
     def _failed_inline(self, error: PjrtError) -> tuple[list, Event]:
         device, _specs, outputs = self._inline[:3]
         failed = Event.completed(error)
-        return [Buffer(self.client, dtype, shape, device, memory, ready=failed)
+        return [Buffer(self.client, dtype, shape, device, memory, ready=failed,
+                       accounting="empty")
                 for dtype, shape, _nbytes, memory in outputs], failed
 
     @property
@@ -261,17 +247,17 @@ class LoadedExecutable:
             if len(args) != exe.num_parameters:
                 raise InvalidArgument(f"executable {exe.name} takes {exe.num_parameters} "
                                       f"argument(s); argument list {d} has {len(args)}")
-            for i, buf in enumerate(args):
+            for i, (buf, expected) in enumerate(zip(args, exe.argument_types)):
                 buf.check_usable(f"passed as argument {i} of {exe.name}")
+                if expected is not None and (buf.dtype, buf.shape) != expected:
+                    # jaxlib never does this; a C caller can, and the kernels must not see it.
+                    raise InvalidArgument(
+                        f"argument {i} of {exe.name} is {buf.dtype.name}{list(buf.shape)}, "
+                        f"the program takes {expected[0].name}{list(expected[1])}")
+        outputs = self._new_outputs(devices)  # first: past a memory limit nothing has changed
         donate = exe.donated_parameters - frozenset(non_donatable)
         sources = [[buf.donate() if i in donate else buf.hold() for i, buf in enumerate(args)]
                    for args in argument_lists]
-        outputs = [[Buffer(self.client, dtype, shape, dev,
-                           dev.memory(kind) if kind in ("device", "pinned_host", "unpinned_host")
-                           else dev.default_memory, ready=Event())
-                    for dtype, shape, kind in zip(exe.output_dtypes, exe.output_shapes,
-                                                  exe.output_memory_kinds)]
-                   for dev in devices]
         done = [Event() for _ in devices]
         inputs_ready = [buf.ready for args in sources for buf in args]
 
@@ -310,6 +296,30 @@ class LoadedExecutable:
         else:
             executor.submit(lambda: when_all(inputs_ready, run))
         return outputs, done
+
+
+    def _new_outputs(self, devices) -> list[list[Buffer]]:
+        """Pending output buffers per device, their bytes counted; when one is past a memory
+        limit, the ResourceExhausted with none of them counted."""
+        exe = self.executable
+        made: list[Buffer] = []
+        try:
+            outputs = []
+            for dev in devices:
+                outs = []
+                for dtype, shape, kind in zip(exe.output_dtypes, exe.output_shapes,
+                                              exe.output_memory_kinds):
+                    memory = (dev.memory(kind) if kind in ("device", "pinned_host",
+                                                           "unpinned_host")
+                              else dev.default_memory)
+                    outs.append(Buffer(self.client, dtype, shape, dev, memory, ready=Event()))
+                    made.append(outs[-1])
+                outputs.append(outs)
+            return outputs
+        except BaseException:
+            for buf in made:
+                buf.destroy()
+            raise
 
 
 def run_together(exe: Executable, payloads: list, specs: list) -> list:

@@ -23,18 +23,18 @@ the isolation contains.
 from __future__ import annotations
 
 import argparse
-import collections
 import json
 import os
 import random
 import re
-import subprocess
 import sys
 import time
 from collections.abc import Callable
 
 import ml_dtypes
 import numpy as np
+
+from pjrtkit.testing.fuzz_children import print_summary, run_in_children, summarize
 
 TARGETS = ("artifact", "ops", "constants")
 
@@ -269,38 +269,9 @@ def _child(target: str, seed: int, start: int, stop: int, isolated: bool) -> Non
               flush=True)
 
 
-# A case that runs longer than this is a hang: its child is killed and the batch goes on.
-CASE_TIMEOUT_S = 60.0
-
-
-def _run_batch(command: list[str], env: dict) -> tuple[list[dict], int | None, str]:
-    """Run one child; its JSON records, its exit status (None: killed as hung), its stderr."""
-    import selectors
-
-    child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
-                             text=True)
-    records, status = [], None
-    with selectors.DefaultSelector() as selector:
-        selector.register(child.stdout, selectors.EVENT_READ)
-        while True:
-            if not selector.select(timeout=CASE_TIMEOUT_S):
-                child.kill()
-                break
-            line = child.stdout.readline()
-            if not line:
-                status = child.wait()
-                break
-            records.append(json.loads(line))
-    _, stderr = child.communicate()
-    return records, status, stderr
-
-
 def run_campaign(target: str, cases: int, seed: int = 0, isolated: bool = True,
                  batch: int = 250) -> dict:
     """Run ``cases`` cases of ``target`` in child processes; a summary dict."""
-    outcomes: dict[int, str] = {}
-    aborts: list[int] = []
-    index = 0
     # The cpu plugin's Numba kernels (fused loops, native loops) compile in the background
     # after the plan is built and cost most of a case's time; they are off unless asked for.
     # A damaged artifact can make jaxlib's deserializer loop forever: the isolated parser is
@@ -308,33 +279,13 @@ def run_campaign(target: str, cases: int, seed: int = 0, isolated: bool = True,
     env = {"PJRTKIT_CPU_FUSION": "0", "PJRTKIT_CPU_NATIVE_LOOPS": "0",
            "PJRTKIT_PARSER_TIMEOUT_S": "20", **os.environ,
            "JAX_PLATFORMS": "cpu", "JAX_ENABLE_X64": "1"}
-    while index < cases:
-        stop = min(cases, index + batch)
-        command = [sys.executable, "-m", "pjrtkit.testing.fuzz_programs", "--child", target,
-                   str(seed), str(index), str(stop)] + ([] if isolated else ["--in-process"])
-        records, status, stderr = _run_batch(command, env)
-        started = None
-        for record in records:
-            if "outcome" in record:
-                outcomes[record["index"]] = record["outcome"]
-                started = None
-            else:
-                started = record["start"]
-        if started is not None:
-            aborts.append(started)
-            outcomes[started] = "hang" if status is None else f"abort:{status}"
-            index = started + 1
-        elif status != 0:
-            raise RuntimeError(f"fuzz child failed before its cases: {stderr[-2000:]}")
-        else:
-            index = stop
-    counts = collections.Counter(o.split(":")[0] if not o.startswith("error") else o
-                                 for o in outcomes.values())
-    bugs = collections.Counter(o for o in outcomes.values() if o.startswith("bug:"))
-    return {"target": target, "seed": seed, "cases": len(outcomes), "isolated": isolated,
-            "outcomes": dict(counts), "aborts": aborts,
-            "bugs": {text: [i for i, o in outcomes.items() if o == text][:5]
-                     for text in bugs}}
+
+    def command_for(start: int, stop: int) -> list[str]:
+        return ([sys.executable, "-m", "pjrtkit.testing.fuzz_programs", "--child", target,
+                 str(seed), str(start), str(stop)] + ([] if isolated else ["--in-process"]))
+
+    outcomes, aborts = run_in_children(command_for, cases, env, batch)
+    return summarize(outcomes, aborts, target=target, seed=seed, isolated=isolated)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -358,13 +309,7 @@ def main(argv: list[str] | None = None) -> int:
         summary["seconds"] = round(time.monotonic() - began, 1)
         summaries.append(summary)
         failed |= bool(summary["aborts"] or summary["bugs"])
-        print(f"{target:10} {summary['cases']:6} cases  {summary['seconds']:7.1f} s  "
-              f"aborts/hangs {len(summary['aborts'])}  bugs {len(summary['bugs'])}  "
-              f"{json.dumps(summary['outcomes'], sort_keys=True)}")
-        for text, indices in summary["bugs"].items():
-            print(f"    {text}  (cases {indices})")
-        if summary["aborts"]:
-            print(f"    aborted or hung at cases {summary['aborts'][:20]}")
+        print_summary(target, summary)
     if args.json:
         with open(args.json, "w") as out:
             json.dump(summaries, out, indent=2)

@@ -1,5 +1,7 @@
 """The cpu backend's devices: N host "devices" (``PJRTKIT_CPU_DEVICES``, else JAX's
-``jax_num_cpu_devices``, else 1), each with the three memory kinds, all backed by host RAM."""
+``jax_num_cpu_devices``, else 1), each with the three memory kinds, all backed by host RAM:
+declared without a capacity, so the core counts them all against one pool, the host's memory
+(``PJRTKIT_CPU_MEMORY_LIMIT`` caps each device)."""
 from __future__ import annotations
 
 import os
@@ -10,13 +12,6 @@ from pjrtkit.types import DeviceSpec, MemorySpaceSpec, Topology
 DEVICE_COUNT_VARIABLE = "PJRTKIT_CPU_DEVICES"
 DEVICE_KIND = "cpu"
 MAX_DEVICES = 1024
-
-
-def _host_memory_bytes() -> int | None:
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return None
 
 
 def device_count(options=None) -> int:
@@ -40,9 +35,8 @@ def device_count(options=None) -> int:
 
 
 def cpu_topology(name: str, count: int) -> Topology:
-    host = _host_memory_bytes()
-    spaces = (MemorySpaceSpec("device", host), MemorySpaceSpec("pinned_host", host),
-              MemorySpaceSpec("unpinned_host", host))
+    spaces = (MemorySpaceSpec("device"), MemorySpaceSpec("pinned_host"),
+              MemorySpaceSpec("unpinned_host"))
     devices = tuple(
         DeviceSpec(id=i, kind=DEVICE_KIND, process_index=0, local_hardware_id=i,
                    coords=(i, 0, 0), core_on_chip=0, memory_spaces=spaces,
