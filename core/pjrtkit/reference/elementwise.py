@@ -60,15 +60,48 @@ def _make_kernel(fn: Callable, result_shape: tuple[int, ...], *,
 
 
 def _float_fn(op_name: str, fn: Callable, dtype: np.dtype) -> Callable:
+    """``fn`` computed as XLA computes it on ``dtype`` (``dtypes.compute_dtype``)."""
+    if dtype in D.FLUSHES_DENORMALS:
+        return _via_flushed_float32(op_name, fn, dtype)
+    if dtype in D.ML_FLOATS:  # float8/float4: as a float16 op, then rounded to the type
+        return _via(_float_fn(op_name, fn, D.FLOAT16), D.FLOAT16, dtype)
     # NumPy's own float16 ufunc loops already compute in f32 and round once (and are much
-    # faster than a round trip); ml_dtypes' loops (bfloat16, float8, float4) and our composite
-    # functions are not/do not. Ops exact in any precision run on bfloat16 directly (ml_dtypes
-    # has exact loops for them), on float8/float4 through float32 too (it has none).
-    if dtype in D.ML_FLOATS and (dtype != D.BFLOAT16 or op_name not in T.FLOAT_EXACT):
-        return _via(fn, D.FLOAT32, dtype)
+    # faster than a round trip); our composite functions do not.
     if dtype == D.FLOAT16 and not isinstance(fn, np.ufunc) and op_name not in T.FLOAT_EXACT:
         return _via(fn, D.FLOAT32, dtype)
     return fn
+
+
+# Where XLA's CPU backend computes bfloat16/float8_e8m0fnu without flushing denormals (checked
+# over every pair of values): remainder and power call libm, which the flags do not reach;
+# tanh returns tiny inputs as they are; negate and abs only flip or clear the sign bit; e8m0
+# has no sign, so abs and sign only read NaN.
+_UNFLUSHED_OPERANDS = frozenset({"remainder", "power", "tanh", "negate", "abs"})
+_UNFLUSHED_RESULTS = frozenset({"remainder", "tanh", "negate", "abs"})
+_E8M0_UNFLUSHED = frozenset({"abs", "sign"})
+
+
+def _via_flushed_float32(op_name: str, fn: Callable, dtype: np.dtype) -> Callable:
+    """``fn`` in float32 on operands and a result with denormals flushed to zero, rounded
+    once to ``dtype`` (bfloat16 and float8_e8m0fnu on XLA's CPU)."""
+    f32 = D.FLOAT32
+    e8m0 = dtype == np.dtype(ml_dtypes.float8_e8m0fnu)
+    flush_operands = op_name not in _UNFLUSHED_OPERANDS and not (
+        e8m0 and op_name in _E8M0_UNFLUSHED)
+    flush_result = op_name not in _UNFLUSHED_RESULTS and not (e8m0 and op_name in _E8M0_UNFLUSHED)
+
+    def run(*args):
+        wide = [np.array(a, dtype=f32) for a in args]
+        if flush_operands:
+            wide = [D.flush_denormals(w) for w in wide]
+        result = np.asarray(fn(*wide))
+        if result.dtype != f32:
+            return result
+        if flush_result:
+            result = D.flush_denormals(np.array(result, copy=True))
+        return result.astype(dtype)
+
+    return run
 
 
 def _int_fn(op_name: str, fn: Callable, dtype: np.dtype) -> Callable:

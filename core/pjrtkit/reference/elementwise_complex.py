@@ -20,7 +20,7 @@ def complex_sign(z):
 
 
 def complex_rsqrt(z):
-    return np.reciprocal(np.sqrt(z))
+    return np.divide(z.dtype.type(1), np.sqrt(z))  # np.reciprocal(0j) is NaN, not inf
 
 
 def complex_expm1(z):
