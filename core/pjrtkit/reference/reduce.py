@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 
+import ml_dtypes
 import numpy as np
 
 from pjrtkit.errors import Unimplemented
