@@ -69,6 +69,8 @@ def _float_fn(op_name: str, fn: Callable, dtype: np.dtype) -> Callable:
     # faster than a round trip); our composite functions do not.
     if dtype == D.FLOAT16 and not isinstance(fn, np.ufunc) and op_name not in T.FLOAT_EXACT:
         return _via(fn, D.FLOAT32, dtype)
+    if dtype == D.FLOAT32 and op_name in T.FLOAT32_VIA_FLOAT64:
+        return _via(fn, D.FLOAT64, dtype)
     return fn
 
 
