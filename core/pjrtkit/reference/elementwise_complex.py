@@ -11,6 +11,13 @@ from __future__ import annotations
 import numpy as np
 
 
+def complex_abs(z):
+    """|z|, NaN when either part is NaN (XLA's; C's hypot makes |inf + NaN j| infinite)."""
+    magnitude = np.abs(z)
+    nan = np.isnan(z.real) | np.isnan(z.imag)
+    return np.where(nan, magnitude.dtype.type(np.nan), magnitude) if nan.any() else magnitude
+
+
 def complex_sign(z):
     """z / |z|, and 0 for 0 (NaN stays NaN), as XLA's sign of a complex."""
     magnitude = np.abs(z)
@@ -20,7 +27,15 @@ def complex_sign(z):
 
 
 def complex_rsqrt(z):
-    return np.divide(z.dtype.type(1), np.sqrt(z))  # np.reciprocal(0j) is NaN, not inf
+    """1 / sqrt(z); an infinite z gives a zero signed as XLA signs it (conj of z's signs),
+    where 1 / (inf + inf j) would be NaN."""
+    result = np.divide(z.dtype.type(1), np.sqrt(z))  # np.reciprocal(0j) is NaN, not inf
+    infinite = np.isinf(z.real) | np.isinf(z.imag)
+    if infinite.any():
+        zero = np.zeros((), z.real.dtype)
+        real = np.where(z.real < 0, -zero, zero)
+        result = np.where(infinite, _complex(real, np.copysign(zero, -z.imag), z.dtype), result)
+    return result
 
 
 def complex_expm1(z):
@@ -55,7 +70,7 @@ def _complex(real, imag, dtype):
 
 
 COMPLEX_UNARY = {
-    "abs": np.abs,  # a real result: the magnitude
+    "abs": complex_abs,  # a real result: the magnitude
     "negate": np.negative,
     "sign": complex_sign,
     "sqrt": np.sqrt,

@@ -108,9 +108,8 @@ def _spread(rng, dtype, low, high, count):
 def _every_value(dtype, low, high):
     bits = np.arange(1 << (8 * dtype.itemsize), dtype=np.dtype(f"u{dtype.itemsize}"))
     values = bits.view(dtype).astype(np.float64)
-    tiny = smallest_measured(dtype)
     keep = (np.isfinite(values) & (values >= low) & (values <= high)
-            & ((np.abs(values) >= tiny) | (values == 0)))
+            & ((np.abs(values) >= smallest_measured(dtype)) | (values == 0)))
     return values[keep].astype(dtype)
 
 
@@ -119,7 +118,7 @@ def smallest_measured(dtype) -> float:
     smallest normal. Below it XLA's CPU backend flushes denormal inputs, intermediates and
     results to zero (its threads run with denormals-are-zero and flush-to-zero), a difference
     of semantics that would swamp the table (millions of ulps), not one of accuracy."""
-    return float(ml_dtypes.finfo(dtype).tiny) * 2.0 ** 20
+    return float(np.finfo(np.float32).tiny) * 2.0 ** 20  # float16 computes in float32 too
 
 
 def inputs(function: Function, dtype, samples: int, seed: int = 0) -> list[np.ndarray]:
@@ -262,7 +261,9 @@ def measure(function: Function, dtype, samples: int, paths=PATHS) -> dict:
             out[path] = None
             continue
         error = ulp_error(result, reference, dtype)
-        error[np.abs(reference) < smallest_measured(dtype)] = 0.0  # see smallest_measured
+        # See smallest_measured; results beyond the dtype's range (float16 exp(88)) overflow.
+        error[(np.abs(reference) < smallest_measured(dtype))
+              | (np.abs(reference) > float(ml_dtypes.finfo(dtype).max))] = 0.0
         worst = int(np.argmax(error))
         out[path] = (float(error[worst]), float(np.mean(error)),
                      [float(a[worst]) for a in args])
@@ -281,7 +282,7 @@ def markdown(rows, samples: int, seconds: float) -> str:
         f"{samples:,} float32 inputs per function (half spread over every binade of the "
         "domain, half over the typical range), or every finite float16/bfloat16 value of the "
         "domain; inputs and results smaller than 2**20 times the dtype's smallest normal are "
-        "left out, where XLA's CPU backend flushes denormals to zero. `-`: that path does not run for this dtype or op (the NumPy rule runs "
+        "left out, where XLA's CPU backend flushes denormals to zero, and so are results beyond the dtype's largest finite value. `-`: that path does not run for this dtype or op (the NumPy rule runs "
         f"instead). Measured in {seconds:.0f} s.",
         "",
         "| function | dtype | domain | NumPy rule | fused loop | native loop | XLA CPU | "
