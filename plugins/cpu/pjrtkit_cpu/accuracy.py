@@ -282,7 +282,9 @@ def markdown(rows, samples: int, seconds: float) -> str:
         f"{samples:,} float32 inputs per function (half spread over every binade of the "
         "domain, half over the typical range), or every finite float16/bfloat16 value of the "
         "domain; inputs and results smaller than 2**20 times the dtype's smallest normal are "
-        "left out, where XLA's CPU backend flushes denormals to zero, and so are results beyond the dtype's largest finite value. `-`: that path does not run for this dtype or op (the NumPy rule runs "
+        "left out, where XLA's CPU backend flushes denormals to zero, and so are results "
+        "beyond the dtype's largest finite value. `-`: that path does not run for this dtype "
+        "or op (the NumPy rule runs "
         f"instead). Measured in {seconds:.0f} s.",
         "",
         "| function | dtype | domain | NumPy rule | fused loop | native loop | XLA CPU | "
