@@ -20,8 +20,6 @@ from pjrtkit.stablehlo.loader import load_program
 from pjrtkit.testing.tolerances import assert_close
 
 REAL = [np.float32, np.float64]
-COMPLEX_PENDING = pytest.mark.xfail(
-    strict=True, reason="complex elementwise rules land with the dtypes work")
 
 
 def on(platform, fn, *args):
@@ -314,16 +312,14 @@ def test_tridiagonal(rng, lower):
                  loosen=1000)
 
 
-@COMPLEX_PENDING
 def test_eig_of_a_real_matrix_end_to_end(rng):
     # eig returns complex64 values and vectors: the program carries complex tensors through
-    # func.call/return, which the dtype table does not list yet.
+    # func.call/return and complex elementwise ops.
     a = matrices(rng, (5, 5), np.float32)
     ours, ref = both(jnp.linalg.eig, a)
     assert_close(np.sort_complex(ours[0]), np.sort_complex(ref[0]), what="eigenvalues", loosen=10)
 
 
-@COMPLEX_PENDING
 def test_complex_eigh_end_to_end(rng):
     # Not jnp.linalg.eigh: its symmetrization holds a complex splat constant, and reading one
     # through jaxlib's attribute API aborts the process (PJRT_NOTES.md); the loader must decode
