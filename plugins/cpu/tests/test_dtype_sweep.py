@@ -23,9 +23,14 @@ _KINDS = {"bool": (S.BOOL,), "int": S.INTS, "float": S.FLOATS, "complex": S.COMP
 _ALWAYS = {np.dtype(np.float32), np.dtype(np.int32), np.dtype(np.complex64), S.BOOL}
 
 
+_PLANNED_AROUND = {"complex": np.dtype(np.complex64), "float": S.NARROW_FLOATS[1],
+                   "int": S.NARROW_INTS[1]}
+
+
 def _sampled_cases():
     """(case, dtype, mode): each op over one rotating dtype of each kind it takes, as a
-    program; every third op also over float32/int32 inside a fori_loop; every dtype converted
+    program; every third op also over float32/int32 inside a fori_loop, every sixth over
+complex64/float8_e4m3fn/int4 there (types the Numba paths leave out); every dtype converted
     to a rotating target."""
     picks = []
     for i, case in enumerate(S.CASES):
@@ -35,6 +40,9 @@ def _sampled_cases():
             if i % 3 == 0 and kind in ("int", "float"):
                 wide = np.dtype(np.float32 if kind == "float" else np.int32)
                 picks.append((case, wide, "loop"))
+            if i % 6 == 0 and kind in _PLANNED_AROUND:
+                # no Numba code for these: the loop must stay interpreted and still be right
+                picks.append((case, _PLANNED_AROUND[kind], "loop"))
     converts = S.convert_cases()
     for i, source in enumerate(S.ALL_DTYPES):
         targets = [c for c, d in converts if d == source]
