@@ -96,3 +96,21 @@ def test_a_jitted_program_runs_on_the_opaque_backend_through_the_core():
     assert_close(np.array(out["got"], np.float32), np.array(out["want"], np.float32))
     assert_close(np.array(out["again"], np.float32), np.array(out["want_again"], np.float32))
     assert out["error"].startswith("UNIMPLEMENTED") and "pjrtkit_opaque" in out["error"], out
+
+
+def _hooks(module):
+    return {name for name in dir(module) if name.startswith("pjrtkit_")}
+
+
+def test_the_opaque_backend_is_the_template_with_its_payloads_replaced():
+    # Made from the template (copy it, replace payloads and rules): it answers every hook the
+    # template answers, so a change to the template that a new backend must follow shows here.
+    import template_backend
+
+    assert _hooks(template_backend) <= _hooks(opaque_backend), \
+        sorted(_hooks(template_backend) - _hooks(opaque_backend))
+    capabilities = opaque_backend.pjrtkit_capabilities()
+    assert capabilities.dtypes == {"float32"}
+    assert {"stablehlo.add", "stablehlo.multiply", "stablehlo.constant"} <= capabilities.ops
+    assert opaque_backend.pjrtkit_make_topology("opaque", {}).devices[0].kind == "opaque"
+    assert opaque_backend.pjrtkit_make_topology("v5e:2x4", {}) is None

@@ -7,6 +7,8 @@
     pjrtkit conformance BACKEND     the conformance suite on a backend (exit 1 only on FAIL)
         [--json PATH] [--markdown PATH] [--layer abi,hooks,jax] [--check ID ...]
     pjrtkit conformance --library PATH   layer 1 (the C ABI) on any PJRT plugin .so
+    pjrtkit coverage BACKEND [--output PATH] [--from-json PATH]   the op x dtype table of the
+        JAX surface the backend covers (docs/coverage.md), from the conformance suite's layer 3
     pjrtkit jax-tests [--files F,..] [-k EXPR] [--x64] [--json PATH]   JAX's own test files on
         a backend and on XLA's CPU backend; --expected-passes FILE for the CI check
 """
@@ -117,6 +119,12 @@ def _cmd_conformance(args) -> int:
         return 2
 
 
+def _cmd_coverage(args) -> int:
+    from pjrtkit.testing.conformance.coverage_table import main as write_coverage
+
+    return write_coverage(args)
+
+
 def _cmd_jax_tests(args) -> int:
     from pjrtkit.testing.jax_tests.command import main as run_jax_tests
 
@@ -146,6 +154,14 @@ def main(argv=None) -> int:
     from pjrtkit.testing.conformance.runner import add_arguments
     add_arguments(p)
     p.set_defaults(run=_cmd_conformance)
+    p = sub.add_parser("coverage", help="the op x dtype table of the JAX surface a backend "
+                                        "covers (markdown)",
+                       description="Run the conformance suite's layer 3 on a backend (or read "
+                                   "a report it wrote) and print the op x dtype table: "
+                                   "pjrtkit coverage cpu --output docs/coverage.md")
+    from pjrtkit.testing.conformance.coverage_table import add_arguments as add_coverage_arguments
+    add_coverage_arguments(p)
+    p.set_defaults(run=_cmd_coverage)
     p = sub.add_parser("jax-tests", help="JAX's own test files on a backend vs XLA's CPU",
                        description="Run test files of a JAX source tree on a backend and on "
                                    "XLA's CPU backend and compare (needs JAX's test "

@@ -77,10 +77,18 @@ def test_json_report_shape():
     assert data["checks"][0]["actual"] == [0, 0]
 
 
-def test_conformance_on_cpu_passes_with_enough_checks_per_layer(tmp_path):
-    report, markdown = tmp_path / "cpu.json", tmp_path / "cpu.md"
+@pytest.fixture(scope="module")
+def cpu_suite(tmp_path_factory):
+    """The whole suite on the cpu plugin, run once for the tests that read its reports."""
+    folder = tmp_path_factory.mktemp("cpu-conformance")
+    report, markdown = folder / "cpu.json", folder / "cpu.md"
     done = _run(PJRTKIT + ["conformance", "cpu", "--json", str(report), "--markdown",
                            str(markdown)])
+    return done, report, markdown
+
+
+def test_conformance_on_cpu_passes_with_enough_checks_per_layer(cpu_suite):
+    done, report, markdown = cpu_suite
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     data = json.loads(report.read_text())
     assert data["summary"]["fail"] == 0
@@ -92,6 +100,57 @@ def test_conformance_on_cpu_passes_with_enough_checks_per_layer(tmp_path):
     text = markdown.read_text()
     for section in SECTIONS:
         assert f"## {section}" in text
+    surface = data["jax_surface"]
+    assert surface["fail"] == 0 and surface["checks"] >= 800, surface
+    assert f"covers {surface['percent']:g}% of the JAX surface" in done.stdout
+    if surface["unsupported"]:
+        assert "**Conformant**:" not in text and "unsupported: " in text
+
+
+COVERAGE_DOC = ROOT / "docs" / "coverage.md"
+
+
+def test_docs_coverage_md_is_what_the_generator_makes_of_a_fresh_run(cpu_suite, tmp_path):
+    _, report, _ = cpu_suite
+    data = json.loads(report.read_text())
+    committed = COVERAGE_DOC.read_text()
+    versions = f"on jax {data['target']['jax_version']} / jaxlib {data['target']['jaxlib_version']}"
+    if versions not in committed:
+        pytest.skip(f"docs/coverage.md is generated on the pinned JAX set, not {versions}")
+    generated = tmp_path / "coverage.md"
+    done = _run(PJRTKIT + ["coverage", "cpu", "--from-json", str(report), "--output",
+                           str(generated)])
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert generated.read_text() == committed, (
+        "docs/coverage.md is out of date: regenerate it with "
+        "`.venv/bin/pjrtkit coverage cpu --output docs/coverage.md`")
+
+
+def test_coverage_table_marks_every_outcome():
+    from pjrtkit.testing.conformance.coverage_table import render
+
+    result = SuiteResult(
+        info={"target": "cpu", "backend": "cpu", "platform": "pjrtkit_cpu",
+              "jax_version": "0.10.2", "jaxlib_version": "0.10.2"},
+        results=[CheckResult("jax.dtype.add[int4-3x4]", "jax", Outcome.UNSUPPORTED,
+                             capability="JAX dtype int4"),
+                 CheckResult("jax.dtype.add[float32-3x4]", "jax", Outcome.PASS),
+                 CheckResult("jax.dtype.compare[float32-3x4]", "jax", Outcome.FAIL),
+                 CheckResult("jax.linalg.eigh[float32-5x5]", "jax", Outcome.PASS),
+                 CheckResult("jax.linalg.eigh[float32-3x4x4]", "jax", Outcome.UNSUPPORTED),
+                 CheckResult("jax.linalg.qr[float64-6x4]", "jax", Outcome.SKIP),
+                 CheckResult("hooks.topology.unique_ids", "hooks", Outcome.PASS)],
+        durations={}, duration_seconds=0.0, layers=("hooks", "jax"))
+    text = render(result.as_json())
+    assert text == render(result.as_json())  # nothing in it changes between renders
+    assert "`pjrtkit coverage cpu --output docs/coverage.md`" in text
+    assert "| op | int4 | float32 |" in text and "| add | – | ✓ |" in text
+    assert "| compare |   | FAIL |" in text
+    assert "| op | float32 | float64 |" in text
+    assert "| eigh | ½ |   |" in text and "| qr |   | skip |" in text
+    assert "| int4 | 1 | 0 | 1 | 0 | 0 |" in text
+    assert "covers 40% of the JAX surface (2 of 5 checks)" in text
+    assert "hooks" not in text.split("## By dtype")[1]
 
 
 def test_check_selection_and_exit_status(tmp_path):
@@ -152,6 +211,7 @@ def test_pytest_plugin_one_item_per_check_with_outcomes(tmp_path):
     assert "UNSUPPORTED (JAX host_input)" in out or "negative_stride" not in out
     passed = int(out.strip().splitlines()[-1].split(" passed")[0].split()[-1])
     assert passed >= 11  # 10 topology checks + the jax case
+    assert "pjrtkit conformance: pjrtkit_cpu covers " in out and "of the items that ran" in out
     assert "hooks.topology.unique_ids" in _run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--pjrtkit-backend=cpu",
          "--co", "-q", "-k", "unique_ids"]).stdout

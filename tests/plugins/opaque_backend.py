@@ -1,5 +1,9 @@
 """A test backend whose payloads are not NumPy arrays: the core must serve it all the same.
 
+It was made from ``template_backend.py`` the way the template asks a new backend to be made:
+copied, then its payloads and rules replaced. It answers every hook the template answers
+(``tests/test_opaque_backend.py`` checks that the two stay in step), in the same order.
+
 Its payloads are ``Opaque`` objects (a flat tuple of Python floats and a shape) that nothing in
 the core can read; its kernels are plain Python loops over those tuples, rounding every result
 to float32 as XLA does. It has five rules (constant through ``OpaquePayloads.make_constant``,
@@ -23,7 +27,9 @@ from pjrtkit.lowering.payloads import Payloads
 from pjrtkit.lowering.plan import build_plan
 from pjrtkit.lowering.registry import LoweringRegistry
 from pjrtkit.stablehlo.cost import estimate_cost
-from pjrtkit.types import CompiledProgram, DeviceSpec, MemorySpaceSpec, PlatformInfo, Topology
+from pjrtkit.errors import Unimplemented
+from pjrtkit.types import (Capabilities, CompiledProgram, DeviceSpec, MemorySpaceSpec, PlatformInfo,
+                           Topology)
 
 PLATFORM = "pjrtkit_opaque"
 DTYPE = "float32"
@@ -57,7 +63,9 @@ class OpaquePayloads(Payloads):
 
     def make_constant(self, value, type):
         if type.dtype.name != DTYPE:
-            raise NotImplementedError(f"the opaque backend has only {DTYPE} constants")
+            # Unimplemented, not any other exception: only it means "not supported" (anything
+            # else is reported as a bug in the rule, and the conformance suite FAILs it).
+            raise Unimplemented(f"{PLATFORM}: only {DTYPE} constants, not {type.dtype.name}")
         values = [to_float32(float(v)) for v in _flat(value.tolist())]
         if len(values) == 1:  # a splat fills the whole shape
             values = values * math.prod(type.shape)
@@ -144,19 +152,33 @@ def pjrtkit_platform():
 
 
 @hookimpl
-def pjrtkit_client_topology(options):
+def pjrtkit_capabilities():
+    return Capabilities(dtypes={DTYPE}, ops=RULES.op_names, custom_call_targets=set(),
+                        features={"compile_only_topologies"})
+
+
+def _topology(name: str) -> Topology:
     spaces = (MemorySpaceSpec("device", 1 << 30), MemorySpaceSpec("pinned_host", 1 << 30),
               MemorySpaceSpec("unpinned_host", 1 << 30))
     device = DeviceSpec(id=0, kind="opaque", process_index=0, local_hardware_id=0,
                         coords=(0, 0, 0), core_on_chip=0, memory_spaces=spaces,
                         default_memory_kind="device")
-    return Topology(name="opaque", devices=(device,), attributes={"device_count": 1})
+    return Topology(name=name, devices=(device,), attributes={"device_count": 1})
+
+
+@hookimpl
+def pjrtkit_client_topology(options):
+    return _topology("opaque")
+
+
+@hookimpl
+def pjrtkit_make_topology(name, options):
+    return _topology(name or "opaque") if name in ("", "opaque") else None
 
 
 @hookimpl
 def pjrtkit_transfer_to_device(array, device, memory_kind):
     if array.dtype.name != DTYPE:
-        from pjrtkit.errors import Unimplemented
         raise Unimplemented(f"{PLATFORM}: only {DTYPE} buffers, not {array.dtype.name}")
     return Opaque((float(v) for v in array.reshape(-1).tolist()), array.shape, array.dtype)
 
@@ -185,5 +207,7 @@ class OpaqueExecutable:
 
 @hookimpl
 def pjrtkit_compile(program, options, devices):
+    if options.num_partitions > 1:
+        raise Unimplemented(f"{PLATFORM}: partitioned programs are not supported")
     return CompiledProgram(executable=OpaqueExecutable(build_plan(program, RULES)),
                            cost=estimate_cost(program))

@@ -1,5 +1,11 @@
 """The layer-3 table: JAX programs x dtypes x shapes, each compared against XLA's CPU backend.
 
+This module holds the table's vocabulary (``Case``, ``add``, ``sample``) and the op families
+every backend is expected to grow into (elementwise, reductions, dots, control flow, ...). The
+rest of JAX's surface is in its siblings: ``jax_cases_dtypes`` (every PJRT buffer dtype),
+``jax_cases_numerics`` (complex numbers, linalg, fft) and ``jax_cases_programs`` (random as
+users call it, host callbacks, training steps); ``jax_checks.all_cases`` joins them.
+
 Ids read ``jax.<family>.<program>[<dtype>-<shape>]``. Inputs are drawn from an RNG seeded with
 the id. Where float results would depend on summation order (sums, dots, convolutions,
 cumulative sums), inputs are small integers stored as floats, so every order gives the same
@@ -57,7 +63,7 @@ def sample(rng: np.random.Generator, shape, dtype, kind: str = "any") -> np.ndar
     return np.asarray(values).astype(dtype)
 
 
-def _args(*specs) -> Callable[[np.random.Generator], tuple]:
+def arguments(*specs) -> Callable[[np.random.Generator], tuple]:
     """specs: (shape, dtype[, kind]) per argument."""
 
     def make(rng):
@@ -71,7 +77,13 @@ class Case:
     """One row of the table. ``make_args(rng)`` returns NumPy inputs (possibly non-contiguous);
     ``fn`` is a JAX function of them. ``loosen`` multiplies the tolerance (say why where set).
     ``donate``: argument 0 is donated and must read as deleted afterwards on the device under
-    test. ``prejitted``: ``fn`` is already a jitted function (jit of grad/vmap cases)."""
+    test. ``prejitted``: ``fn`` is already a jitted function (jit of grad/vmap cases).
+    ``eager``: ``fn`` is called without jit under ``jax.default_device`` (op-by-op dispatch,
+    eager PRNG keys, plain transfers). ``invariants(outputs, args)``: for results with a
+    freedom (signs of eigenvectors, ...), maps one side's NumPy outputs to what must agree
+    (sorted eigenvalues, reconstructions); None compares the outputs themselves.
+    ``prints``: what the program prints (``jax.debug.print``) must also agree.
+    ``capability``: the feature a case measures in the report (default ``JAX <family>``)."""
 
     id: str
     family: str
@@ -82,6 +94,24 @@ class Case:
     prejitted: bool = False
     jit_kwargs: dict = dataclasses.field(default_factory=dict)
     description: str = ""
+    eager: bool = False
+    invariants: Callable[[list, tuple], list] | None = None
+    prints: bool = False
+    capability: str = ""
+
+    @property
+    def feature(self) -> str:
+        return self.capability or f"JAX {self.family}"
+
+    @property
+    def dtype_name(self) -> str:
+        """The dtype part of the id's tag (``float32`` of ``jax.x.y[float32-3x4]``)."""
+        return self.id[self.id.index("[") + 1:-1].split("-")[0]
+
+    @property
+    def op_name(self) -> str:
+        """``<family>.<program>`` of the id."""
+        return self.id[len("jax."):self.id.index("[")]
 
 
 CASES: list[Case] = []
@@ -92,7 +122,7 @@ def add(family: str, name: str, fn: Callable, make_args, tag: str, **kwargs) -> 
                       make_args=make_args, **kwargs))
 
 
-def _tag(dtype, shape) -> str:
+def tag(dtype, shape) -> str:
     return f"{np.dtype(dtype).name}-{shape_text(shape)}"
 
 
@@ -118,12 +148,12 @@ def _elementwise() -> None:
     ]
     for name, fn, dtypes, kind in binary:
         for d in dtypes:
-            add("elementwise", name, fn, _args((s, d), (s, d, kind)), _tag(d, s))
+            add("elementwise", name, fn, arguments((s, d), (s, d, kind)), tag(d, s))
     for name, fn in (("shift_left", lax.shift_left),
                      ("shift_right_logical", lax.shift_right_logical),
                      ("shift_right_arithmetic", lax.shift_right_arithmetic)):
         for d in INTS:
-            add("elementwise", name, fn, _args((s, d), (s, d, "shift")), _tag(d, s))
+            add("elementwise", name, fn, arguments((s, d), (s, d, "shift")), tag(d, s))
 
     unary_float = [
         ("negate", jnp.negative, "any"), ("abs", jnp.abs, "any"), ("exp", jnp.exp, "unit"),
@@ -135,16 +165,16 @@ def _elementwise() -> None:
     ]
     for name, fn, kind in unary_float:
         for d in FLOATS:
-            add("elementwise", name, fn, _args((s, d, kind)), _tag(d, s))
+            add("elementwise", name, fn, arguments((s, d, kind)), tag(d, s))
     for d in SIGNED:
-        add("elementwise", "negate", jnp.negative, _args((s, d)), _tag(d, s))
-        add("elementwise", "abs", jnp.abs, _args((s, d)), _tag(d, s))
+        add("elementwise", "negate", jnp.negative, arguments((s, d)), tag(d, s))
+        add("elementwise", "abs", jnp.abs, arguments((s, d)), tag(d, s))
     for d in (BOOL,) + INTS:
-        add("elementwise", "bitwise_not", jnp.invert, _args((s, d)), _tag(d, s))
+        add("elementwise", "bitwise_not", jnp.invert, arguments((s, d)), tag(d, s))
     for d in INTS:
-        add("elementwise", "population_count", lax.population_count, _args((s, d)), _tag(d, s))
+        add("elementwise", "population_count", lax.population_count, arguments((s, d)), tag(d, s))
     for d in (I32, np.dtype(np.uint8), np.dtype(np.int64)):
-        add("elementwise", "count_leading_zeros", lax.clz, _args((s, d)), _tag(d, s))
+        add("elementwise", "count_leading_zeros", lax.clz, arguments((s, d)), tag(d, s))
 
 
 def _compare_select() -> None:
@@ -152,12 +182,12 @@ def _compare_select() -> None:
 
     s = (4, 3)
     for d in ALL:
-        add("compare", "less", jnp.less, _args((s, d), (s, d)), _tag(d, s))
-        add("compare", "equal", jnp.equal, _args((s, d), (s, d)), _tag(d, s))
+        add("compare", "less", jnp.less, arguments((s, d), (s, d)), tag(d, s))
+        add("compare", "equal", jnp.equal, arguments((s, d), (s, d)), tag(d, s))
         add("select", "where", lambda c, x, y: jnp.where(c, x, y),
-            _args((s, BOOL), (s, d), (s, d)), _tag(d, s))
+            arguments((s, BOOL), (s, d), (s, d)), tag(d, s))
     for d in (F32, I32, np.dtype(np.uint16)):
-        add("select", "clip", lambda x: jnp.clip(x, 1, 20), _args((s, d)), _tag(d, s))
+        add("select", "clip", lambda x: jnp.clip(x, 1, 20), arguments((s, d)), tag(d, s))
 
 
 def _convert() -> None:
@@ -172,13 +202,13 @@ def _convert() -> None:
     for src, dst, kind in pairs:
         src, dst = np.dtype(src), np.dtype(dst)
         add("convert", f"to_{dst.name}", lambda x, dst=dst: x.astype(dst),
-            _args((s, src, kind)), _tag(src, s))
+            arguments((s, src, kind)), tag(src, s))
     bitcasts = [(F32, np.int32), (np.float16, np.uint16), (ml_dtypes.bfloat16, np.int16),
                 (F64, np.uint64), (I32, F32)]
     for src, dst in bitcasts:
         src, dst = np.dtype(src), np.dtype(dst)
         add("convert", f"bitcast_to_{dst.name}",
-            lambda x, dst=dst: lax.bitcast_convert_type(x, dst), _args((s, src)), _tag(src, s))
+            lambda x, dst=dst: lax.bitcast_convert_type(x, dst), arguments((s, src)), tag(src, s))
 
 
 def _reductions() -> None:
@@ -187,23 +217,23 @@ def _reductions() -> None:
     s = (4, 5)
     for d in NUMERIC:
         kind = "small_int" if d.kind == "f" else "any"
-        add("reduce", "sum_axis1", lambda x: jnp.sum(x, axis=1), _args((s, d, kind)),
-            _tag(d, s))
+        add("reduce", "sum_axis1", lambda x: jnp.sum(x, axis=1), arguments((s, d, kind)),
+            tag(d, s))
     for d in (F32, I32, np.dtype(np.uint8), np.dtype(ml_dtypes.bfloat16), F64):
-        add("reduce", "max", lambda x: jnp.max(x, axis=0), _args((s, d)), _tag(d, s))
-        add("reduce", "min", jnp.min, _args((s, d)), _tag(d, s))
+        add("reduce", "max", lambda x: jnp.max(x, axis=0), arguments((s, d)), tag(d, s))
+        add("reduce", "min", jnp.min, arguments((s, d)), tag(d, s))
     for d in (F32, I32):
-        add("reduce", "prod", lambda x: jnp.prod(x, axis=1), _args((s, d, "small_int")),
-            _tag(d, s))
-        add("reduce", "argmax", lambda x: jnp.argmax(x, axis=1), _args((s, d)), _tag(d, s))
-        add("reduce", "argmin", lambda x: jnp.argmin(x, axis=0), _args((s, d)), _tag(d, s))
+        add("reduce", "prod", lambda x: jnp.prod(x, axis=1), arguments((s, d, "small_int")),
+            tag(d, s))
+        add("reduce", "argmax", lambda x: jnp.argmax(x, axis=1), arguments((s, d)), tag(d, s))
+        add("reduce", "argmin", lambda x: jnp.argmin(x, axis=0), arguments((s, d)), tag(d, s))
     for d in (F32, F64):
-        add("reduce", "mean", lambda x: jnp.mean(x, axis=(0, 1)), _args((s, d, "small_int")),
-            _tag(d, s))
+        add("reduce", "mean", lambda x: jnp.mean(x, axis=(0, 1)), arguments((s, d, "small_int")),
+            tag(d, s))
         add("reduce", "sum_keepdims", lambda x: jnp.sum(x, axis=0, keepdims=True),
-            _args(((2, 3, 4), d, "small_int")), _tag(d, (2, 3, 4)))
-    add("reduce", "any", lambda x: jnp.any(x, axis=1), _args((s, BOOL)), _tag(BOOL, s))
-    add("reduce", "all", lambda x: jnp.all(x, axis=0), _args((s, BOOL)), _tag(BOOL, s))
+            arguments(((2, 3, 4), d, "small_int")), tag(d, (2, 3, 4)))
+    add("reduce", "any", lambda x: jnp.any(x, axis=1), arguments((s, BOOL)), tag(BOOL, s))
+    add("reduce", "all", lambda x: jnp.all(x, axis=0), arguments((s, BOOL)), tag(BOOL, s))
 
 
 def _dot() -> None:
@@ -212,21 +242,21 @@ def _dot() -> None:
 
     for d in FLOATS + (np.dtype(np.int8), I32, np.dtype(np.int64), np.dtype(np.uint8)):
         kind = "small_int" if d.kind == "f" else "any"
-        add("dot", "matmul", jnp.matmul, _args(((3, 4), d, kind), ((4, 5), d, kind)),
-            _tag(d, (3, 4)))
+        add("dot", "matmul", jnp.matmul, arguments(((3, 4), d, kind), ((4, 5), d, kind)),
+            tag(d, (3, 4)))
     for d in (F32, F64, I32):
         kind = "small_int" if d.kind == "f" else "any"
         add("dot", "batched_matmul", lambda a, b: jnp.einsum("bij,bjk->bik", a, b),
-            _args(((2, 3, 4), d, kind), ((2, 4, 5), d, kind)), _tag(d, (2, 3, 4)))
-    add("dot", "matvec", jnp.dot, _args(((5, 6), F32, "small_int"), ((6,), F32, "small_int")),
-        _tag(F32, (5, 6)))
+            arguments(((2, 3, 4), d, kind), ((2, 4, 5), d, kind)), tag(d, (2, 3, 4)))
+    add("dot", "matvec", jnp.dot, arguments(((5, 6), F32, "small_int"), ((6,), F32, "small_int")),
+        tag(F32, (5, 6)))
     add("dot", "dot_general_transposed",
         lambda a, b: lax.dot_general(a, b, (((0,), (1,)), ((2,), (0,)))),
-        _args(((4, 3, 2), F32, "small_int"), ((2, 4, 5), F32, "small_int")),
-        _tag(F32, (4, 3, 2)))
+        arguments(((4, 3, 2), F32, "small_int"), ((2, 4, 5), F32, "small_int")),
+        tag(F32, (4, 3, 2)))
     add("dot", "matmul_large", jnp.matmul,
-        _args(((128, 256), F32, "small_int"), ((256, 64), F32, "small_int")),
-        _tag(F32, (128, 256)))
+        arguments(((128, 256), F32, "small_int"), ((256, 64), F32, "small_int")),
+        tag(F32, (128, 256)))
 
 
 def _convolution() -> None:
@@ -247,13 +277,13 @@ def _convolution() -> None:
     ]
     for name, kw, xs, ws in specs:
         for d in (F32, F64) if name == "conv2d_nchw" else (F32,):
-            add("convolution", name, conv(**kw), _args((xs, d, "small_int"), (ws, d, "small_int")),
-                _tag(d, xs))
+            add("convolution", name, conv(**kw), arguments((xs, d, "small_int"), (ws, d, "small_int")),
+                tag(d, xs))
     add("convolution", "conv2d_nhwc",
         lambda x, w: lax.conv_general_dilated(x, w, (1, 1), "SAME",
                                               dimension_numbers=("NHWC", "HWIO", "NHWC")),
-        _args(((2, 5, 5, 3), F32, "small_int"), ((3, 3, 3, 4), F32, "small_int")),
-        _tag(F32, (2, 5, 5, 3)))
+        arguments(((2, 5, 5, 3), F32, "small_int"), ((3, 3, 3, 4), F32, "small_int")),
+        tag(F32, (2, 5, 5, 3)))
 
 
 def _lowest(dtype) -> np.ndarray:
@@ -269,14 +299,14 @@ def _pooling() -> None:
         add("reduce_window", "max_pool",
             lambda x: lax.reduce_window(x, _lowest(x.dtype), lax.max,
                                         (1, 2, 2, 1), (1, 2, 2, 1), "VALID"),
-            _args((s, d)), _tag(d, s))
+            arguments((s, d)), tag(d, s))
     for d in (F32, F64):
         add("reduce_window", "sum_pool_same",
             lambda x: lax.reduce_window(x, 0.0, lax.add, (1, 3, 3, 1), (1, 1, 1, 1), "SAME"),
-            _args((s, d, "small_int")), _tag(d, s))
+            arguments((s, d, "small_int")), tag(d, s))
     add("reduce_window", "avg_pool_strided",
         lambda x: lax.reduce_window(x, 0.0, lax.add, (1, 2, 2, 1), (1, 2, 2, 1), "VALID") / 4,
-        _args((s, F32, "small_int")), _tag(F32, s))
+        arguments((s, F32, "small_int")), tag(F32, s))
 
 
 def _indexing() -> None:
@@ -289,25 +319,25 @@ def _indexing() -> None:
         return lambda rng: (sample(rng, shape, dtype, kind), idx(rng))
 
     for d in (F32, I32, np.dtype(np.uint8), F64):
-        add("indexing", "gather_rows", lambda x, i: x[i], with_idx((5, 3), d), _tag(d, (5, 3)))
+        add("indexing", "gather_rows", lambda x, i: x[i], with_idx((5, 3), d), tag(d, (5, 3)))
     for d in (F32, np.dtype(np.int64)):
         add("indexing", "scatter_set", lambda x, i: x.at[i].set(7), with_idx((5, 3), d),
-            _tag(d, (5, 3)))
+            tag(d, (5, 3)))
     add("indexing", "scatter_add", lambda x, i: x.at[i].add(1.5),
-        with_idx((5, 3), F32, "small_int"), _tag(F32, (5, 3)))
+        with_idx((5, 3), F32, "small_int"), tag(F32, (5, 3)))
     add("indexing", "scatter_max", lambda x, i: x.at[i].max(0), with_idx((5, 3), I32),
-        _tag(I32, (5, 3)))
+        tag(I32, (5, 3)))
     add("indexing", "take_clip", lambda x, i: jnp.take(x, i * 2, axis=0, mode="clip"),
-        with_idx((5, 3), F32), _tag(F32, (5, 3)))
+        with_idx((5, 3), F32), tag(F32, (5, 3)))
     add("indexing", "take_along_axis",
         lambda x: jnp.take_along_axis(x, jnp.argsort(x, axis=1), axis=1),
-        _args(((4, 6), F32)), _tag(F32, (4, 6)))
+        arguments(((4, 6), F32)), tag(F32, (4, 6)))
     add("indexing", "dynamic_slice",
         lambda x, i: lax.dynamic_slice(x, (i[0], i[1]), (2, 2)), with_idx((5, 3), I32),
-        _tag(I32, (5, 3)))
+        tag(I32, (5, 3)))
     add("indexing", "dynamic_update_slice",
         lambda x, i: lax.dynamic_update_slice(x, jnp.ones((2, 2), x.dtype), (i[2], i[1])),
-        with_idx((5, 3), F32), _tag(F32, (5, 3)))
+        with_idx((5, 3), F32), tag(F32, (5, 3)))
 
 
 def _sorting() -> None:
@@ -318,18 +348,18 @@ def _sorting() -> None:
     s = (3, 7)
     for d in (F32, F64, I32, np.dtype(np.uint8), np.dtype(ml_dtypes.bfloat16),
               np.dtype(np.int64), np.dtype(np.float16)):
-        add("sort", "sort", lambda x: jnp.sort(x, axis=-1), _args((s, d)), _tag(d, s))
+        add("sort", "sort", lambda x: jnp.sort(x, axis=-1), arguments((s, d)), tag(d, s))
     for d in (F32, I32):
         # Duplicates are frequent in small ints: argsort must be stable, as XLA's is.
         add("sort", "argsort", lambda x: jnp.argsort(x, axis=-1, stable=True),
-            _args((s, d, "small_int" if d.kind == "f" else "any")), _tag(d, s))
-    add("sort", "sort_axis0", lambda x: jnp.sort(x, axis=0), _args((s, F32)), _tag(F32, s))
+            arguments((s, d, "small_int" if d.kind == "f" else "any")), tag(d, s))
+    add("sort", "sort_axis0", lambda x: jnp.sort(x, axis=0), arguments((s, F32)), tag(F32, s))
     add("sort", "sort_with_nan",
-        lambda x: jnp.sort(jnp.where(x > 1.0, jnp.nan, x)), _args(((16,), F32)),
-        _tag(F32, (16,)))
+        lambda x: jnp.sort(jnp.where(x > 1.0, jnp.nan, x)), arguments(((16,), F32)),
+        tag(F32, (16,)))
     add("sort", "sort_key_value", lambda k, v: lax.sort((k, v), num_keys=1),
-        _args(((9,), I32), ((9,), F32)), _tag(I32, (9,)))
-    add("sort", "top_k", lambda x: jax.lax.top_k(x, 3), _args(((4, 8), F32)), _tag(F32, (4, 8)))
+        arguments(((9,), I32), ((9,), F32)), tag(I32, (9,)))
+    add("sort", "top_k", lambda x: jax.lax.top_k(x, 3), arguments(((4, 8), F32)), tag(F32, (4, 8)))
 
 
 def _cumulative() -> None:
@@ -339,10 +369,10 @@ def _cumulative() -> None:
     s = (4, 6)
     for d in (F32, I32, np.dtype(np.int64), F64):
         add("cumulative", "cumsum", lambda x: jnp.cumsum(x, axis=1),
-            _args((s, d, "small_int" if d.kind == "f" else "any")), _tag(d, s))
+            arguments((s, d, "small_int" if d.kind == "f" else "any")), tag(d, s))
     add("cumulative", "cumprod", lambda x: jnp.cumprod(x, axis=0),
-        _args((s, F32, "small_int")), _tag(F32, s))
-    add("cumulative", "cummax", lambda x: lax.cummax(x, axis=1), _args((s, I32)), _tag(I32, s))
+        arguments((s, F32, "small_int")), tag(F32, s))
+    add("cumulative", "cummax", lambda x: lax.cummax(x, axis=1), arguments((s, I32)), tag(I32, s))
 
 
 def _control_flow() -> None:
@@ -351,37 +381,37 @@ def _control_flow() -> None:
     from jax import lax
 
     add("control_flow", "fori_loop",
-        lambda x: lax.fori_loop(0, 5, lambda i, a: a * 0.5 + i, x), _args(((3,), F32)),
-        _tag(F32, (3,)))
+        lambda x: lax.fori_loop(0, 5, lambda i, a: a * 0.5 + i, x), arguments(((3,), F32)),
+        tag(F32, (3,)))
     add("control_flow", "fori_loop",
-        lambda x: lax.fori_loop(0, 7, lambda i, a: a * 3 + i, x), _args(((4,), I32)),
-        _tag(I32, (4,)))
+        lambda x: lax.fori_loop(0, 7, lambda i, a: a * 3 + i, x), arguments(((4,), I32)),
+        tag(I32, (4,)))
     add("control_flow", "while_loop",
         lambda x: lax.while_loop(lambda c: c[0] < 100, lambda c: (c[0] * 2 + 1, c[1] + 1),
                                  (x, np.int32(0))),
-        _args(((), I32, "positive")), _tag(I32, ()))
+        arguments(((), I32, "positive")), tag(I32, ()))
     add("control_flow", "scan",
         lambda xs: lax.scan(lambda c, x: (c * 0.9 + x, c + x), np.float32(0), xs),
-        _args(((6,), F32)), _tag(F32, (6,)))
+        arguments(((6,), F32)), tag(F32, (6,)))
     add("control_flow", "scan_pytree_carry",
         lambda xs: lax.scan(lambda c, x: ({"s": c["s"] + x, "n": c["n"] + 1}, x * 2),
                             {"s": np.zeros(3, np.float64), "n": np.int32(0)}, xs),
-        _args(((5, 3), F64)), _tag(F64, (5, 3)))
+        arguments(((5, 3), F64)), tag(F64, (5, 3)))
     for branch, sign in (("true", 1.0), ("false", -1.0)):
         # The predicate depends on the data, so the branch is taken at run time.
         add("control_flow", f"cond_{branch}",
             lambda x, sign=sign: lax.cond(sign * (jnp.abs(x).sum() + 1) > 0,
                                           lambda v: v * 2, lambda v: v - 1, x),
-            _args(((3, 2), F32)), _tag(F32, (3, 2)))
+            arguments(((3, 2), F32)), tag(F32, (3, 2)))
     add("control_flow", "switch",
         lambda i, x: lax.switch(i, [lambda v: v + 1, lambda v: v * 3, lambda v: -v], x),
-        lambda rng: (np.int32(1), sample(rng, (4,), I32)), _tag(I32, (4,)))
+        lambda rng: (np.int32(1), sample(rng, (4,), I32)), tag(I32, (4,)))
     add("control_flow", "nested_loops",
         lambda x: lax.fori_loop(0, 3, lambda i, a: lax.fori_loop(0, 2, lambda j, b: b + i * j,
                                                                   a), x),
-        _args(((2, 2), I32)), _tag(I32, (2, 2)))
+        arguments(((2, 2), I32)), tag(I32, (2, 2)))
     add("control_flow", "jit_of_map", lambda x: jax.lax.map(lambda r: r.sum(), x),
-        _args(((4, 3), F32, "small_int")), _tag(F32, (4, 3)))
+        arguments(((4, 3), F32, "small_int")), tag(F32, (4, 3)))
 
 
 def _random() -> None:
@@ -406,27 +436,27 @@ def _shapes() -> None:
     from jax import lax
 
     for d in ALL:
-        add("shape", "transpose", lambda x: x.T, _args(((3, 5), d)), _tag(d, (3, 5)))
+        add("shape", "transpose", lambda x: x.T, arguments(((3, 5), d)), tag(d, (3, 5)))
         add("shape", "concatenate", lambda x, y: jnp.concatenate([x, y, x], axis=1),
-            _args(((2, 3), d), ((2, 2), d)), _tag(d, (2, 3)))
+            arguments(((2, 3), d), ((2, 2), d)), tag(d, (2, 3)))
     for d in (F32, np.dtype(np.int8), BOOL, np.dtype(ml_dtypes.bfloat16)):
-        add("shape", "pad", lambda x: jnp.pad(x, ((1, 2), (0, 3))), _args(((3, 2), d)),
-            _tag(d, (3, 2)))
+        add("shape", "pad", lambda x: jnp.pad(x, ((1, 2), (0, 3))), arguments(((3, 2), d)),
+            tag(d, (3, 2)))
     add("shape", "pad_negative_interior",
-        lambda x: lax.pad(x, np.float32(-1), ((-1, 2, 1), (1, -1, 2))), _args(((4, 3), F32)),
-        _tag(F32, (4, 3)))
+        lambda x: lax.pad(x, np.float32(-1), ((-1, 2, 1), (1, -1, 2))), arguments(((4, 3), F32)),
+        tag(F32, (4, 3)))
     for d in (F32, np.dtype(np.uint64)):
-        add("shape", "reshape", lambda x: x.reshape(4, 3, 2)[:, None], _args(((6, 4), d)),
-            _tag(d, (6, 4)))
-    add("shape", "strided_slice", lambda x: x[1::2, ::-3], _args(((7, 8), I32)),
-        _tag(I32, (7, 8)))
-    add("shape", "flip", lambda x: jnp.flip(x, axis=(0, 1)), _args(((3, 4), np.float16)),
-        _tag(np.float16, (3, 4)))
+        add("shape", "reshape", lambda x: x.reshape(4, 3, 2)[:, None], arguments(((6, 4), d)),
+            tag(d, (6, 4)))
+    add("shape", "strided_slice", lambda x: x[1::2, ::-3], arguments(((7, 8), I32)),
+        tag(I32, (7, 8)))
+    add("shape", "flip", lambda x: jnp.flip(x, axis=(0, 1)), arguments(((3, 4), np.float16)),
+        tag(np.float16, (3, 4)))
     add("shape", "broadcast", lambda x: jnp.broadcast_to(x[:, None], (3, 4, 2)),
-        _args(((3, 2), F64)), _tag(F64, (3, 2)))
+        arguments(((3, 2), F64)), tag(F64, (3, 2)))
     for d in (I32, F32):
         add("shape", "iota", lambda x, d=d: jnp.arange(12, dtype=d).reshape(3, 4) + x,
-            _args(((), d)), _tag(d, (3, 4)))
+            arguments(((), d)), tag(d, (3, 4)))
 
 
 def _structure() -> None:
@@ -435,32 +465,32 @@ def _structure() -> None:
 
     add("structure", "multiple_outputs",
         lambda x, y: (x + 1, (y * 2).astype(jnp.int16), jnp.sum(x)),
-        _args(((3, 2), F32), ((4,), I32)), _tag(F32, (3, 2)))
+        arguments(((3, 2), F32), ((4,), I32)), tag(F32, (3, 2)))
     add("structure", "pytree_in_out",
         lambda tree: {"a": tree["x"] @ tree["w"], "b": [tree["x"].T, tree["n"] + 1]},
         lambda rng: ({"x": sample(rng, (2, 3), F32, "small_int"),
                       "w": sample(rng, (3, 2), F32, "small_int"), "n": np.int64(5)},),
-        _tag(F32, (2, 3)))
+        tag(F32, (2, 3)))
     for d in (F32, I32):
-        add("structure", "donation", lambda x: x * 2 + 1, _args(((5, 4), d)), _tag(d, (5, 4)),
+        add("structure", "donation", lambda x: x * 2 + 1, arguments(((5, 4), d)), tag(d, (5, 4)),
             donate=True, jit_kwargs={"donate_argnums": 0})
     for d in (F32, F64):
         def loss(w, x):
             return jnp.sum(jnp.tanh(x @ w) ** 2)
 
         add("autodiff", "jit_grad", jax.jit(jax.grad(loss)),
-            _args(((3, 2), d, "unit"), ((4, 3), d, "unit")), _tag(d, (3, 2)), prejitted=True)
+            arguments(((3, 2), d, "unit"), ((4, 3), d, "unit")), tag(d, (3, 2)), prejitted=True)
     add("autodiff", "jit_value_and_grad",
         jax.jit(jax.value_and_grad(lambda w, x: jnp.mean(jax.nn.relu(x @ w) - 0.5 * w.sum()))),
-        _args(((4, 3), F32, "unit"), ((5, 4), F32, "unit")), _tag(F32, (4, 3)), prejitted=True)
+        arguments(((4, 3), F32, "unit"), ((5, 4), F32, "unit")), tag(F32, (4, 3)), prejitted=True)
     add("autodiff", "jit_vmap", jax.jit(jax.vmap(lambda m, v: m @ v)),
-        _args(((3, 4, 5), F32, "small_int"), ((3, 5), F32, "small_int")),
-        _tag(F32, (3, 4, 5)), prejitted=True)
+        arguments(((3, 4, 5), F32, "small_int"), ((3, 5), F32, "small_int")),
+        tag(F32, (3, 4, 5)), prejitted=True)
     add("autodiff", "jit_vmap_grad",
         jax.jit(jax.vmap(jax.grad(lambda w, x: jnp.sum(jnp.sin(w * x))), in_axes=(None, 0))),
-        _args(((3,), F32, "unit"), ((4, 3), F32, "unit")), _tag(F32, (3,)), prejitted=True)
+        arguments(((3,), F32, "unit"), ((4, 3), F32, "unit")), tag(F32, (3,)), prejitted=True)
     add("autodiff", "jacfwd", jax.jit(jax.jacfwd(lambda x: jnp.exp(x) * x[::-1])),
-        _args(((4,), F64, "unit")), _tag(F64, (4,)), prejitted=True)
+        arguments(((4,), F64, "unit")), tag(F64, (4,)), prejitted=True)
 
 
 def _host_layouts_and_sizes() -> None:
@@ -476,33 +506,25 @@ def _host_layouts_and_sizes() -> None:
          np.dtype(np.int16), (3, 5)),
     ]
     for name, make, d, shape in noncontiguous:
-        add("host_input", name, lambda x: x * 2 + x[:1], make, _tag(d, shape))
+        add("host_input", name, lambda x: x * 2 + x[:1], make, tag(d, shape))
     sizes = [
-        ("add", lambda x, y: x + y, _args(((0,), F32), ((0,), F32)), F32, (0,)),
-        ("sum", lambda x: jnp.sum(x, axis=1), _args(((3, 0), I32)), I32, (3, 0)),
+        ("add", lambda x, y: x + y, arguments(((0,), F32), ((0,), F32)), F32, (0,)),
+        ("sum", lambda x: jnp.sum(x, axis=1), arguments(((3, 0), I32)), I32, (3, 0)),
         ("concat_empty", lambda x, y: jnp.concatenate([x, y]),
-         _args(((0, 2), F64), ((3, 2), F64)), F64, (0, 2)),
-        ("add", lambda x, y: x + y, _args(((), F32), ((), F32)), F32, ()),
-        ("multiply", lambda x, y: x * y, _args(((), np.int64), ((), np.int64)), np.int64, ()),
-        ("where", lambda c, x: jnp.where(c, x, -x), _args(((), BOOL), ((), np.float16)),
+         arguments(((0, 2), F64), ((3, 2), F64)), F64, (0, 2)),
+        ("add", lambda x, y: x + y, arguments(((), F32), ((), F32)), F32, ()),
+        ("multiply", lambda x, y: x * y, arguments(((), np.int64), ((), np.int64)), np.int64, ()),
+        ("where", lambda c, x: jnp.where(c, x, -x), arguments(((), BOOL), ((), np.float16)),
          np.float16, ()),
-        ("add", lambda x, y: x + y, _args(((1_000_000,), F32), ((1_000_000,), F32)), F32,
+        ("add", lambda x, y: x + y, arguments(((1_000_000,), F32), ((1_000_000,), F32)), F32,
          (1_000_000,)),
-        ("sum", jnp.sum, _args(((1000, 1000), F32, "small_int")), F32, (1000, 1000)),
-        ("sort", jnp.sort, _args(((1_000_000,), I32)), I32, (1_000_000,)),
+        ("sum", jnp.sum, arguments(((1000, 1000), F32, "small_int")), F32, (1000, 1000)),
+        ("sort", jnp.sort, arguments(((1_000_000,), I32)), I32, (1_000_000,)),
     ]
     for name, fn, make, d, shape in sizes:
-        add("size", name, fn, make, _tag(d, shape))
+        add("size", name, fn, make, tag(d, shape))
 
 
-def all_cases() -> list[Case]:
-    if not CASES:
-        for build in (_elementwise, _compare_select, _convert, _reductions, _dot, _convolution,
-                      _pooling, _indexing, _sorting, _cumulative, _control_flow, _random,
-                      _shapes, _structure, _host_layouts_and_sizes):
-            build()
-    ids = [c.id for c in CASES]
-    duplicates = {i for i in ids if ids.count(i) > 1}
-    if duplicates:
-        raise ValueError(f"duplicate layer-3 case ids: {sorted(duplicates)}")
-    return list(CASES)
+BUILDERS = (_elementwise, _compare_select, _convert, _reductions, _dot, _convolution, _pooling,
+            _indexing, _sorting, _cumulative, _control_flow, _random, _shapes, _structure,
+            _host_layouts_and_sizes)

@@ -2,8 +2,11 @@
 own CPU backend in the same process; every output is compared with the one per-dtype tolerance
 table (``pjrtkit.testing.tolerances``: integers, bools and bit-level results exact).
 
-The cases are a table (``jax_cases.py``: programs x dtypes x shapes), registered as generated
-checks with ids like ``jax.elementwise.add[float32-3x4]``. The context is a ``JaxTarget``.
+The cases are a table (``jax_cases.py`` and its siblings: programs x dtypes x shapes, JAX's
+surface rather than any plugin's), registered as generated checks with ids like
+``jax.elementwise.add[float32-3x4]``. The context is a ``JaxTarget``. What the platform lacks
+(it answers UNIMPLEMENTED, or JAX has no lowering rule for it) is UNSUPPORTED, never FAIL and
+never skipped: the report's summary turns those into the share of JAX's surface it covers.
 
 JAX fixes its platforms at the first backend use. ``configure_jax`` enables the platform under
 test and XLA's ``cpu`` beside it when it still can; when JAX already started without one of
@@ -12,6 +15,8 @@ this layer in a fresh process instead (``runner``, ``pytest_plugin``).
 """
 from __future__ import annotations
 
+import contextlib
+import io
 import zlib
 from collections.abc import Callable
 from typing import Any
@@ -20,7 +25,9 @@ import numpy as np
 
 from pjrtkit.testing.conformance.checks import (Check, Failed, Skipped, Unsupported,
                                                 register_generated)
-from pjrtkit.testing.conformance.jax_cases import Case, all_cases
+from pjrtkit.testing.conformance import jax_cases, jax_cases_dtypes, jax_cases_numerics, \
+    jax_cases_programs
+from pjrtkit.testing.conformance.jax_cases import Case
 
 LAYER = "jax"
 REFERENCE_PLATFORM = "cpu"
@@ -98,15 +105,33 @@ def _error_text(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0] if text else ''}"[:400]
 
 
-def _run_on(target: JaxTarget, case: Case, args: tuple, device) -> tuple[list, Any, list]:
+def _run_on(target: JaxTarget, case: Case, args: tuple, device
+            ) -> tuple[list, Any, list, str]:
+    """(NumPy outputs, their pytree, (placed inputs, device outputs), what it printed)."""
     import jax
 
-    placed = [jax.device_put(a, device) for a in args]
-    out = target.jitted(case)(*placed)
-    leaves, treedef = jax.tree_util.tree_flatten(out)
-    for leaf in leaves:
-        leaf.block_until_ready()
-    return [np.asarray(x) for x in leaves], treedef, (placed, leaves)
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed) if case.prints else contextlib.nullcontext():
+        placed = [jax.device_put(a, device) for a in args]
+        if case.eager:
+            with jax.default_device(device):
+                out = case.fn(*placed)
+        else:
+            out = target.jitted(case)(*placed)
+        leaves, treedef = jax.tree_util.tree_flatten(out)
+        for leaf in leaves:
+            leaf.block_until_ready()
+        if case.prints:
+            jax.effects_barrier()
+    return [np.asarray(x) for x in leaves], treedef, (placed, leaves), printed.getvalue()
+
+
+def is_absent_capability(exc: BaseException) -> bool:
+    """The platform answered UNIMPLEMENTED, or JAX has no lowering rule for it: an absent
+    capability, not a wrong answer."""
+    text = str(exc)
+    return "UNIMPLEMENTED" in text or (isinstance(exc, NotImplementedError)
+                                       and "MLIR translation rule for primitive" in text)
 
 
 def run_case(case: Case, target: JaxTarget) -> str:
@@ -120,19 +145,22 @@ def run_case(case: Case, target: JaxTarget) -> str:
             raise Skipped(target.unavailable)
         raise Failed(f"JAX starts platform {target.platform} beside XLA's cpu",
                      expected="both platforms have devices", actual=target.unavailable)
-    capability = f"JAX {case.family}"
+    capability = case.feature
     rng = np.random.default_rng(zlib.crc32(case.id.encode()))
-    args = case.make_args(rng)
+    with jax.default_device(target.reference):  # inputs never depend on the device under test
+        args = case.make_args(rng)
     with jax.enable_x64(True):
         try:
-            expected, expected_tree, _ = _run_on(target, case, args, target.reference)
+            expected, expected_tree, _, expected_text = _run_on(target, case, args,
+                                                                target.reference)
         except Exception as exc:  # the reference must run it, or the case proves nothing
             raise Skipped(f"XLA's CPU backend cannot run this case: {_error_text(exc)}") from exc
         try:
-            actual, actual_tree, (placed, leaves) = _run_on(target, case, args, target.device)
+            actual, actual_tree, (placed, leaves), actual_text = _run_on(target, case, args,
+                                                                         target.device)
         except Exception as exc:
             text = _error_text(exc)
-            if "UNIMPLEMENTED" in str(exc):
+            if is_absent_capability(exc):
                 raise Unsupported(capability, text) from exc
             raise Failed(f"the program runs on {target.platform}",
                          expected=f"{len(expected)} output(s) like XLA's CPU backend",
@@ -145,6 +173,17 @@ def run_case(case: Case, target: JaxTarget) -> str:
         if devices != {target.device}:
             raise Failed(f"output {i} lives on the device under test",
                          expected=str(target.device), actual=str(sorted(map(str, devices))))
+    if case.prints and actual_text != expected_text:
+        raise Failed("the program prints what it prints on XLA's CPU backend",
+                     expected=expected_text[-600:], actual=actual_text[-600:])
+    for i, (ours, ref) in enumerate(zip(actual, expected)):
+        if ours.dtype != ref.dtype or ours.shape != ref.shape:
+            raise Failed(f"output {i} has XLA's dtype and shape",
+                         expected=f"{ref.dtype}{list(ref.shape)}",
+                         actual=f"{ours.dtype}{list(ours.shape)}")
+    if case.invariants is not None:
+        # What must agree where the outputs themselves may differ (signs of eigenvectors, ...).
+        actual, expected = case.invariants(actual, args), case.invariants(expected, args)
     for i, (ours, ref) in enumerate(zip(actual, expected)):
         try:
             assert_close(ours, ref, what=f"output {i}", loosen=case.loosen)
@@ -167,8 +206,24 @@ def _as_check(case: Case) -> Check:
 
     # JAX cases are optional capabilities: an op family the backend answers UNIMPLEMENTED for
     # is UNSUPPORTED; a wrong answer is always FAIL.
-    return Check(case.id, LAYER, run, mandatory=False, capability=f"JAX {case.family}",
+    return Check(case.id, LAYER, run, mandatory=False, capability=case.feature,
                  description=case.description or f"{case.id} agrees with XLA's CPU backend")
+
+
+CASE_MODULES = (jax_cases, jax_cases_dtypes, jax_cases_numerics, jax_cases_programs)
+
+
+def all_cases() -> list[Case]:
+    """Every layer-3 case, built once: each case module's ``BUILDERS`` add to one table."""
+    if not jax_cases.CASES:
+        for module in CASE_MODULES:
+            for build in module.BUILDERS:
+                build()
+    ids = [c.id for c in jax_cases.CASES]
+    duplicates = {i for i in ids if ids.count(i) > 1}
+    if duplicates:
+        raise ValueError(f"duplicate layer-3 case ids: {sorted(duplicates)}")
+    return list(jax_cases.CASES)
 
 
 def register_cases() -> list[Case]:

@@ -6,7 +6,8 @@
     pytest --pjrtkit-backend=cpu --pjrtkit-layer=abi,hooks
 
 A FAIL is a failed test whose report says what was expected and what came back; SKIP and
-UNSUPPORTED are skipped tests with the reason. Without these options the plugin does nothing.
+UNSUPPORTED are skipped tests with the reason; the terminal summary ends with the share of the
+JAX surface the layer-3 items that ran cover. Without these options the plugin does nothing.
 Given the option and no test paths, only the conformance items are collected (not the
 project's own tests under ``testpaths``).
 
@@ -65,6 +66,7 @@ class _ConformanceState:
         self.layers = parse_layers(config.getoption("pjrtkit_layer"), self.target.layers)
         self.session = Session(self.target)
         self.subprocess_results: dict[str, CheckResult] | None = None
+        self.results: list[CheckResult] = []  # in the order the items ran, for the summary
 
     def result(self, item: "ConformanceItem") -> CheckResult:
         check = item.check
@@ -109,6 +111,7 @@ class ConformanceItem(pytest.Item):
 
     def runtest(self):
         result = self.state.result(self)
+        self.state.results.append(result)
         self.user_properties.append(("outcome", result.outcome.value))
         if result.outcome == Outcome.FAIL:
             raise ConformanceFailure(result)
@@ -158,6 +161,20 @@ def pytest_collection_modifyitems(session, config, items):
         session, name=f"pjrtkit-conformance[{state.target.label}]")
     items.extend(ConformanceItem.from_parent(collector, name=c.id, check=c, state=state)
                  for c in checks)
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    """After the items: how much of the JAX surface the layer-3 items that ran cover."""
+    state = config.stash.get(_STATE, None) if _enabled(config) else None
+    if state is None or not any(r.layer == "jax" for r in state.results):
+        return
+    from pjrtkit.testing.conformance.results import SuiteResult, describe_surface
+
+    ran = SuiteResult(info={}, results=state.results, durations={}, duration_seconds=0.0,
+                      layers=state.layers)
+    name = state.target.platform or state.target.label
+    terminalreporter.write_line(f"pjrtkit conformance: {name} "
+                                f"{describe_surface(ran.jax_surface())} (of the items that ran)")
 
 
 def pytest_unconfigure(config):

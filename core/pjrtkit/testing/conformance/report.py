@@ -12,7 +12,7 @@ import shlex
 from typing import Any
 
 from pjrtkit.testing.conformance.checks import LAYERS, Outcome
-from pjrtkit.testing.conformance.results import SuiteResult
+from pjrtkit.testing.conformance.results import SuiteResult, describe_surface
 
 SECTIONS = ("Summary", "Capabilities", "Failures", "How to rerun one check", "All checks")
 
@@ -80,6 +80,23 @@ def rerun_commands(result: SuiteResult, check_id: str) -> list[str]:
             f"pytest --pjrtkit-backend={name} -k {quoted}"]
 
 
+def verdict(result: SuiteResult) -> str:
+    """The summary's first line. "Conformant" alone only when nothing failed and the plugin has
+    all of the JAX surface the suite measures; otherwise it says how much it covers and what is
+    missing (a plugin without complex numbers never reads as plainly conformant)."""
+    surface = result.jax_surface()
+    coverage = describe_surface(surface)
+    if result.failed:
+        return (f"**Not conformant**: {len(result.failed)} check(s) failed; see Failures "
+                f"below. The plugin {coverage}.")
+    if surface is None:
+        return f"**Conformant** in the layers that ran: no check failed; {coverage}."
+    if surface["pass"] < surface["checks"]:
+        return (f"**Conformant on what it supports, not on all of JAX**: no check failed, and "
+                f"the plugin {coverage}.")
+    return f"**Conformant**: no check failed, and the plugin {coverage}."
+
+
 def to_markdown(result: SuiteResult) -> str:
     info = result.info
     summary = result.summary()
@@ -94,9 +111,7 @@ def to_markdown(result: SuiteResult) -> str:
 
     # -- Summary -----------------------------------------------------------------------------
     lines += ["## Summary", ""]
-    verdict = ("**Conformant**: no check failed." if not result.failed else
-               f"**Not conformant**: {summary['fail']} check(s) failed; see Failures below.")
-    lines += [verdict, ""]
+    lines += [verdict(result), ""]
     lines += ["| outcome | count |", "|---|---|"]
     for key in ("pass", "fail", "unsupported", "skip"):
         lines.append(f"| {key.upper()} | {summary[key]} |")

@@ -6,7 +6,9 @@ import it and neither imports the other's internals.
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
+import math
 from typing import Any
 
 from pjrtkit.testing.conformance.checks import LAYERS, CheckResult, Outcome
@@ -38,6 +40,23 @@ class SuiteResult:
         return {"pass": self.count(Outcome.PASS), "fail": self.count(Outcome.FAIL),
                 "unsupported": self.count(Outcome.UNSUPPORTED), "skip": self.count(Outcome.SKIP),
                 "total": len(self.results)}
+
+    def jax_surface(self) -> dict[str, Any] | None:
+        """How much of JAX's surface the plugin covers: layer 3's checks that PASS out of those
+        measured (SKIP, where XLA's CPU backend itself cannot run a case, is left out), and
+        the UNSUPPORTED checks per capability. None when layer 3 did not run."""
+        rows = [r for r in self.results if r.layer == "jax"]
+        if not rows:
+            return None
+        measured = [r for r in rows if r.outcome != Outcome.SKIP]
+        passed = sum(r.outcome == Outcome.PASS for r in measured)
+        unsupported = collections.Counter(r.capability or "JAX" for r in measured
+                                          if r.outcome == Outcome.UNSUPPORTED)
+        return {"checks": len(measured), "pass": passed,
+                "percent": _floor_percent(passed, len(measured)),
+                "fail": sum(r.outcome == Outcome.FAIL for r in measured),
+                "skip": len(rows) - len(measured),
+                "unsupported": dict(sorted(unsupported.items(), key=lambda kv: (-kv[1], kv[0])))}
 
     def capabilities(self) -> list[dict[str, Any]]:
         """One row per optional capability: present, absent (UNSUPPORTED), broken (FAIL) or
@@ -77,9 +96,28 @@ class SuiteResult:
                             "unsupported": self.count(Outcome.UNSUPPORTED, layer),
                             "skip": self.count(Outcome.SKIP, layer)} for layer in self.layers}
         return {"summary": self.summary(), "layers": by_layer, "target": self.info,
-                "capabilities": self.capabilities(), "missing_layers": self.missing_layers,
+                "jax_surface": self.jax_surface(), "capabilities": self.capabilities(),
+                "missing_layers": self.missing_layers,
                 "rerun_name": self.rerun_name,
                 "duration_seconds": round(self.duration_seconds, 3), "checks": checks}
+
+
+def _floor_percent(part: int, whole: int) -> float:
+    """Percent with one decimal, rounded down: 99.96% of the surface never reads 100%."""
+    return math.floor(1000 * part / whole) / 10 if whole else 0.0
+
+
+def describe_surface(surface: dict[str, Any] | None) -> str:
+    """One sentence for summaries: "covers 71.3% of the JAX surface (512 of 718 checks);
+    unsupported: JAX complex (42 checks), ..."."""
+    if surface is None:
+        return "the JAX surface was not measured (layer 3 did not run)"
+    text = (f"covers {surface['percent']:g}% of the JAX surface ({surface['pass']} of "
+            f"{surface['checks']} checks)")
+    if surface["unsupported"]:
+        text += "; unsupported: " + ", ".join(f"{name} ({count} check{'s' * (count != 1)})"
+                                              for name, count in surface["unsupported"].items())
+    return text
 
 
 def results_from_json(data: dict[str, Any]) -> list[CheckResult]:

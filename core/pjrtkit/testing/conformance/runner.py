@@ -29,7 +29,8 @@ from typing import Any
 from pjrtkit.testing.conformance import report
 from pjrtkit.testing.conformance.checks import (LAYERS, REGISTRY, Check, CheckResult, Outcome,
                                                 run_check)
-from pjrtkit.testing.conformance.results import SuiteResult, results_from_json
+from pjrtkit.testing.conformance.results import (SuiteResult, describe_surface,
+                                                 results_from_json)
 
 PACKAGE = "pjrtkit.testing.conformance"
 LAYER_MODULES = {"abi": "abi_checks", "hooks": "hooks_checks", "jax": "jax_checks"}
@@ -302,6 +303,8 @@ def run_and_report(target: Target, args) -> int:
     print(f"pjrtkit conformance {target.label}: PASS {s['pass']}, FAIL {s['fail']}, "
           f"UNSUPPORTED {s['unsupported']}, SKIP {s['skip']} in {result.duration_seconds:.1f} s")
     print(f"  {per_layer}")
+    if "jax" in result.layers:
+        print(f"  {target.platform or target.label} {describe_surface(result.jax_surface())}")
     for layer, reason in result.missing_layers.items():
         print(f"  layer {layer} not run: {reason}")
     for r in result.failed:
