@@ -18,7 +18,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.pjrtkit-installed
 SETS := $(patsubst constraints-jax%.txt,%,$(wildcard constraints-jax*.txt))
 
-.PHONY: demo test lint install bench conformance fuzz soak clean jax-tests-env jax-tests jax-tests-ci
+.PHONY: demo test lint install bench accuracy dtype-sweep conformance fuzz soak clean jax-tests-env jax-tests jax-tests-ci
 
 $(STAMP): pyproject.toml setup.py $(CONSTRAINTS) plugins/cpu/pyproject.toml core/pjrtkit/abi/_build.py $(wildcard core/pjrtkit/abi/*.h)
 	@$(PYTHON) -c "" >/dev/null 2>&1 || { echo "cannot run $(PYTHON); run: make PYTHON=/path/to/python$(if $(JAX),3.12,3.11)$(if $(JAX), JAX=$(JAX))"; exit 1; }
@@ -62,6 +62,16 @@ conformance: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks
+
+# Transcendental accuracy of every pjrtkit_cpu path and of XLA's CPU backend against float64
+# (a few minutes; not part of make test): regenerates docs/accuracy.md.
+accuracy: $(STAMP)
+	$(BIN)/python -m pjrtkit_cpu.accuracy --markdown docs/accuracy.md
+
+# Every lax op over every dtype on pjrtkit_cpu vs XLA's CPU backend (long; make test runs a
+# sample, plugins/cpu/tests/test_dtype_sweep.py).
+dtype-sweep: $(STAMP)
+	JAX_PLATFORMS=pjrtkit_cpu,cpu $(BIN)/python -m pjrtkit.testing.dtype_sweep --modes jit,loop,big
 
 # The fuzz harnesses, each batch of cases in a child process (an abort is counted, not fatal);
 # each prints cases, aborts and bugs per target and fails on any abort or bug.

@@ -10,13 +10,9 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
-BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
-FLOAT16 = np.dtype(np.float16)
-FLOAT32 = np.dtype(np.float32)
+from pjrtkit.reference.dtypes import BFLOAT16, FLOAT16, FLOAT32, is_float
 
-
-def is_float(dtype: np.dtype) -> bool:
-    return dtype.kind == "f" or dtype == BFLOAT16
+__all__ = ["BFLOAT16", "FLOAT16", "FLOAT32", "is_float"]  # with every table below
 
 
 def unsigned_of(dtype: np.dtype) -> np.dtype:
@@ -148,6 +144,12 @@ FLOAT_BINARY = {
     "minimum": float_minimum,
     "atan2": np.arctan2,
 }
+# float32 transcendentals computed in float64 and rounded once: NumPy's float32 versions are
+# up to 2.9 ulp off (exp 2.2, log 2.9 over their domains), more than XLA's CPU backend, while
+# float64's are within 0.5 ulp after the rounding (docs/accuracy.md).
+FLOAT32_VIA_FLOAT64 = frozenset({
+    "exponential", "exponential_minus_one", "log", "log_plus_one", "logistic", "tanh", "sine",
+    "cosine", "tan", "cbrt", "rsqrt", "power", "atan2"})
 # Exact in any precision: run on the input type directly, no f32 round trip.
 FLOAT_EXACT = frozenset({"abs", "negate", "sign", "floor", "ceil", "round_nearest_even",
                          "round_nearest_afz", "maximum", "minimum"})
@@ -263,6 +265,55 @@ INT_BINARY = {
     "shift_right_arithmetic": shift_right_arithmetic,
     "shift_right_logical": shift_right_logical,
 }
+
+# -- integers narrower than a byte (int2, int4, uint2, uint4) ------------------------------------
+# Most ops run in int8/uint8 and wrap back to the width (``elementwise.py``); these read the
+# value's bit pattern of ``width`` bits instead, so they have their own versions. Each gets
+# the operands already widened to int8/uint8 and the width.
+
+def _narrow_bits(x, width):
+    return np.bitwise_and(np.asarray(x).astype(np.uint8), np.uint8((1 << width) - 1))
+
+
+def narrow_popcount(x, width):
+    return np.bitwise_count(_narrow_bits(x, width)).astype(x.dtype)
+
+
+def narrow_count_leading_zeros(x, width):
+    bits = _narrow_bits(x, width)
+    length = np.zeros(bits.shape, np.int8)
+    for i in range(width):
+        length = np.where(bits >> np.uint8(i) != 0, np.int8(i + 1), length)
+    return (width - length).astype(x.dtype)
+
+
+def narrow_shift_right_logical(a, b, width):
+    amount = _narrow_bits(b, width)
+    shifted = np.right_shift(_narrow_bits(a, width), np.minimum(amount, np.uint8(7)))
+    return np.where(amount >= width, np.uint8(0), shifted).astype(a.dtype)
+
+
+def narrow_shift_right_arithmetic(a, b, width):
+    bits = _narrow_bits(a, width).astype(np.int8)
+    signed = np.where(bits >= (1 << (width - 1)), bits - np.int8(1 << width), bits)
+    amount = np.minimum(_narrow_bits(b, width), np.uint8(width - 1)).astype(np.int8)
+    return np.right_shift(signed, amount).astype(a.dtype)
+
+
+def narrow_shift_left(a, b, width):
+    amount = _narrow_bits(b, width)
+    shifted = np.left_shift(_narrow_bits(a, width), np.minimum(amount, np.uint8(7)))
+    return np.where(amount >= width, np.uint8(0), shifted).astype(a.dtype)
+
+
+NARROW_INT_BIT_OPS = {
+    "popcnt": narrow_popcount,
+    "count_leading_zeros": narrow_count_leading_zeros,
+    "shift_right_logical": narrow_shift_right_logical,
+    "shift_right_arithmetic": narrow_shift_right_arithmetic,
+    "shift_left": narrow_shift_left,
+}
+
 
 # i1 arithmetic as XLA does it: add saturates to "or", multiply is "and".
 BOOL_UNARY = {"not": np.logical_not}

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from pjrtkit.reference.dtypes import FLOAT8_AND_NARROWER
 from pjrtkit.reference.reduce import binary_body, body_ufunc, compute_dtype
 from pjrtkit.reference.registry import REFERENCE
 
@@ -157,6 +158,8 @@ def scatter_rule(op, ctx):
     plan = None if body is not None or is_set else ctx.compile_region(region)
     out_t = out_types[0]
     cdt = compute_dtype(out_t.dtype) if body is not None else out_t.dtype
+    if out_t.dtype in FLOAT8_AND_NARROWER:
+        cdt = out_t.dtype  # XLA rounds float8/float4 scatters to the type at every update
     ufunc = body_ufunc(body, out_t.dtype) if body is not None else None
 
     def targets(indices):

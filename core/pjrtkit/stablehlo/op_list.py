@@ -42,7 +42,6 @@ KNOWN_MISSING = {
     "stablehlo.unary_einsum": "legacy op; " + _NOT_EMITTED,
     "stablehlo.torch_index_select": "PyTorch frontends' op; " + _NOT_EMITTED,
     "stablehlo.map": _NOT_EMITTED + " (vmap lowers to elementwise ops)",
-    "stablehlo.complex": "lax.complex: complex numbers not supported by the cpu plugin yet",
     "stablehlo.rng": "lax.rng_uniform: no cpu kernel yet (jax.random uses threefry bits)",
     "stablehlo.infeed": "host infeed: not supported",
     "stablehlo.outfeed": "host outfeed: not supported",

@@ -85,10 +85,9 @@ def run_complex_kernels(registry):
     """run_complex_kernels(fn, *args, platform=None) -> (ours, xla): fn's program planned with
     the registry's rules and complex dtypes admitted, and XLA's cpu results.
 
-    The cpu dtype table lists no complex dtype until the dtypes work lands, so programs with
-    complex tensors are refused at compile time; kernels that take complex themselves (LAPACK,
-    FFT) are tested here on programs made only of such ops (asserted, so no elementwise rule
-    ever sees a complex operand). ``platform="pjrtkit_cpu"`` lowers with the plugin's JAX
+    Kernels that take complex themselves (LAPACK, FFT) are tested here on programs made only of
+    such ops (asserted), apart from the elementwise complex rules (which the cpu dtype table
+    now admits too; test_dtype_sweep.py checks those). ``platform="pjrtkit_cpu"`` lowers with the plugin's JAX
     lowering rules (eigh, svd, ... as pjrtkit_* custom calls)."""
     from pjrtkit.lowering.plan import build_plan
     from pjrtkit.stablehlo.ir import walk_ops

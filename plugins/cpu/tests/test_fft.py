@@ -1,9 +1,8 @@
 """stablehlo.fft (FFT, IFFT, RFFT, IRFFT over 1 to 3 trailing axes) against XLA's CPU backend.
 
-Every FFT program holds complex tensors, which the cpu dtype table does not list until the
-dtypes work lands: the kernel is compared with XLA through ``run_complex_kernels`` (programs
-made only of ops that take complex themselves), and end to end on the pjrtkit_cpu device under
-a strict xfail that turns into a failure the day complex dtypes are admitted.
+Every FFT program holds complex tensors: the kernel is compared with XLA through
+``run_complex_kernels`` (programs made only of ops that take complex themselves), and end to
+end on the pjrtkit_cpu device.
 """
 import jax
 import jax.numpy as jnp
@@ -82,7 +81,6 @@ def test_empty_signal(run_complex_kernels):
     compare(*run_complex_kernels(jnp.fft.fft, x))
 
 
-@pytest.mark.xfail(strict=True, reason="complex elementwise rules land with the dtypes work")
 def test_fft_end_to_end_on_the_device(rng):
     x = signal(rng, (4, 16), np.float32)
     with jax.default_device(jax.devices("pjrtkit_cpu")[0]):
