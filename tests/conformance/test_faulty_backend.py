@@ -31,9 +31,9 @@ CHECKED = ["abi.", "hooks."] + [f"jax.{family}." for family in (
     "elementwise", "compare", "select", "convert", "reduce", "dot", "convolution",
     "reduce_window", "indexing", "sort", "cumulative", "control_flow", "random", "shape",
     "structure", "autodiff", "host_input", "size", "complex")]
-# jnp.angle of a complex number is atan2 of its parts: FAIL as soon as the cpu rules take complex
-# numbers, UNSUPPORTED (complex refused at compile time) until then.
-WRONG_OP_FAILS_WITH_COMPLEX = {f"jax.complex.angle[{dtype}-3x4]"
+# jnp.angle of a complex number is atan2 of its parts, and so is the imaginary part of a complex
+# log: FAIL when the rules take complex numbers, UNSUPPORTED where complex is refused at compile.
+WRONG_OP_FAILS_WITH_COMPLEX = {f"jax.complex.{op}[{dtype}-3x4]" for op in ("angle", "log")
                                for dtype in ("complex64", "complex128")}
 
 

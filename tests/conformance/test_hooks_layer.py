@@ -199,11 +199,18 @@ def _lazy_compile(program, options, devices):
     return CompiledProgram(executable=_LazyExecutable())
 
 
-def _invalid_instead_of_unimplemented(program, options, devices):
-    try:
+def _refusing(dtype_name: str, error):
+    """The cpu compile, except that a program touching ``dtype_name`` is refused with ``error``
+    (the cpu plugin itself compiles every dtype, so these backends lie about one)."""
+    from pjrtkit.stablehlo.ir import walk_ops
+
+    def compile(program, options, devices):
+        if any(getattr(value.type, "dtype", None) is not None
+               and value.type.dtype.name == dtype_name
+               for op in walk_ops(program) for value in (*op.operands, *op.results)):
+            raise error(f"this backend refuses {dtype_name}")
         return cpu.pjrtkit_compile(program, options, devices)
-    except Unimplemented as exc:
-        raise InvalidArgument(str(exc)) from exc
+    return compile
 
 
 def _negative_cost(program, options, devices):
@@ -296,12 +303,17 @@ MUTANTS = {
     "hooks.execute.every_device": dict(pjrtkit_client_topology=two_devices,
                                        pjrtkit_compile=mutant_execute(_wrong_on_device_1)),
     "hooks.compile.unsupported_op": dict(pjrtkit_compile=_lazy_compile),
-    "hooks.compile.undeclared_dtype": dict(pjrtkit_compile=_invalid_instead_of_unimplemented),
+    # Declares only float32 and answers INVALID_ARGUMENT, not UNIMPLEMENTED, for complex64.
+    "hooks.compile.undeclared_dtype": dict(
+        pjrtkit_capabilities=_capabilities_with(dtypes={"float32"}),
+        pjrtkit_compile=_refusing("complex64", InvalidArgument)),
     "hooks.compile.deterministic": dict(pjrtkit_compile=_every_other_compile_wrong),
     "hooks.capabilities.record": dict(pjrtkit_capabilities=_capabilities_with(
         dtypes={"float32", "float33"})),
-    "hooks.capabilities.declared_dtypes_compile": dict(pjrtkit_capabilities=_capabilities_with(
-        dtypes={"float32", "complex64"})),
+    # Declares float64 and refuses it at compile.
+    "hooks.capabilities.declared_dtypes_compile": dict(
+        pjrtkit_capabilities=_capabilities_with(dtypes={"float32", "float64"}),
+        pjrtkit_compile=_refusing("float64", Unimplemented)),
     "hooks.capabilities.custom_call_targets": dict(pjrtkit_capabilities=_capabilities_with(
         custom_call_targets={"pjrtkit_conformance_no_such_target"})),
     "hooks.capabilities.features": dict(pjrtkit_make_topology=_no_topologies_at_all),
