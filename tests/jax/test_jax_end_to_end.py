@@ -49,8 +49,8 @@ def test_an_op_the_plugin_lacks_is_unimplemented_naming_the_op_and_the_process_l
     out = run_python("""
         import jax, jax.numpy as jnp
         try:
-            x = jnp.ones(3, dtype=jnp.complex64)  # no complex kernels yet
-            jax.jit(lambda x: x * x)(x).block_until_ready()
+            x = jnp.ones((3, 3), dtype=jnp.complex64)  # no complex dot_general yet
+            jax.jit(lambda x: x @ x)(x).block_until_ready()
         except Exception as exc:
             print(type(exc).__name__, "|", str(exc).splitlines()[0])
         print("alive", float(jnp.ones(3).sum()))

@@ -18,7 +18,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from pjrtkit.errors import InvalidArgument
+from pjrtkit.errors import InvalidArgument, Unimplemented
+from pjrtkit.stablehlo.attributes import OpaqueAttribute
 
 CROSS_REPLICA = "cross_replica"
 CROSS_PARTITION = "cross_partition"
@@ -60,6 +61,11 @@ def replica_groups(op) -> list[list[int]]:
     groups = op.attributes.get("replica_groups")
     if groups is None:
         return []
+    if isinstance(groups, OpaqueAttribute):
+        # jaxlib 0.12's partitioner names groups by mesh axes
+        # (#stablehlo.replica_group_mesh_axes<mesh = @mesh, axes = [...]>), not as dense ids.
+        raise Unimplemented(f"{op.name}: replica groups given as {groups.text} are not "
+                            "supported yet (only dense replica_groups, as jaxlib 0.10 emits)")
     array = np.asarray(groups, dtype=np.int64)
     if array.size == 0:
         return []
