@@ -38,10 +38,12 @@ demo: $(STAMP)
 	$(BIN)/python examples/mlp_train.py --steps 20
 
 # The conformance reports first, then pytest, whose summary line closes the output.
+# pytest on TEST_WORKERS processes (pytest-xdist; 2 = the CI machine's cores, 0 = one process).
+TEST_WORKERS ?= 2
 test: $(STAMP)
 	$(MAKE) --no-print-directory lint
 	$(MAKE) --no-print-directory conformance
-	$(BIN)/python -m pytest -q -p no:cacheprovider
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS)
 
 # The lint floor: ruff with the rules in pyproject.toml (import cycles and private imports are
 # tests/test_import_graph.py, run with the tests).
