@@ -163,19 +163,17 @@ def collective_broadcast(op, ctx):
     return collective_broadcast_kernel
 
 
-@REFERENCE.register("stablehlo.replica_id")
-def replica_id(op, ctx):
-    def replica_id_kernel():
-        device = current_device()
-        return (np.array(0 if device is None else device.replica, dtype=np.uint32),)
+def _device_index_rule(field: str):
+    """``replica_id`` / ``partition_id``: the running device's index (0 outside a launch)."""
+    def rule(op, ctx):
+        def device_index_kernel():
+            device = current_device()
+            return (np.array(0 if device is None else getattr(device, field), dtype=np.uint32),)
 
-    return replica_id_kernel
+        return device_index_kernel
+
+    return rule
 
 
-@REFERENCE.register("stablehlo.partition_id")
-def partition_id(op, ctx):
-    def partition_id_kernel():
-        device = current_device()
-        return (np.array(0 if device is None else device.partition, dtype=np.uint32),)
-
-    return partition_id_kernel
+REFERENCE.register("stablehlo.replica_id")(_device_index_rule("replica"))
+REFERENCE.register("stablehlo.partition_id")(_device_index_rule("partition"))

@@ -171,13 +171,13 @@ class LoadedExecutable:
                                       exe.output_memory_kinds):
             dtype = np.dtype(dtype)
             shape = tuple(int(d) for d in shape)
-            memory = (device.memory(kind) if kind in ("device", "pinned_host", "unpinned_host")
-                      else device.default_memory)
+            memory = _output_memory(device, kind)
             outputs.append((dtype, shape, math.prod(shape) * dtype.itemsize, memory))
         allocations = [(memory, nbytes, (dtype, shape)) for dtype, shape, nbytes, memory in outputs]
         # The plugin's execute as a bound method: one attribute lookup fewer per call.
         return (device, [device.spec], outputs, self.client.executor,
-                exe.compiled.executable.execute, exe.num_parameters, allocations)
+                exe.compiled.executable.execute, exe.num_parameters, allocations,
+                exe.argument_types)
 
     def execute_inline(self, arguments: list) -> tuple[list, Event] | None:
         """The common case of ``execute``, cheaply: one device, no donation, a cheap program,
@@ -192,11 +192,12 @@ class LoadedExecutable:
         plan = self._inline
         if plan is None or self._deleted:
             return None
-        device, specs, outputs, executor, execute, num_parameters, allocations = plan
+        (device, specs, outputs, executor, execute, num_parameters, allocations,
+         argument_types) = plan
         if not executor.idle or len(arguments) != num_parameters:  # busy: queue behind it
             return None
         payloads = []
-        for buf, expected in zip(arguments, self.executable.argument_types):
+        for buf, expected in zip(arguments, argument_types):
             ready = buf.ready
             # Plain attribute reads of the runtime's own objects (no method calls): this loop
             # runs for every argument of every jitted call.
@@ -297,7 +298,6 @@ class LoadedExecutable:
             executor.submit(lambda: when_all(inputs_ready, run))
         return outputs, done
 
-
     def _new_outputs(self, devices) -> list[list[Buffer]]:
         """Pending output buffers per device, their bytes counted; when one is past a memory
         limit, the ResourceExhausted with none of them counted."""
@@ -309,10 +309,8 @@ class LoadedExecutable:
                 outs = []
                 for dtype, shape, kind in zip(exe.output_dtypes, exe.output_shapes,
                                               exe.output_memory_kinds):
-                    memory = (dev.memory(kind) if kind in ("device", "pinned_host",
-                                                           "unpinned_host")
-                              else dev.default_memory)
-                    outs.append(Buffer(self.client, dtype, shape, dev, memory, ready=Event()))
+                    outs.append(Buffer(self.client, dtype, shape, dev, _output_memory(dev, kind),
+                                       ready=Event()))
                     made.append(outs[-1])
                 outputs.append(outs)
             return outputs
@@ -320,6 +318,13 @@ class LoadedExecutable:
             for buf in made:
                 buf.destroy()
             raise
+
+
+def _output_memory(device, kind: str):
+    """The memory of ``device`` an output with memory kind ``kind`` lives in (an unknown or
+    absent kind: the device's default memory)."""
+    return (device.memory(kind) if kind in ("device", "pinned_host", "unpinned_host")
+            else device.default_memory)
 
 
 def run_together(exe: Executable, payloads: list, specs: list) -> list:

@@ -27,6 +27,7 @@ from collections.abc import Callable
 import ml_dtypes
 import numpy as np
 
+from pjrtkit.reference.dtypes import FLOAT8_AND_NARROWER, is_complex, is_float, is_int
 from pjrtkit.testing.ulps import ulp_error
 
 BOOL = np.dtype(np.bool_)
@@ -34,9 +35,7 @@ NARROW_INTS = tuple(np.dtype(d) for d in (ml_dtypes.int2, ml_dtypes.int4, ml_dty
                                           ml_dtypes.uint4))
 INTS = NARROW_INTS + tuple(np.dtype(d) for d in (
     np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64))
-NARROW_FLOATS = tuple(np.dtype(getattr(ml_dtypes, name)) for name in (
-    "float8_e5m2", "float8_e4m3fn", "float8_e4m3b11fnuz", "float8_e5m2fnuz", "float8_e4m3fnuz",
-    "float8_e4m3", "float8_e3m4", "float8_e8m0fnu", "float4_e2m1fn"))
+NARROW_FLOATS = FLOAT8_AND_NARROWER
 FLOATS = NARROW_FLOATS + tuple(np.dtype(d) for d in (
     np.float16, ml_dtypes.bfloat16, np.float32, np.float64))
 COMPLEXES = (np.dtype(np.complex64), np.dtype(np.complex128))
@@ -52,18 +51,6 @@ LOOSE_OPS = {"lgamma": 64, "digamma": 64, "erf_inv": 16, "tan": 8, "reduce_sum":
              "reduce_prod": 64, "cumsum": 64, "cumprod": 64, "dot": 64, "pow": 8,
              "acosh": 8, "asinh": 8, "atanh": 8, "asin": 8, "acos": 8, "atan": 8,
              "cosh": 8, "sinh": 8, "logsumexp": 8}
-
-
-def is_float(dtype) -> bool:
-    return np.dtype(dtype) in FLOATS
-
-
-def is_int(dtype) -> bool:
-    return np.dtype(dtype) in INTS
-
-
-def is_complex(dtype) -> bool:
-    return np.dtype(dtype) in COMPLEXES
 
 
 def kind_of(dtype) -> str:

@@ -34,12 +34,11 @@ import json
 import logging
 import os
 import sys
-import time
 from typing import Any
 
 import numpy as np
 
-from pjrtkit.testing.fuzz_children import print_summary, run_in_children, summarize
+from pjrtkit.testing.fuzz_children import run_campaigns, run_in_children, summarize
 
 TARGETS = ("args", "lifetimes")
 ARENA_BYTES = 64 << 20
@@ -574,18 +573,9 @@ def main(argv: list[str] | None = None) -> int:
         target, seed, start, stop = args.child
         _child(target, int(seed), int(start), int(stop))
         return 0
-    summaries, failed = [], False
-    for target in args.targets.split(","):
-        began = time.monotonic()
-        summary = run_campaign(target, args.cases, args.seed)
-        summary["seconds"] = round(time.monotonic() - began, 1)
-        summaries.append(summary)
-        failed |= bool(summary["aborts"] or summary["bugs"])
-        print_summary(target, summary)
-    if args.json:
-        with open(args.json, "w") as out:
-            json.dump(summaries, out, indent=2)
-    return 1 if failed else 0
+    return run_campaigns(args.targets.split(","),
+                         lambda target: run_campaign(target, args.cases, args.seed),
+                         args.json)
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ import collections
 import json
 import selectors
 import subprocess
+import time
 from collections.abc import Callable
 
 # A case that runs longer than this is a hang: its child is killed and the batch goes on.
@@ -86,3 +87,21 @@ def print_summary(target: str, summary: dict) -> None:
         print(f"    {text}  (cases {indices})")
     if summary["aborts"]:
         print(f"    aborted or hung at cases {summary['aborts'][:20]}")
+
+
+def run_campaigns(targets: list[str], run_campaign: Callable[[str], dict],
+                  json_path: str | None) -> int:
+    """Each target's campaign in turn, its summary printed (and all of them written to
+    ``json_path``); 1 when any target aborted or found a bug, else 0."""
+    summaries, failed = [], False
+    for target in targets:
+        began = time.monotonic()
+        summary = run_campaign(target)
+        summary["seconds"] = round(time.monotonic() - began, 1)
+        summaries.append(summary)
+        failed |= bool(summary["aborts"] or summary["bugs"])
+        print_summary(target, summary)
+    if json_path:
+        with open(json_path, "w") as out:
+            json.dump(summaries, out, indent=2)
+    return 1 if failed else 0
