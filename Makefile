@@ -20,13 +20,19 @@ SETS := $(patsubst constraints-jax%.txt,%,$(wildcard constraints-jax*.txt))
 
 .PHONY: demo test lint install bench accuracy dtype-sweep conformance fuzz soak clean jax-tests-env jax-tests jax-tests-ci
 
-$(STAMP): pyproject.toml setup.py $(CONSTRAINTS) plugins/cpu/pyproject.toml core/pjrtkit/abi/_build.py $(wildcard core/pjrtkit/abi/*.h)
+# Every plugin in the repository (a directory under plugins/ with a pyproject.toml) is installed
+# and measured by `make conformance`; the cpu plugin first, since others may import it.
+PLUGINS := cpu $(filter-out cpu,$(sort $(notdir $(patsubst %/,%,$(dir $(wildcard plugins/*/pyproject.toml))))))
+
+$(STAMP): pyproject.toml setup.py $(CONSTRAINTS) $(wildcard plugins/*/pyproject.toml) core/pjrtkit/abi/_build.py $(wildcard core/pjrtkit/abi/*.h)
 	@$(PYTHON) -c "" >/dev/null 2>&1 || { echo "cannot run $(PYTHON); run: make PYTHON=/path/to/python$(if $(JAX),3.12,3.11)$(if $(JAX), JAX=$(JAX))"; exit 1; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade "pip>=24" -c $(CONSTRAINTS)
 	$(BIN)/python -m pip install -q -c $(CONSTRAINTS) setuptools wheel cffi
 	$(BIN)/python -m pip install -q -c $(CONSTRAINTS) --no-build-isolation -e '.[test]'
-	$(BIN)/python -m pip install -q -c $(CONSTRAINTS) --no-build-isolation -e plugins/cpu
+	for plugin in $(PLUGINS); do \
+		$(BIN)/python -m pip install -q -c $(CONSTRAINTS) --no-build-isolation -e plugins/$$plugin || exit 1; \
+	done
 	touch $(STAMP)
 
 $(CONSTRAINTS):
@@ -52,8 +58,6 @@ lint: $(STAMP)
 
 # The conformance suite on every plugin in the repository; reports in build/conformance/
 # (git-ignored). Fails when any check FAILs.
-PLUGINS := $(notdir $(patsubst %/,%,$(dir $(wildcard plugins/*/pyproject.toml))))
-
 conformance: $(STAMP)
 	@mkdir -p build/conformance
 	@for plugin in $(PLUGINS); do \
@@ -122,7 +126,7 @@ $(JT_STAMP): $(STAMP) constraints-jaxtests.txt
 	$(JT_BIN)/python -m pip install -q --upgrade "pip>=24" -c $(JT_VENV)/constraints-project.txt
 	$(JT_BIN)/python -m pip install -q -c $(JT_VENV)/constraints-project.txt setuptools wheel cffi
 	$(JT_BIN)/python -m pip install -q -c $(JT_VENV)/constraints-project.txt \
-		-c constraints-jaxtests.txt --no-build-isolation -e . -e plugins/cpu $(JT_REQUIREMENTS)
+		-c constraints-jaxtests.txt --no-build-isolation -e . $(addprefix -e plugins/,$(PLUGINS)) $(JT_REQUIREMENTS)
 	touch $(JT_STAMP)
 
 jax-tests-env: $(JT_STAMP)
