@@ -48,9 +48,11 @@ def test_pjrtkit_backends_can_leave_the_plugin_unregistered(run_python):
 def test_an_op_the_plugin_lacks_is_unimplemented_naming_the_op_and_the_process_lives_on(run_python):
     out = run_python("""
         import jax, jax.numpy as jnp
+        from jax import lax
         try:
-            x = jnp.ones((3, 3), dtype=jnp.complex64)  # no complex dot_general yet
-            jax.jit(lambda x: x @ x)(x).block_until_ready()
+            x = jnp.ones((3, 3), dtype=jnp.float32)  # only the default dot algorithm is implemented
+            jax.jit(lambda x: lax.dot(x, x, precision=lax.DotAlgorithmPreset.BF16_BF16_F32))(
+                x).block_until_ready()
         except Exception as exc:
             print(type(exc).__name__, "|", str(exc).splitlines()[0])
         print("alive", float(jnp.ones(3).sum()))
@@ -58,7 +60,8 @@ def test_an_op_the_plugin_lacks_is_unimplemented_naming_the_op_and_the_process_l
     assert out.returncode == 0, out.stderr
     first, alive = out.stdout.strip().splitlines()
     assert first.startswith("JaxRuntimeError | UNIMPLEMENTED:"), first
-    assert "pjrtkit_cpu" in first and "complex64" in first, first
+    assert "pjrtkit_cpu" in first and "stablehlo.dot_general" in first, first
+    assert "lhs_precision_type = bf16" in first, first
     assert alive == "alive 3.0"
 
 

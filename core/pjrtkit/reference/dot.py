@@ -11,7 +11,8 @@ How many BLAS threads a contraction may use is the backend's policy, not semanti
 
 Numerics follow XLA's CPU backend: f16/bf16 contract in f32 and round once; integers are exact
 with wraparound in the result type (a ring homomorphism, so any wider exact accumulator works);
-bool is OR of ANDs.
+bool is OR of ANDs; complex contracts in the result's precision (complex64 or complex128)
+with BLAS's cgemm/zgemm, like XLA's complex GEMM.
 """
 from __future__ import annotations
 
@@ -28,6 +29,8 @@ from pjrtkit.reference.registry import REFERENCE
 
 _F32 = np.dtype(np.float32)
 _F64 = np.dtype(np.float64)
+_C64 = np.dtype(np.complex64)
+_C128 = np.dtype(np.complex128)
 _NARROW_FLOATS = (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
 
 # Algorithms that mean exactly what the default lowering computes for these operand dtypes.
@@ -41,6 +44,10 @@ _MLIR_FLOAT = {"f16": np.dtype(np.float16), "bf16": np.dtype(ml_dtypes.bfloat16)
 def _compute_dtype(lhs: np.dtype, rhs: np.dtype, result: np.dtype, contracted: int):
     """The dtype the matmul runs in, or None when no exact/faithful choice exists."""
     kinds = {lhs.kind, rhs.kind, result.kind}
+    if result.kind == "c":
+        # XLA's CPU backend multiplies complex matrices in the result's precision (Eigen's
+        # complex GEMM); complex128 when anything involved is 64-bit wide.
+        return _C128 if {_C128, _F64} & {lhs, rhs, result} else _C64
     if result.kind == "f" or result in _NARROW_FLOATS:
         if _F64 in (lhs, rhs, result):
             return _F64

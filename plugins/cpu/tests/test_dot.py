@@ -1,4 +1,5 @@
 """dot_general / dot against XLA's CPU backend: dimension numbers, dtypes, mixed precision."""
+import jax
 import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
@@ -24,6 +25,8 @@ def sample(rng, shape, dtype):
     if dtype.kind in "iu":
         info = np.iinfo(dtype)
         return rng.integers(info.min, info.max, shape, dtype=dtype, endpoint=True)
+    if dtype.kind == "c":
+        return (rng.integers(-4, 5, shape) + 1j * rng.integers(-4, 5, shape)).astype(dtype)
     return rng.integers(-4, 5, shape).astype(dtype)
 
 
@@ -107,6 +110,49 @@ def test_other_algorithm_is_unimplemented(registry, rng):
             x, y, precision=lax.DotAlgorithmPreset.BF16_BF16_F32), (x, y), registry)
 
 
+
+COMPLEX = [np.complex64, np.complex128]
+
+
+@pytest.mark.parametrize("dtype", COMPLEX, ids=ids(COMPLEX))
+def test_complex_dot_general(check, rng, dtype):
+    # Small Gaussian integers: every product and partial sum is exact, so any summation order
+    # gives XLA's bits, over every dimension-number form.
+    operands = [(sample(rng, a, dtype), sample(rng, b, dtype)) for a, b, _ in DOTS]
+    check(lambda ops: tuple(lax.dot_general(x, y, dims)
+                            for (x, y), (_, _, dims) in zip(ops, DOTS)), operands)
+
+
+@pytest.mark.parametrize("dtype", COMPLEX, ids=ids(COMPLEX))
+def test_complex_values_and_precision(check, rng, dtype):
+    # Non-integer values contract in the operands' precision (XLA's complex GEMM does not
+    # widen complex64): differences are summation order only, a few ulps of the terms.
+    def draw(shape):
+        return (rng.standard_normal(shape) + 1j * rng.standard_normal(shape)).astype(dtype)
+    x, y, v = draw((17, 33)), draw((2, 33, 9)), draw((33,))
+    check(lambda x, y, v: (jnp.einsum("mk,bkn->bmn", x, y), jnp.vdot(v, v),
+                           jnp.matmul(x, y[0], precision="highest"),
+                           x @ x.conj().T),
+          x, y, v, loosen=20)
+
+
+def test_complex_preferred_element_type_and_mixed_operands(check, rng):
+    x, y = sample(rng, (4, 6), np.complex64), sample(rng, (6, 3), np.complex64)
+    real = sample(rng, (4, 6), np.float32)
+    check(lambda x, y, real: (lax.dot(x, y, preferred_element_type=np.complex128),
+                              jnp.matmul(real, y)), x, y, real)
+
+
+def test_complex_non_finite_values_propagate_like_xla(check):
+    inf, nan = np.inf, np.nan
+    x = np.array([[inf + 0j, 1j], [1, nan], [1 + 1j, 2]], np.complex64)
+    y = np.array([[1 + 1j, 0], [0, 1j]], np.complex64)
+    check(jnp.matmul, x, y)
+
+
+def test_complex_dot_gradient(check, rng):
+    x = sample(rng, (3, 3), np.complex128)
+    check(lambda x: jax.grad(lambda a: jnp.real(jnp.sum(a @ a.conj().T)))(x), x)
 
 
 PLAIN_DOT = """
