@@ -386,16 +386,10 @@ END_TO_END = [
 @pytest.mark.parametrize("name, fn, make, check", END_TO_END, ids=[row[0] for row in END_TO_END])
 def test_complex_end_to_end(rng, name, fn, make, check, dtype):
     """Complex inputs (and eig/schur of real ones, whose results are complex) jitted on the
-    device. Until the cpu dtype table lists complex, the program must be refused at compile
-    time with UNIMPLEMENTED naming an op and the complex dtype (xfail, saying so): never a
-    wrong number, never a crash. Once it runs, the results are checked like the real ones."""
+    device, complex matmuls included (pinv, lstsq, reconstructions), checked like the real
+    ones against XLA's CPU backend."""
     args = make(rng, dtype)
-    try:
-        ours = on("pjrtkit_cpu", fn, *args)
-    except Exception as exc:  # noqa: BLE001 - only the refusal below is acceptable
-        text = str(exc)
-        assert "UNIMPLEMENTED" in text and "complex" in text, text[:500]
-        pytest.xfail(f"refused at compile time until complex dtypes land: {text[:160]}")
+    ours = on("pjrtkit_cpu", fn, *args)
     ref = on("cpu", fn, *args)
     if check is None:
         pairs = zip(ours, ref)
