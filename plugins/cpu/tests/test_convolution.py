@@ -151,3 +151,25 @@ def test_reused_buffers_never_leak_between_calls_or_threads(registry, rng, monke
     # differ by ~1.3e-6 absolute, just over float32's atol (a leaked buffer is off by O(1)).
     for i, got in enumerate(sequential + concurrent):
         assert_close(np.asarray(got), expected[i % len(xs)], what=f"call {i}", loosen=2.0)
+
+
+@pytest.mark.parametrize("dtype", [np.complex64, np.complex128], ids=lambda d: np.dtype(d).name)
+def test_complex_convolution_and_its_gradient(check, rng, dtype):
+    # Complex convolutions contract in the operands' precision, like complex dot_general;
+    # the gradient adds the transposed and batch-grouped forms.
+    args, fns = [], []
+    for case in CASES:
+        lhs, rhs, dn = inputs(rng, case, np.float64, "channels_first")
+        args += [(lhs + 1j * rng.normal(size=lhs.shape)).astype(dtype),
+                 (rhs + 1j * rng.normal(size=rhs.shape)).astype(dtype)]
+        fns.append((case, dn))
+
+    def fn(*args):
+        out = [conv(args[2 * i], args[2 * i + 1], *case[2:], dn)
+               for i, (case, dn) in enumerate(fns)]
+        case, dn = fns[1]
+        out += jax.grad(lambda a, b: jnp.real(jnp.sum(conv(a, b, *case[2:], dn))),
+                        argnums=(0, 1))(args[2], args[3])
+        return out
+
+    check(fn, *args, loosen=2.0)

@@ -183,3 +183,28 @@ def test_select_and_scatter_general_regions(check, rng):
                                    lambda a, b: a * 2.0 + b)
 
     check(fn, operand, source)
+
+
+@pytest.mark.parametrize("dtype", [np.complex64, np.complex128], ids=lambda d: np.dtype(d).name)
+def test_complex_reductions(check, rng, dtype):
+    # sum/prod in the complex type; max/min order complex numbers lexicographically
+    # (real part, then imaginary), as XLA's CPU backend does; many ties on purpose.
+    def draw(shape):
+        return (rng.integers(-2, 3, shape) + 1j * rng.integers(-2, 3, shape)).astype(dtype)
+
+    xs = [draw(shape) for shape in SHAPES]
+    wide = (rng.normal(size=(40, 33)) + 1j * rng.normal(size=(40, 33))).astype(dtype)
+
+    def fn(wide, *xs):
+        out = [jnp.sum(wide, axis=0), jnp.prod(wide[:6] / 2, axis=0), jnp.cumsum(wide, axis=1),
+               lax.reduce_window(wide, np.array(0, dtype), lax.add, (2, 3), (1, 2), "VALID"),
+               jax.grad(lambda w: jnp.real(jnp.sum(lax.reduce_window(
+                   w, np.array(0, dtype), lax.add, (2, 2), (2, 2), "VALID") ** 2)))(wide)]
+        for x in xs:
+            for axis in all_axes(x.shape):
+                out += [jnp.sum(x, axis=axis), jnp.prod(x, axis=axis)]
+                if 0 not in x.shape:
+                    out += [jnp.max(x, axis=axis), jnp.min(x, axis=axis)]
+        return out
+
+    check(fn, wide, *xs, loosen=4.0)

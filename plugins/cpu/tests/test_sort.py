@@ -126,3 +126,25 @@ def test_jax_comparators_take_the_key_sort_path():
         for op in sorts:
             keys = lexicographic_keys(op.regions[0])
             assert keys is not None and len(keys) == num_keys, op.describe()
+
+
+@pytest.mark.parametrize("dtype", [np.complex64, np.complex128], ids=lambda d: np.dtype(d).name)
+def test_complex_sort_and_argsort(check, rng, dtype):
+    # Lexicographic (real, then imaginary) with NaN parts and ties: XLA's total order on
+    # complex keys, stable.
+    parts = np.array([np.nan, -0.0, 0.0, np.inf, -np.inf, 1.5, -2.0], np.float64)
+    xs = []
+    for shape in SHAPES:
+        x = np.empty(shape, dtype)
+        x.real, x.imag = (parts[rng.integers(0, len(parts), shape)] for _ in range(2))
+        xs.append(x)
+
+    def fn(*xs):
+        out = []
+        for x in xs:
+            for axis in range(x.ndim):
+                out += [jnp.sort(x, axis=axis), jnp.argsort(x, axis=axis),
+                        jnp.argsort(x, axis=axis, descending=True)]
+        return out
+
+    check(fn, *xs)
