@@ -114,6 +114,17 @@ def test_register_plugin_takes_the_arguments_we_pass():
         assert parameters[name].kind is inspect.Parameter.KEYWORD_ONLY, name
 
 
+def test_a_registered_pjrtkit_platform_fails_quietly():
+    # register_plugin makes the registration quiet through BackendRegistration.fail_quietly;
+    # a release that drops the field or the registry would leave a broken plugin loud.
+    from jax._src import xla_bridge
+
+    jax.devices("cpu")
+    assert "fail_quietly" in xla_bridge.BackendRegistration.__dataclass_fields__
+    registration = xla_bridge._backend_factories["pjrtkit_cpu"]
+    assert registration.fail_quietly is True
+
+
 def test_backend_registry_queries():
     jax.devices("cpu")  # starts JAX's backends if nothing has yet
     assert jax_compat.backends_are_initialized() is True

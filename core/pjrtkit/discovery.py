@@ -5,6 +5,13 @@ misspelt or undecorated hook: ``pjrtkit.contract``), or cannot name its platform
 client topology, is reported with the reason and logged once. Loading one
 backend by name (``load_backend``) raises ``BackendLoadFailure`` naming what is installed.
 
+Starting a backend (importing its module, checking the contract, its ``pjrtkit_platform`` and
+``pjrtkit_client_topology`` hooks) runs third-party code that may never return, so each
+selected backend starts on its own daemon thread, all at once, and a backend that has not
+finished within ``PJRTKIT_BACKEND_START_TIMEOUT_S`` seconds is reported failed, naming the step
+it is stuck in; its thread is left behind (Python cannot stop a thread), everything else goes
+on. A hook that hangs while holding the GIL in C code cannot be bounded this way.
+
 ``PJRTKIT_BACKENDS=cpu,tpu`` narrows which installed backends are selected (default: all).
 """
 from __future__ import annotations
@@ -13,8 +20,10 @@ import dataclasses
 import importlib.metadata
 import logging
 import os
+import threading
+import time
 
-from stevedore import DriverManager, ExtensionManager
+from stevedore import DriverManager, NamedExtensionManager
 from stevedore.exception import NoMatches
 
 from pjrtkit.backend import Backend
@@ -24,6 +33,12 @@ log = logging.getLogger(__name__)
 
 ENTRY_POINT_GROUP = "pjrtkit.backends"
 SELECT_VARIABLE = "PJRTKIT_BACKENDS"
+START_TIMEOUT_VARIABLE = "PJRTKIT_BACKEND_START_TIMEOUT_S"
+DEFAULT_START_TIMEOUT_S = 60.0
+
+
+class BackendStartTimeout(BackendLoadFailure):
+    """A backend did not finish starting (import, contract, platform, topology) in time."""
 
 
 @dataclasses.dataclass
@@ -40,6 +55,22 @@ class BackendStatus:
     @property
     def ok(self) -> bool:
         return self.status == "ok"
+
+
+def start_timeout_s() -> float:
+    """Seconds a backend may take to start (``PJRTKIT_BACKEND_START_TIMEOUT_S``, default 60)."""
+    value = os.environ.get(START_TIMEOUT_VARIABLE, "").strip()
+    if not value:
+        return DEFAULT_START_TIMEOUT_S
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if not seconds > 0:
+        log.warning("%s=%r is not a positive number of seconds; using %g", START_TIMEOUT_VARIABLE,
+                    value, DEFAULT_START_TIMEOUT_S)
+        return DEFAULT_START_TIMEOUT_S
+    return seconds
 
 
 def selected_names() -> set[str] | None:
@@ -71,64 +102,124 @@ def _check(backend: Backend) -> None:
         raise RuntimeError("its client topology has no devices")
 
 
+def _entry_points() -> dict:
+    """Every entry point of the group by name, none of them imported."""
+    manager = NamedExtensionManager(ENTRY_POINT_GROUP, names=[],
+                                    on_missing_entrypoints_callback=None)
+    return {ep.name: ep for ep in manager.list_entry_points()}
+
+
+class _Start:
+    """Starting one backend on a daemon thread: ``begin()``, then ``result(deadline)``."""
+
+    def __init__(self, name: str, version: str, check: bool):
+        self.name, self.version, self.check = name, version, check
+        self.stage = "importing its module"
+        self.backend: Backend | None = None
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, name=f"pjrtkit-start-{name}",
+                                       daemon=True)
+
+    def begin(self) -> _Start:
+        self.thread.start()
+        return self
+
+    def _run(self) -> None:
+        try:
+            self.backend = self._start()
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+            self.error = exc
+
+    def _start(self) -> Backend:
+        failures = []
+        try:
+            manager = DriverManager(
+                ENTRY_POINT_GROUP, self.name, invoke_on_load=False,
+                on_load_failure_callback=lambda _manager, ep, exc: failures.append((ep, exc)))
+        except NoMatches:
+            if not failures:
+                raise
+            entry_point, exc = failures[0]
+            raise BackendLoadFailure(f"import of {entry_point.value} failed: "
+                                     f"{type(exc).__name__}: {exc}") from exc
+        self.stage = "checking its hooks and calling pjrtkit_platform"
+        backend = Backend(self.name, manager.driver, self.version)
+        if self.check:
+            self.stage = "calling pjrtkit_client_topology"
+            _check(backend)
+        self.stage = "done"
+        return backend
+
+    def result(self, deadline: float, timeout: float) -> Backend:
+        """The started backend; raises what starting raised, or ``BackendStartTimeout``."""
+        self.thread.join(max(0.0, deadline - time.monotonic()))
+        if self.thread.is_alive():
+            raise BackendStartTimeout(
+                f"did not start within {timeout:g} s ({START_TIMEOUT_VARIABLE}): stuck "
+                f"{self.stage}; its thread is left running and the backend is not used")
+        if self.error is not None:
+            raise self.error
+        assert self.backend is not None
+        return self.backend
+
+
+def _reason(exc: BaseException) -> str:
+    if type(exc) in (BackendLoadFailure, BackendStartTimeout):
+        return str(exc)
+    return f"{type(exc).__name__}: {exc}"
+
+
 def discover(select: set[str] | None = None) -> list[BackendStatus]:
-    """Every installed backend with its status; loads and checks the selected ones."""
+    """Every installed backend with its status; starts and checks the selected ones (at once,
+    each within ``start_timeout_s()``)."""
     if select is None:
         select = selected_names()
-    failures: dict[str, str] = {}
-
-    def on_load_failure(_manager, entry_point, exc):
-        failures[entry_point.name] = (f"import of {entry_point.value} failed: "
-                                      f"{type(exc).__name__}: {exc}")
-
-    manager = ExtensionManager(ENTRY_POINT_GROUP, invoke_on_load=False,
-                               on_load_failure_callback=on_load_failure)
+    timeout = start_timeout_s()
+    entry_points = _entry_points()
     statuses: list[BackendStatus] = []
-    loaded = {ext.name: ext for ext in manager.extensions}
-    entry_points = {ep.name: ep for ep in manager.list_entry_points()}
+    starts: dict[str, _Start] = {}
     for name in sorted(entry_points):
         dist_name, version = _distribution(entry_points[name])
         status = BackendStatus(name, version, dist_name, "ok")
         if select is not None and name not in select:
             status.status = "not selected"
             status.reason = f"{SELECT_VARIABLE}={os.environ.get(SELECT_VARIABLE, '')}"
-        elif name in failures:
-            status.status, status.reason = "failed", failures[name]
         else:
-            try:
-                backend = Backend(name, loaded[name].plugin, version)
-                _check(backend)
-                status.backend = backend
-            except Exception as exc:  # noqa: BLE001 - see below
-                # Any failure of a third-party plugin is reported in its status, never raised:
-                # one broken plugin must not break `import jax` or the listing of the others.
-                status.status = "failed"
-                status.reason = f"{type(exc).__name__}: {exc}"
-        if status.status == "failed":
-            log.warning("pjrtkit backend %r (%s %s) is not available: %s", name, dist_name,
-                        version, status.reason)
+            starts[name] = _Start(name, version, check=True).begin()
         statuses.append(status)
+    deadline = time.monotonic() + timeout
+    for status in statuses:
+        if status.name not in starts:
+            continue
+        try:
+            status.backend = starts[status.name].result(deadline, timeout)
+        except BaseException as exc:  # noqa: BLE001 - see below
+            # Any failure of a third-party plugin is reported in its status, never raised:
+            # one broken plugin must not break `import jax` or the listing of the others.
+            if not isinstance(exc, Exception):
+                raise  # KeyboardInterrupt, SystemExit in the caller's thread: not the plugin's
+            status.status, status.reason = "failed", _reason(exc)
+            log.warning("pjrtkit backend %r (%s %s) is not available: %s", status.name,
+                        status.distribution, status.version, status.reason)
     return statuses
 
 
 def load_backend(name: str) -> Backend:
     """Load one backend by name; raises BackendLoadFailure naming the installed ones."""
-    try:
-        manager = DriverManager(ENTRY_POINT_GROUP, name, invoke_on_load=False)
-    except NoMatches:
-        installed = sorted(ep.name for ep in ExtensionManager(
-            ENTRY_POINT_GROUP, invoke_on_load=False).list_entry_points())
+    entry_points = _entry_points()
+    if name not in entry_points:
         raise BackendLoadFailure(
             f"no pjrtkit backend named {name!r} is installed; installed: "
-            f"{', '.join(installed) or 'none'} (install e.g. pjrtkit-{name})") from None
-    except Exception as exc:
-        raise BackendLoadFailure(f"pjrtkit backend {name!r} failed to load: "
-                                 f"{type(exc).__name__}: {exc}") from exc
-    dist_name, version = _distribution(manager.extensions[0].entry_point)
+            f"{', '.join(sorted(entry_points)) or 'none'} (install e.g. pjrtkit-{name})")
+    _dist_name, version = _distribution(entry_points[name])
+    timeout = start_timeout_s()
     try:
-        return Backend(name, manager.driver, version)
+        return _Start(name, version, check=False).begin().result(
+            time.monotonic() + timeout, timeout)
     except PluginContractError:
         raise  # already names the backend, the hook and the fix
+    except BackendLoadFailure as exc:
+        raise BackendLoadFailure(f"pjrtkit backend {name!r} failed to load: {exc}") from exc
     except Exception as exc:
         raise BackendLoadFailure(f"pjrtkit backend {name!r} failed to start: "
                                  f"{type(exc).__name__}: {exc}") from exc

@@ -90,10 +90,19 @@ def register_plugin(platform: str, *, priority: int, c_api: Any) -> None:
 
     ``jax._src.xla_bridge.register_plugin`` is the only way to hand JAX a ``PJRT_Api`` made in
     process (no shared library); same keyword arguments in every supported release.
+
+    JAX registers plugins with ``fail_quietly=False``: with ``JAX_PLATFORMS`` unset, a plugin
+    whose client fails to start makes every JAX program raise. A pjrtkit platform is never the
+    default backend, so its registration is made quiet: JAX then records the error, the other
+    backends start, and asking for the platform raises JAX's "failed to initialize" with it.
+    Naming it in ``JAX_PLATFORMS`` still fails loudly (JAX ignores the flag there).
     """
     from jax._src import xla_bridge
 
     xla_bridge.register_plugin(platform, priority=priority, c_api=c_api)
+    registration = xla_bridge._backend_factories.get(platform)
+    if registration is not None:
+        registration.fail_quietly = True
 
 
 def backends_are_initialized() -> bool:
