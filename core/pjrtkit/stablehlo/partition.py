@@ -41,6 +41,12 @@ _cache: OrderedDict[bytes, tuple[bytes, bytes]] = OrderedDict()
 _cache_lock = threading.Lock()
 
 
+def cache_entries() -> int:
+    """Per-device programs kept now (at most ``CACHE_ENTRIES``)."""
+    with _cache_lock:
+        return len(_cache)
+
+
 def partitioned_program(code: bytes, compile_options: bytes, *, num_replicas: int,
                         num_partitions: int, isolated: bool) -> tuple[Program, bytes]:
     """(per-device Program, its StableHLO bytecode) of the global program ``code``.

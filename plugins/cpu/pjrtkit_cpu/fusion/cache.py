@@ -7,9 +7,19 @@ process. Compilation (importing Numba itself, typing, LLVM) runs on one backgrou
 caller gets a Future and keeps running the unfused kernels until it resolves. Identical sources
 share one Future within a process. Numba itself is imported on the caller's thread (see
 ``_prepare_background_compiles``).
+
+Bounded. Numba never frees a compiled function's machine code (about 1 MiB of RSS per kernel,
+measured by ``make soak``), and a constant in a fused group is a literal of its kernel, so a
+stream of distinct programs (a new constant in each) would grow the process without end. So a
+process compiles at most ``PJRTKIT_CPU_FUSED_KERNEL_LIMIT`` distinct kernels (default 1024);
+past it, and while ``PENDING_LIMIT`` compiles already wait for the compile thread, a new kernel
+is not compiled and its group keeps running the unfused kernels (same results, slower). At
+most ``KERNELS_KEPT`` compiled kernels stay in this table for sharing (least recently asked for
+go first; an executable that holds one keeps it alive).
 """
 from __future__ import annotations
 
+import collections
 import concurrent.futures
 import hashlib
 import importlib.util
@@ -26,7 +36,31 @@ log = logging.getLogger(__name__)
 _FORMAT_VERSION = "1"  # bump when the generated code's conventions change
 _lock = threading.Lock()
 _executor: concurrent.futures.ThreadPoolExecutor | None = None
-_futures: dict[str, concurrent.futures.Future] = {}
+_futures: collections.OrderedDict[str, concurrent.futures.Future] = collections.OrderedDict()
+_pending = 0  # submitted, not finished
+
+# Compiled kernels kept for reuse (each holds Numba's machine code, some 100 KiB).
+KERNELS_KEPT = 512
+# Kernels waiting for the one compile thread; past it new kernels are not compiled.
+PENDING_LIMIT = 64
+LIMIT_VARIABLE = "PJRTKIT_CPU_FUSED_KERNEL_LIMIT"
+DEFAULT_KERNEL_LIMIT = 1024
+_compiles_started = 0
+
+
+def kernel_limit() -> int:
+    """Distinct kernels one process may compile (``PJRTKIT_CPU_FUSED_KERNEL_LIMIT``)."""
+    value = os.environ.get(LIMIT_VARIABLE, "").strip()
+    try:
+        return max(0, int(value)) if value else DEFAULT_KERNEL_LIMIT
+    except ValueError:
+        log.warning("%s=%r is not a number of kernels; using %d", LIMIT_VARIABLE, value,
+                    DEFAULT_KERNEL_LIMIT)
+        return DEFAULT_KERNEL_LIMIT
+
+
+class CompileSkipped(RuntimeError):
+    """A kernel was not compiled because ``PENDING_LIMIT`` compiles were already waiting."""
 
 
 def cache_dir() -> Path:
@@ -40,19 +74,68 @@ def compile_async(source: str, signature: list[tuple[np.dtype, int, bool]]
     """A Future of the Numba dispatcher for ``kernel`` in ``source``, compiled for
     ``signature``: one (dtype, ndim, readonly) per argument, all C-contiguous arrays. The
     dispatcher never compiles again afterwards (a call with other types raises TypeError)."""
-    global _executor
+    global _executor, _pending, _compiles_started
     key = hashlib.sha256(
         f"{_FORMAT_VERSION}\n{source}\n{signature}".encode()).hexdigest()[:24]
     with _lock:
         future = _futures.get(key)
-        if future is None:
-            if _executor is None:
-                _prepare_background_compiles()
-                _executor = concurrent.futures.ThreadPoolExecutor(
-                    1, thread_name_prefix="pjrtkit-cpu-numba")
-            future = _executor.submit(_compile, key, source, signature)
-            _futures[key] = future
+        if future is not None:
+            _futures.move_to_end(key)
+            return future
+        limit = kernel_limit()
+        if _pending >= PENDING_LIMIT or _compiles_started >= limit:
+            if _compiles_started == limit:
+                _compiles_started += 1  # log the limit once
+                log.warning("pjrtkit_cpu: %d fused kernels compiled in this process (%s); new "
+                            "fused groups run unfused from now on", limit, LIMIT_VARIABLE)
+            skipped: concurrent.futures.Future = concurrent.futures.Future()
+            skipped.set_exception(CompileSkipped(
+                f"{PENDING_LIMIT} fused kernels already wait for the compile thread"
+                if _pending >= PENDING_LIMIT else f"{LIMIT_VARIABLE}={limit} reached"))
+            return skipped
+        _compiles_started += 1
+        if _executor is None:
+            _prepare_background_compiles()
+            _executor = concurrent.futures.ThreadPoolExecutor(
+                1, thread_name_prefix="pjrtkit-cpu-numba")
+        _pending += 1
+        future = _executor.submit(_compile, key, source, signature)
+        _futures[key] = future
+        _evict_locked()
+    future.add_done_callback(_finished)
     return future
+
+
+def _finished(_future: concurrent.futures.Future) -> None:
+    global _pending
+    with _lock:
+        _pending -= 1
+
+
+def _evict_locked() -> None:
+    """Drop the least recently used finished kernels past ``KERNELS_KEPT`` (lock held)."""
+    excess = len(_futures) - KERNELS_KEPT
+    if excess <= 0:
+        return
+    for key in [k for k, f in _futures.items() if f.done()][:excess]:
+        del _futures[key]
+        sys.modules.pop(_module_name(key), None)
+
+
+def cache_sizes() -> dict[str, int]:
+    """Kernels in the table (compiled or failed), compiles waiting, generated modules loaded."""
+    with _lock:
+        return {"fused_kernels": len(_futures), "fused_compiles_pending": _pending,
+                "fused_compiles_started": min(_compiles_started, kernel_limit()),
+                "fused_modules": sum(1 for name in list(sys.modules)
+                                     if name.startswith(_MODULE_PREFIX))}
+
+
+_MODULE_PREFIX = "pjrtkit_cpu_fused_"
+
+
+def _module_name(key: str) -> str:
+    return _MODULE_PREFIX + key
 
 
 class BackgroundCompiled:
@@ -124,7 +207,7 @@ def _import_source(key: str, source: str):
         tmp = directory / f".k_{key}.{os.getpid()}.{threading.get_ident()}.tmp"
         tmp.write_text(source)
         os.replace(tmp, path)
-    name = f"pjrtkit_cpu_fused_{key}"
+    name = _module_name(key)
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module

@@ -21,6 +21,8 @@ it (by other ops, nested regions or the terminator).
 from __future__ import annotations
 
 import dataclasses
+import functools
+import weakref
 
 import numpy as np
 
@@ -75,7 +77,20 @@ class Group:
         return self.compute_ops >= least and _size(self.shape) >= MIN_ELEMENTS
 
 
-_splat_cache: dict[int, tuple] = {}
+# id(constant array) -> (weak reference to it, its splat value or None); an entry leaves when
+# its array dies, so the cache never outlives the programs that hold the constants.
+_splat_cache: dict[int, tuple[weakref.ref, np.ndarray | None]] = {}
+
+
+def _forget_splat(ref: weakref.ref, key: int) -> None:
+    entry = _splat_cache.get(key)
+    if entry is not None and entry[0] is ref:
+        del _splat_cache[key]
+
+
+def splat_cache_entries() -> int:
+    """Constants whose splat answer is remembered now (bounded by the live constants)."""
+    return len(_splat_cache)
 
 
 def splat_value(op: Op):
@@ -88,13 +103,14 @@ def splat_value(op: Op):
         return None
     if value.dtype not in DTYPES:
         return None
-    cached = _splat_cache.get(id(op))
-    if cached is not None and cached[0] is value:
+    key = id(value)
+    cached = _splat_cache.get(key)
+    if cached is not None and cached[0]() is value:
         return cached[1]
     flat = value.reshape(-1)
     bits = flat.view(np.dtype(f"u{value.dtype.itemsize}")) if value.dtype != BOOL else flat
     result = np.array(flat[0]) if bool((bits == bits[0]).all()) else None
-    _splat_cache[id(op)] = (value, result)
+    _splat_cache[key] = (weakref.ref(value, functools.partial(_forget_splat, key=key)), result)
     return result
 
 

@@ -1,0 +1,53 @@
+"""The fused-kernel caches stay bounded under a stream of distinct programs (issue 13).
+
+Every program below fuses (2**14 elements) and carries a new constant, so each needs a new
+Numba kernel, the case where Numba's never-freed machine code would grow the process without
+end. Run in a fresh interpreter, with small bounds, so the counts are this test's alone.
+"""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+PROGRAMS = 12
+LIMIT = 6
+KEPT = 4
+
+SCRIPT = textwrap.dedent(f"""
+    import gc, json
+    import numpy as np, jax, jax.numpy as jnp
+    from pjrtkit_cpu.fusion import cache, groups
+
+    cache.KERNELS_KEPT = {KEPT}
+    dev, cpu = jax.devices("pjrtkit_cpu")[0], jax.devices("cpu")[0]
+    x = np.linspace(-2, 2, 128 * 128, dtype=np.float32).reshape(128, 128)
+    worst = 0.0
+    for i in range({PROGRAMS}):
+        f = jax.jit(lambda a, k=float(i) + 0.5: jnp.tanh(a) * k + 1)
+        f(jax.device_put(x, dev)).block_until_ready()
+        cache.wait_all(120)  # the next call runs the compiled kernel, if there is one
+        ours = np.asarray(f(jax.device_put(x, dev)))
+        ref = np.asarray(f(jax.device_put(x, cpu)))
+        worst = max(worst, float(np.max(np.abs(ours - ref))))
+        del f
+    gc.collect()
+    print(json.dumps({{"sizes": cache.cache_sizes(), "worst": worst}}))
+""")
+
+
+def test_distinct_programs_compile_at_most_the_limit_and_keep_at_most_the_table():
+    env = {k: v for k, v in os.environ.items() if k != "JAX_PLATFORMS"}
+    env.update(JAX_PLATFORMS="pjrtkit_cpu,cpu", PJRTKIT_CPU_FUSED_KERNEL_LIMIT=str(LIMIT),
+               PJRTKIT_CPU_FUSION="1")
+    out = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True,
+                         env=env, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    report = json.loads(out.stdout.strip().splitlines()[-1])
+    sizes = report["sizes"]
+    assert sizes["fused_compiles_started"] == LIMIT, sizes
+    assert sizes["fused_compiles_pending"] == 0, sizes
+    assert sizes["fused_kernels"] <= KEPT and sizes["fused_modules"] <= KEPT, sizes
+    # Past the limit the groups run unfused, still with XLA's answers.
+    assert report["worst"] <= 1e-5, report
+    assert out.stderr.count(f"{LIMIT} fused kernels compiled in this process") == 1, out.stderr
