@@ -51,3 +51,31 @@ def test_distinct_programs_compile_at_most_the_limit_and_keep_at_most_the_table(
     # Past the limit the groups run unfused, still with XLA's answers.
     assert report["worst"] <= 1e-5, report
     assert out.stderr.count(f"{LIMIT} fused kernels compiled in this process") == 1, out.stderr
+
+
+SPLAT_PROGRAM = """
+func.func public @main(%x: tensor<4xf32>) -> tensor<4xf32> {
+  %c = stablehlo.constant dense<2.5> : tensor<4xf32>
+  %0 = stablehlo.multiply %x, %c : tensor<4xf32>
+  return %0 : tensor<4xf32>
+}
+"""
+
+
+def test_the_splat_cache_forgets_a_constant_when_its_program_dies():
+    # It used to keep every constant array it had seen, for the life of the process.
+    import gc
+
+    from pjrtkit.stablehlo.ir import walk_ops
+    from pjrtkit.stablehlo.loader import load_program
+    from pjrtkit_cpu.fusion import groups
+
+    before = groups.splat_cache_entries()
+    program = load_program(SPLAT_PROGRAM)
+    constant = next(op for op in walk_ops(program) if op.name == "stablehlo.constant")
+    assert float(groups.splat_value(constant)) == 2.5
+    assert float(groups.splat_value(constant)) == 2.5  # answered from the cache
+    assert groups.splat_cache_entries() == before + 1
+    del program, constant
+    gc.collect()
+    assert groups.splat_cache_entries() == before
