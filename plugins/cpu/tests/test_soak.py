@@ -1,0 +1,25 @@
+"""`make soak` in miniature: the phases run, handles come back and every cache the soak watches
+is reported within its bound (the RSS slope needs the full run: `make soak`)."""
+import json
+import os
+import subprocess
+import sys
+
+
+def test_a_short_soak_reports_handles_and_bounded_caches(tmp_path):
+    report = tmp_path / "soak.json"
+    env = {k: v for k, v in os.environ.items() if k != "JAX_PLATFORMS"}
+    env.update(PJRTKIT_CPU_FUSED_KERNEL_LIMIT="8")
+    out = subprocess.run([sys.executable, "-m", "pjrtkit.testing.soak", "--executes", "300",
+                          "--transfers", "300", "--compiles", "30", "--json", str(report)],
+                         capture_output=True, text=True, env=env, timeout=600)
+    assert report.exists(), out.stderr[-3000:]
+    phases = json.loads(report.read_text())
+    assert [p["phase"] for p in phases] == ["execute", "transfer", "compile"]
+    for phase in phases:
+        assert phase["handles_back"], phase
+        assert phase["caches_bounded"], phase
+        assert {"partition_programs", "fused_kernels", "fused_compiles_pending",
+                "fused_compiles_started", "splat_constants"} <= set(phase["caches_largest"])
+    # 30 distinct fusion-sized programs: the limit, not the program count, caps the compiles.
+    assert phases[-1]["caches_largest"]["fused_compiles_started"] <= 8
