@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 
 PROGRAMS = 12
 LIMIT = 6
@@ -79,3 +80,29 @@ def test_the_splat_cache_forgets_a_constant_when_its_program_dies():
     del program, constant
     gc.collect()
     assert groups.splat_cache_entries() == before
+
+
+def test_pruning_the_disk_cache_deletes_the_oldest_old_sources_and_their_cache_files(tmp_path):
+    from pjrtkit_cpu.fusion import cache
+
+    pycache = tmp_path / "__pycache__"
+    pycache.mkdir()
+    now = time.time()
+    for i in range(6):
+        source = tmp_path / f"k_{i:024x}.py"
+        source.write_text("# kernel\n")
+        (pycache / f"{source.stem}.kernel-3.py311.nbi").write_text("index")
+        (pycache / f"{source.stem}.cpython-311.pyc").write_text("bytecode")
+        age = 7200 if i < 4 else 10  # four old sources, two fresh ones
+        os.utime(source, (now - age + i, now - age + i))
+    (tmp_path / "unrelated.txt").write_text("kept")
+
+    # Keep 3: the three oldest go, but only those older than the minimum age (all three are).
+    assert cache.prune_disk(tmp_path, keep=3, min_age_s=3600) == 3
+    left = sorted(p.name for p in tmp_path.glob("k_*.py"))
+    assert left == [f"k_{i:024x}.py" for i in (3, 4, 5)]
+    assert sorted({p.name.split(".")[0] for p in pycache.iterdir()}) == [p[:-3] for p in left]
+    assert (tmp_path / "unrelated.txt").exists()
+    # Keep 1: only one more is old enough; fresh sources are never deleted.
+    assert cache.prune_disk(tmp_path, keep=1, min_age_s=3600) == 1
+    assert sorted(p.name for p in tmp_path.glob("k_*.py")) == [f"k_{i:024x}.py" for i in (4, 5)]

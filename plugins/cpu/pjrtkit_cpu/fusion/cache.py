@@ -15,7 +15,10 @@ process compiles at most ``PJRTKIT_CPU_FUSED_KERNEL_LIMIT`` distinct kernels (de
 past it, and while ``PENDING_LIMIT`` compiles already wait for the compile thread, a new kernel
 is not compiled and its group keeps running the unfused kernels (same results, slower). At
 most ``KERNELS_KEPT`` compiled kernels stay in this table for sharing (least recently asked for
-go first; an executable that holds one keeps it alive).
+go first; an executable that holds one keeps it alive). On disk, at most ``DISK_KERNELS_KEPT``
+kernel sources (with their Numba and Python cache files) stay: every ``PRUNE_EVERY`` new
+sources, the oldest past that number and older than ``PRUNE_MIN_AGE_S`` are deleted (another
+process that still wanted one compiles it again).
 """
 from __future__ import annotations
 
@@ -27,6 +30,7 @@ import logging
 import os
 import sys
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -43,6 +47,11 @@ _pending = 0  # submitted, not finished
 KERNELS_KEPT = 512
 # Kernels waiting for the one compile thread; past it new kernels are not compiled.
 PENDING_LIMIT = 64
+# Kernel sources kept on disk, and how often and how old before pruning looks at them.
+DISK_KERNELS_KEPT = 4096
+PRUNE_EVERY = 64
+PRUNE_MIN_AGE_S = 3600.0
+_sources_written = 0
 LIMIT_VARIABLE = "PJRTKIT_CPU_FUSED_KERNEL_LIMIT"
 DEFAULT_KERNEL_LIMIT = 1024
 _compiles_started = 0
@@ -207,9 +216,48 @@ def _import_source(key: str, source: str):
         tmp = directory / f".k_{key}.{os.getpid()}.{threading.get_ident()}.tmp"
         tmp.write_text(source)
         os.replace(tmp, path)
+        _count_written_source(directory)
     name = _module_name(key)
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def _count_written_source(directory: Path) -> None:
+    global _sources_written
+    _sources_written += 1
+    if _sources_written % PRUNE_EVERY == 1:
+        try:
+            prune_disk(directory)
+        except OSError:  # another process pruning at the same time; next time then
+            log.debug("pjrtkit_cpu: pruning %s failed", directory, exc_info=True)
+
+
+def prune_disk(directory: Path, keep: int | None = None,
+               min_age_s: float | None = None) -> int:
+    """Delete the oldest kernel sources of ``directory`` past ``keep`` (``DISK_KERNELS_KEPT``)
+    that are older than ``min_age_s`` (``PRUNE_MIN_AGE_S``) and not loaded in this process,
+    with their cache files; the number deleted."""
+    keep = DISK_KERNELS_KEPT if keep is None else keep
+    min_age_s = PRUNE_MIN_AGE_S if min_age_s is None else min_age_s
+    dated = []
+    for path in directory.glob("k_*.py"):
+        try:
+            dated.append((path.stat().st_mtime, path))
+        except FileNotFoundError:
+            continue
+    dated.sort()
+    newest_allowed = time.time() - min_age_s
+    deleted = 0
+    for mtime, path in dated[:max(0, len(dated) - keep)]:
+        if mtime > newest_allowed:
+            break
+        if _module_name(path.stem[2:]) in sys.modules:
+            continue
+        for cached in (directory / "__pycache__").glob(f"{path.stem}.*"):
+            cached.unlink(missing_ok=True)
+        path.unlink(missing_ok=True)
+        deleted += 1
+    return deleted
