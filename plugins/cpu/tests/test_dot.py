@@ -150,6 +150,19 @@ def test_complex_non_finite_values_propagate_like_xla(check):
     check(jnp.matmul, x, y)
 
 
+def test_complex_dot_inside_loops(check, rng):
+    # Native while loops have no complex code: the loop must stay interpreted and still agree.
+    a = sample(rng, (6, 6), np.complex64) / 4
+
+    def fn(a):
+        powers = lax.fori_loop(0, 4, lambda i, x: x @ a + jnp.conj(x) * 0.5,
+                               jnp.eye(6, dtype=a.dtype))
+        rows = lax.scan(lambda c, r: (c + r @ a, (r @ a).real), jnp.zeros(6, a.dtype), a)
+        return powers, *rows
+
+    check(fn, a, loosen=20)
+
+
 def test_complex_dot_gradient(check, rng):
     x = sample(rng, (3, 3), np.complex128)
     check(lambda x: jax.grad(lambda a: jnp.real(jnp.sum(a @ a.conj().T)))(x), x)
