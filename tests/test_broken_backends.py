@@ -98,21 +98,73 @@ def site(tmp_path_factory) -> Path:
     return root
 
 
+class Started:
+    """A fresh interpreter with the throwaway plugins installed; ``result()`` waits for it."""
+
+    def __init__(self, site: Path, args: list[str], **env):
+        environment = {k: v for k, v in os.environ.items()
+                       if k not in ("JAX_PLATFORMS", "PJRTKIT_BACKENDS", "PJRTKIT_CPU_DEVICES")}
+        environment.update(env)
+        environment.setdefault("PJRTKIT_BACKEND_START_TIMEOUT_S", str(START_TIMEOUT_S))
+        environment["PYTHONPATH"] = os.pathsep.join(
+            [str(site), str(TEMPLATE_DIR), environment.get("PYTHONPATH", "")])
+        self.args = [sys.executable, *args]
+        self.began = time.monotonic()
+        self.process = subprocess.Popen(self.args, stdout=subprocess.PIPE,
+                                        stderr=subprocess.PIPE, text=True, env=environment)
+        self._result: subprocess.CompletedProcess | None = None
+        self.seconds = 0.0
+
+    def result(self) -> subprocess.CompletedProcess:
+        if self._result is None:
+            try:
+                stdout, stderr = self.process.communicate(timeout=240)
+            finally:
+                if self.process.poll() is None:
+                    self.process.kill()
+            self.seconds = time.monotonic() - self.began
+            self._result = subprocess.CompletedProcess(self.args, self.process.returncode,
+                                                       stdout, stderr)
+        return self._result
+
+
 def run(site: Path, args: list[str], **env) -> subprocess.CompletedProcess:
-    environment = {k: v for k, v in os.environ.items()
-                   if k not in ("JAX_PLATFORMS", "PJRTKIT_BACKENDS", "PJRTKIT_CPU_DEVICES")}
-    environment.update(env)
-    environment.setdefault("PJRTKIT_BACKEND_START_TIMEOUT_S", str(START_TIMEOUT_S))
-    environment["PYTHONPATH"] = os.pathsep.join(
-        [str(site), str(TEMPLATE_DIR), environment.get("PYTHONPATH", "")])
-    return subprocess.run([sys.executable, *args], capture_output=True, text=True,
-                          env=environment, timeout=240)
+    return Started(site, args, **env).result()
 
 
-def test_pjrtkit_list_reports_each_broken_backend_with_its_reason(site):
-    started = time.monotonic()
-    out = run(site, ["-m", "pjrtkit.cli", "list", "--json"])
-    elapsed = time.monotonic() - started
+JAX_PROGRAM = textwrap.dedent("""
+    import jax, jax.numpy as jnp
+    from jax.experimental import topologies
+    print("default", jax.devices()[0].platform)
+    cpu = jax.devices("pjrtkit_cpu")[0]
+    print("pjrtkit_cpu", float(jax.jit(lambda x: (x * x).sum())(jnp.arange(4.0, device=cpu))))
+    clone = jax.devices("pjrtkit_rules_and_aot_raise")[0]
+    print("clone", jax.jit(lambda x: x + x)(jnp.ones(2, jnp.float32, device=clone)).tolist())
+    try:
+        topologies.get_topology_desc("", platform="pjrtkit_rules_and_aot_raise")
+    except Exception as exc:
+        print("aot", type(exc).__name__, "make_topology broken on purpose" in str(exc))
+    for platform in ("pjrtkit_client_fails_in_jax", "pjrtkit_topology_hangs"):
+        try:
+            jax.devices(platform)
+        except Exception as exc:
+            print("absent", platform, type(exc).__name__)
+    print("still", float(jnp.ones(3, device=cpu).sum()), jax.devices("cpu")[0].platform)
+""")
+
+
+@pytest.fixture(scope="module")
+def with_hanging_backends(site) -> dict[str, Started]:
+    """`pjrtkit list` and a JAX program beside every throwaway backend, the hanging ones
+    included; started together, so the module waits for the start timeout once."""
+    return {"list": Started(site, ["-m", "pjrtkit.cli", "list", "--json"]),
+            "jax": Started(site, ["-c", JAX_PROGRAM])}
+
+
+def test_pjrtkit_list_reports_each_broken_backend_with_its_reason(with_hanging_backends):
+    listing = with_hanging_backends["list"]
+    out = listing.result()
+    elapsed = listing.seconds
     assert out.returncode == 0, out.stderr
     statuses = {s["name"]: s for s in json.loads(out.stdout)}
     assert statuses["cpu"]["status"] == "ok"
@@ -133,26 +185,8 @@ def test_pjrtkit_list_reports_each_broken_backend_with_its_reason(site):
         assert out.stderr.count(f"pjrtkit backend {name!r}") == 1, out.stderr
 
 
-def test_jax_and_the_cpu_backend_work_beside_broken_backends(site):
-    out = run(site, ["-c", textwrap.dedent("""
-        import jax, jax.numpy as jnp
-        from jax.experimental import topologies
-        print("default", jax.devices()[0].platform)
-        cpu = jax.devices("pjrtkit_cpu")[0]
-        print("pjrtkit_cpu", float(jax.jit(lambda x: (x * x).sum())(jnp.arange(4.0, device=cpu))))
-        clone = jax.devices("pjrtkit_rules_and_aot_raise")[0]
-        print("clone", jax.jit(lambda x: x + x)(jnp.ones(2, jnp.float32, device=clone)).tolist())
-        try:
-            topologies.get_topology_desc("", platform="pjrtkit_rules_and_aot_raise")
-        except Exception as exc:
-            print("aot", type(exc).__name__, "make_topology broken on purpose" in str(exc))
-        for platform in ("pjrtkit_client_fails_in_jax", "pjrtkit_topology_hangs"):
-            try:
-                jax.devices(platform)
-            except Exception as exc:
-                print("absent", platform, type(exc).__name__)
-        print("still", float(jnp.ones(3, device=cpu).sum()), jax.devices("cpu")[0].platform)
-    """)])
+def test_jax_and_the_cpu_backend_work_beside_broken_backends(with_hanging_backends):
+    out = with_hanging_backends["jax"].result()
     assert out.returncode == 0, out.stderr[-3000:]
     lines = out.stdout.splitlines()
     assert lines[:4] == ["default cpu", "pjrtkit_cpu 14.0", "clone [2.0, 2.0]",
@@ -167,7 +201,8 @@ def test_jax_and_the_cpu_backend_work_beside_broken_backends(site):
 
 def test_naming_the_broken_backend_in_jax_platforms_fails_loudly_and_says_why(site):
     out = run(site, ["-c", "import jax; jax.devices()"],
-              JAX_PLATFORMS="pjrtkit_client_fails_in_jax,cpu")
+              JAX_PLATFORMS="pjrtkit_client_fails_in_jax,cpu",
+              PJRTKIT_BACKENDS="client_fails_in_jax,cpu")  # no hanging ones: no timeout wait
     assert out.returncode != 0
     assert "client broken on purpose after the start check" in out.stderr
 
