@@ -9,7 +9,8 @@ apart rather than being copied to flatten them); only what BLAS cannot read is c
 How many BLAS threads a contraction may use is the backend's policy, not semantics:
 ``contraction_rules(threads)`` builds the rules with one (the cpu plugin's widens big ones).
 
-Numerics follow XLA's CPU backend: f16/bf16 contract in f32 and round once; integers are exact
+Numerics follow XLA's CPU backend: f16/bf16 contract in f32 and round once, float8/float4 too
+(rounded through float16 where XLA computes them in float16); integers are exact
 with wraparound in the result type (a ring homomorphism, so any wider exact accumulator works);
 bool is OR of ANDs; complex contracts in the result's precision (complex64 or complex128)
 with BLAS's cgemm/zgemm, like XLA's complex GEMM.
@@ -25,13 +26,14 @@ import ml_dtypes
 import numpy as np
 
 from pjrtkit.stablehlo.attributes import DotDimensionNumbers, OpaqueAttribute
+from pjrtkit.reference.dtypes import NARROW_FLOATS, NARROW_INTS, compute_dtype
 from pjrtkit.reference.registry import REFERENCE
 
 _F32 = np.dtype(np.float32)
 _F64 = np.dtype(np.float64)
 _C64 = np.dtype(np.complex64)
 _C128 = np.dtype(np.complex128)
-_NARROW_FLOATS = (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
+_NARROW_FLOATS = NARROW_FLOATS  # float16, bfloat16, every float8 and float4 type
 
 # Algorithms that mean exactly what the default lowering computes for these operand dtypes.
 _ALGORITHM_FIELDS = re.compile(r"(lhs_precision_type|rhs_precision_type|accumulation_type|"
@@ -41,9 +43,16 @@ _MLIR_FLOAT = {"f16": np.dtype(np.float16), "bf16": np.dtype(ml_dtypes.bfloat16)
                "f64": _F64}
 
 
+def _kind(dtype: np.dtype) -> str:
+    """NumPy's kind letter, with int2/int4 ("i") and uint2/uint4 ("u") told apart from "V"."""
+    if dtype in NARROW_INTS:
+        return "i" if ml_dtypes.iinfo(dtype).min < 0 else "u"
+    return dtype.kind
+
+
 def _compute_dtype(lhs: np.dtype, rhs: np.dtype, result: np.dtype, contracted: int):
     """The dtype the matmul runs in, or None when no exact/faithful choice exists."""
-    kinds = {lhs.kind, rhs.kind, result.kind}
+    kinds = {_kind(lhs), _kind(rhs), _kind(result)}
     if result.kind == "c":
         # XLA's CPU backend multiplies complex matrices in the result's precision (Eigen's
         # complex GEMM); complex128 when anything involved is 64-bit wide.
@@ -65,7 +74,7 @@ def _compute_dtype(lhs: np.dtype, rhs: np.dtype, result: np.dtype, contracted: i
 def _magnitude(dtype: np.dtype) -> int:
     if dtype.kind == "b":
         return 1
-    info = np.iinfo(dtype)
+    info = ml_dtypes.iinfo(dtype)
     return max(abs(int(info.min)), int(info.max))
 
 
@@ -125,9 +134,12 @@ def _lower(op, ctx, dims: DotDimensionNumbers, threads: ThreadPolicy | None):
     lhs_cast = lhs_t.dtype != compute
     rhs_cast = rhs_t.dtype != compute
     to_bool = out_dtype.kind == "b"
+    # XLA rounds a float32 result to float8/float4 through its compute type (float16 for most)
+    via_compute = compute_dtype(out_dtype) if out_dtype in _NARROW_FLOATS \
+        and compute_dtype(out_dtype) != compute else None
     # Float results go straight from compute to result dtype (one rounding); integer results
     # computed in float64 pass through int64 so the final cast wraps instead of saturating.
-    via_int64 = out_dtype.kind in "iu" and compute == _F64
+    via_int64 = _kind(out_dtype) in "iu" and compute == _F64
     flops = 2.0 * batch * m * n * k
     # Leading dimensions of the matmul: the batch dims flattened (or none), else kept apart;
     # np.matmul loops over them in C and calls BLAS once per (M,K)@(K,N) pair.
@@ -155,6 +167,8 @@ def _lower(op, ctx, dims: DotDimensionNumbers, threads: ThreadPolicy | None):
             return ((product > 0).reshape(out_shape),)
         if via_int64:
             product = product.astype(np.int64)
+        elif via_compute is not None:
+            product = product.astype(via_compute)
         return (product.reshape(out_shape).astype(out_dtype, copy=False),)
 
     return kernel

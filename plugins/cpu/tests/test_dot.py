@@ -150,6 +150,51 @@ def test_complex_non_finite_values_propagate_like_xla(check):
     check(jnp.matmul, x, y)
 
 
+NARROW = [ml_dtypes.float8_e5m2, ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e4m3b11fnuz,
+          ml_dtypes.float8_e5m2fnuz, ml_dtypes.float8_e4m3fnuz, ml_dtypes.float8_e4m3,
+          ml_dtypes.float8_e3m4, ml_dtypes.float8_e8m0fnu, ml_dtypes.float4_e2m1fn]
+
+
+@pytest.mark.parametrize("dtype", NARROW, ids=ids(NARROW))
+def test_float8_and_float4_dot_bit_for_bit(rng, dtype):
+    # XLA contracts in float32 and rounds once, through float16 for the types it computes in
+    # float16. Every bit pattern (NaN, infinities, zeros, denormals), short and long
+    # contractions, and a float32 result (the usual fp8 matmul).
+    from pjrtkit.testing.programs import run_on_xla_cpu, run_with_registry
+    from pjrtkit_cpu.lowering import RULES
+
+    float4 = np.dtype(dtype) == np.dtype(ml_dtypes.float4_e2m1fn)
+
+    def draw(shape):
+        bits = rng.integers(0, 256, shape).astype(np.uint8)
+        return (bits & 0x0F if float4 else bits).view(dtype)
+
+    args = (draw((6, 8)), draw((8, 5)), draw((4, 300)), draw((300, 3)))
+
+    def fn(a, b, c, d):
+        out = (lax.dot(a, b), lax.dot(c, d))
+        if float4:  # XLA's CPU backend refuses float4 operands with a float32 result
+            return out
+        return (*out, lax.dot(c, d, preferred_element_type=np.float32))
+
+    ours = run_with_registry(fn, args, RULES)
+    ref = run_on_xla_cpu(fn, args)
+    for i, (x, y) in enumerate(zip(ours, ref)):
+        assert x.dtype == y.dtype, (i, x.dtype, y.dtype)
+        np.testing.assert_array_equal(np.asarray(x, np.float32), np.asarray(y, np.float32),
+                                      err_msg=f"output {i}")
+
+
+@pytest.mark.parametrize("dtype", [ml_dtypes.int4, ml_dtypes.uint4], ids=["int4", "uint4"])
+def test_int4_dot_wraps_like_xla(check, rng, dtype):
+    # Every value of the type; sums wrap to 4 bits, as XLA's int8 arithmetic narrowed back.
+    info = ml_dtypes.iinfo(dtype)
+    x, y = (rng.integers(int(info.min), int(info.max) + 1, shape).astype(dtype)
+            for shape in ((5, 7), (7, 3)))
+    # (XLA's CPU backend refuses int4 operands with a wider result, so none is compared.)
+    check(lambda x, y: lax.dot(x, y), x, y)
+
+
 def test_complex_dot_inside_loops(check, rng):
     # Native while loops have no complex code: the loop must stay interpreted and still agree.
     a = sample(rng, (6, 6), np.complex64) / 4
