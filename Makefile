@@ -43,13 +43,16 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/python examples/mlp_train.py --steps 20
 
-# The conformance reports first, then pytest, whose summary line closes the output.
+# The conformance reports first, then pytest, whose summary line closes the output; the tests
+# that read a whole-suite report read the one just written (PJRTKIT_TEST_CONFORMANCE_REPORTS)
+# instead of running the suite a second time.
 # pytest on TEST_WORKERS processes (pytest-xdist; 2 = the CI machine's cores, 0 = one process).
 TEST_WORKERS ?= 2
 test: $(STAMP)
 	$(MAKE) --no-print-directory lint
 	$(MAKE) --no-print-directory conformance
-	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS)
+	PJRTKIT_TEST_CONFORMANCE_REPORTS=$(CURDIR)/build/conformance \
+		$(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS)
 
 # The lint floor: ruff with the rules in pyproject.toml (import cycles and private imports are
 # tests/test_import_graph.py, run with the tests).
@@ -63,7 +66,9 @@ conformance: $(STAMP)
 	@for plugin in $(PLUGINS); do \
 		echo "conformance suite: $$plugin"; \
 		$(BIN)/pjrtkit conformance $$plugin --quiet --json build/conformance/$$plugin.json \
-			--markdown build/conformance/$$plugin.md || exit 1; \
+			--markdown build/conformance/$$plugin.md > build/conformance/$$plugin.out \
+			|| { cat build/conformance/$$plugin.out; exit 1; }; \
+		cat build/conformance/$$plugin.out; \
 	done
 
 bench: $(STAMP)

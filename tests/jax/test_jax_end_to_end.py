@@ -50,8 +50,8 @@ def test_an_op_the_plugin_lacks_is_unimplemented_naming_the_op_and_the_process_l
         import jax, jax.numpy as jnp
         from jax import lax
         try:
-            x = jnp.ones((3, 3), dtype=jnp.float32)  # only the default dot algorithm is implemented
-            jax.jit(lambda x: lax.dot(x, x, precision=lax.DotAlgorithmPreset.BF16_BF16_F32))(
+            x = jnp.ones((3, 3), dtype=jnp.float32)  # F16_F16_F16 is not implemented
+            jax.jit(lambda x: lax.dot(x, x, precision=lax.DotAlgorithmPreset.F16_F16_F16))(
                 x).block_until_ready()
         except Exception as exc:
             print(type(exc).__name__, "|", str(exc).splitlines()[0])
@@ -61,7 +61,7 @@ def test_an_op_the_plugin_lacks_is_unimplemented_naming_the_op_and_the_process_l
     first, alive = out.stdout.strip().splitlines()
     assert first.startswith("JaxRuntimeError | UNIMPLEMENTED:"), first
     assert "pjrtkit_cpu" in first and "stablehlo.dot_general" in first, first
-    assert "lhs_precision_type = bf16" in first, first
+    assert "dot algorithm" in first and "float16 x float16" in first, first
     assert alive == "alive 3.0"
 
 

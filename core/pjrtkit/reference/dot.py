@@ -78,22 +78,45 @@ def _magnitude(dtype: np.dtype) -> int:
     return max(abs(int(info.min)), int(info.max))
 
 
-def _check_algorithm(op, ctx, compute: np.dtype, lhs: np.dtype, rhs: np.dtype) -> None:
+_BF16 = np.dtype(ml_dtypes.bfloat16)
+# (lhs, rhs component counts, primitive operations) of BF16_BF16_F32, its _X3 and its _X6.
+_BF16_SPLITS = {("1", "1", "1"), ("1", "1", "3"), ("1", "1", "6")}
+
+
+def _algorithm_compute(op, ctx, compute: np.dtype, lhs: np.dtype, rhs: np.dtype) -> np.dtype:
+    """The dtype the contraction runs in under the op's dot algorithm, as XLA's CPU backend
+    runs it; UNIMPLEMENTED for an algorithm it does not run.
+
+    XLA's CPU backend accepts (jax 0.10.2 to 0.12, measured against float64): the algorithm
+    that names the default for the operand dtypes; BF16_BF16_F32 and its X3/X6 splits, which
+    it computes as a plain float32 contraction (as accurate as F32_F32_F32, so at least as
+    accurate as the algorithm asks; attention in jax.nn uses BF16_BF16_F32 on float32 x
+    bfloat16 operands); F32_F32_F32; and F64_F64_F64, which contracts in float64 and rounds
+    once to the result type."""
     algorithm = op.attributes.get("algorithm")
     if algorithm is None:
-        return
+        return compute
     fields = dict(_ALGORITHM_FIELDS.findall(algorithm.text)) \
         if isinstance(algorithm, OpaqueAttribute) else {}
-    faithful = (
-        _MLIR_FLOAT.get(fields.get("lhs_precision_type")) == lhs
-        and _MLIR_FLOAT.get(fields.get("rhs_precision_type")) == rhs
-        and _MLIR_FLOAT.get(fields.get("accumulation_type")) == compute
-        and fields.get("lhs_component_count") == "1"
-        and fields.get("rhs_component_count") == "1"
-        and fields.get("num_primitive_operations") == "1")
-    if not faithful:
-        raise ctx.unimplemented(op, f"dot algorithm {algorithm} (only the default algorithm "
-                                    f"for the operand dtypes is implemented)")
+    lhs_p, rhs_p, accumulate = (_MLIR_FLOAT.get(fields.get(name)) for name in (
+        "lhs_precision_type", "rhs_precision_type", "accumulation_type"))
+    counts = tuple(fields.get(name) for name in (
+        "lhs_component_count", "rhs_component_count", "num_primitive_operations"))
+    floats = {lhs.kind, rhs.kind} == {"f"} or {lhs, rhs} <= {_F32, _F64, np.dtype(np.float16),
+                                                             _BF16}
+    if (lhs_p, rhs_p, accumulate) == (lhs, rhs, compute) and counts == ("1", "1", "1"):
+        return compute  # the default, spelled out
+    if floats and compute == _F32 and accumulate == _F32:
+        if lhs_p == rhs_p == _BF16 and counts in _BF16_SPLITS:
+            return _F32
+        if lhs_p == rhs_p == _F32 and counts == ("1", "1", "1"):
+            return _F32
+    if floats and lhs_p == rhs_p == accumulate == _F64 and counts == ("1", "1", "1") \
+            and compute in (_F32, _F64):
+        return _F64
+    raise ctx.unimplemented(op, f"dot algorithm {algorithm} on {lhs.name} x {rhs.name} "
+                                f"(implemented: the default for the operand dtypes, "
+                                f"BF16_BF16_F32[_X3|_X6], F32_F32_F32, F64_F64_F64)")
 
 
 # A backend's thread policy for one contraction: ``threads(flops, flops_per_blas_call)`` at
@@ -119,7 +142,7 @@ def _lower(op, ctx, dims: DotDimensionNumbers, threads: ThreadPolicy | None):
     if compute is None:
         raise ctx.unimplemented(op, f"dot of {lhs_t.dtype.name} x {rhs_t.dtype.name} -> "
                                     f"{result_t.dtype.name}")
-    _check_algorithm(op, ctx, compute, lhs_t.dtype, rhs_t.dtype)
+    compute = _algorithm_compute(op, ctx, compute, lhs_t.dtype, rhs_t.dtype)
 
     lhs_perm = tuple(lb + lf + lc)
     rhs_perm = tuple(rb + rc + rf)

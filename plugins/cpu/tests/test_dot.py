@@ -102,13 +102,45 @@ def test_default_equivalent_algorithm_is_accepted(check, rng):
           loosen=20)
 
 
+# The presets XLA's CPU backend runs on float operands, and how (see reference/dot.py):
+# BF16_BF16_F32 and its splits as float32 contractions, F64_F64_F64 in float64.
+XLA_CPU_PRESETS = ["BF16_BF16_F32", "BF16_BF16_F32_X3", "BF16_BF16_F32_X6", "F32_F32_F32",
+                   "F64_F64_F64"]
+OPERANDS = [(np.float32, np.float32), (np.float32, ml_dtypes.bfloat16),
+            (ml_dtypes.bfloat16, ml_dtypes.bfloat16)]
+
+
+@pytest.mark.parametrize("operands", OPERANDS, ids=lambda p: "x".join(ids(p)))
+@pytest.mark.parametrize("preset", XLA_CPU_PRESETS)
+def test_algorithms_xla_cpu_runs(check, rng, preset, operands):
+    # Normal values, not small integers: rounding an operand to bfloat16 (what the preset's
+    # name suggests, and what XLA's CPU backend does not do) shows at 1e-3, far past the
+    # float32 tolerance.
+    (lt, rt) = operands
+    x = rng.standard_normal((2, 7, 33)).astype(lt)
+    y = rng.standard_normal((2, 33, 5)).astype(rt)
+    algorithm = getattr(lax.DotAlgorithmPreset, preset)
+    check(lambda x, y: lax.dot_general(x, y, (((2,), (1,)), ((0,), (0,))), precision=algorithm,
+                                       preferred_element_type=np.float32), x, y, loosen=20)
+
+
+def test_attention_with_its_bf16_algorithm_matches_xla(check, rng):
+    # jax.nn.dot_product_attention's XLA path contracts float32 x bfloat16 with BF16_BF16_F32
+    # (what JAX's nn_test.py runs).
+    import jax
+    q, k, v = (rng.standard_normal((2, 16, 2, 8)).astype(ml_dtypes.bfloat16) for _ in "qkv")
+    check(lambda q, k, v: jax.nn.dot_product_attention(q, k, v, implementation="xla"), q, k, v,
+          loosen=4)
+
+
 def test_other_algorithm_is_unimplemented(registry, rng):
     from pjrtkit.testing.programs import run_with_registry
     x, y = (rng.standard_normal(s).astype(np.float32) for s in ((3, 5), (5, 2)))
-    with pytest.raises(Unimplemented, match="dot algorithm"):
+    # F16_F16_F16: JAX casts the operands to float16 and XLA's CPU backend runs it; the
+    # reference does not (yet): a compile-time refusal naming the algorithm and the dtypes.
+    with pytest.raises(Unimplemented, match="dot algorithm .* on float16 x float16"):
         run_with_registry(lambda x, y: lax.dot(
-            x, y, precision=lax.DotAlgorithmPreset.BF16_BF16_F32), (x, y), registry)
-
+            x, y, precision=lax.DotAlgorithmPreset.F16_F16_F16), (x, y), registry)
 
 
 COMPLEX = [np.complex64, np.complex128]
