@@ -21,15 +21,17 @@ SETS := $(patsubst constraints-jax%.txt,%,$(wildcard constraints-jax*.txt))
 .PHONY: demo test lint install bench accuracy dtype-sweep conformance fuzz soak clean jax-tests-env jax-tests jax-tests-ci
 
 # Every plugin in the repository (a directory under plugins/ with a pyproject.toml) is installed
-# and measured by `make conformance`; the cpu plugin first, since others may import it.
+# and measured by `make conformance`; the cpu plugin first, since others may import it. The
+# shared GPU lowering (gpu/, pjrtkit-gpu) is not a plugin: it is installed before them.
 PLUGINS := cpu $(filter-out cpu,$(sort $(notdir $(patsubst %/,%,$(dir $(wildcard plugins/*/pyproject.toml))))))
 
-$(STAMP): pyproject.toml setup.py $(CONSTRAINTS) $(wildcard plugins/*/pyproject.toml) core/pjrtkit/abi/_build.py $(wildcard core/pjrtkit/abi/*.h)
+$(STAMP): pyproject.toml setup.py $(CONSTRAINTS) gpu/pyproject.toml $(wildcard plugins/*/pyproject.toml) core/pjrtkit/abi/_build.py $(wildcard core/pjrtkit/abi/*.h)
 	@$(PYTHON) -c "" >/dev/null 2>&1 || { echo "cannot run $(PYTHON); run: make PYTHON=/path/to/python$(if $(JAX),3.12,3.11)$(if $(JAX), JAX=$(JAX))"; exit 1; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade "pip>=24" -c $(CONSTRAINTS)
 	$(BIN)/python -m pip install -q -c $(CONSTRAINTS) setuptools wheel cffi
 	$(BIN)/python -m pip install -q -c $(CONSTRAINTS) --no-build-isolation -e '.[test]'
+	$(BIN)/python -m pip install -q -c $(CONSTRAINTS) --no-build-isolation -e 'gpu[cuda,rocm]'
 	for plugin in $(PLUGINS); do \
 		$(BIN)/python -m pip install -q -c $(CONSTRAINTS) --no-build-isolation -e plugins/$$plugin || exit 1; \
 	done
