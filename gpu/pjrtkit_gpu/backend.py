@@ -116,13 +116,13 @@ class GpuBackend:
         from pjrtkit.lowering.plan import build_plan
         from pjrtkit.stablehlo.cost import estimate_cost
 
-        from pjrtkit_gpu.fusion import fuse_elementwise
-        from pjrtkit_gpu.lowering import registry_for
-
         if options.num_partitions > 1:
             raise Unimplemented(f"{self.platform}: programs over {options.num_partitions} "
                                 f"partitions (no GPU collectives yet)")
-        driver = self.driver()
+        driver = self.driver()  # first: it chooses the mode Triton is imported in
+        from pjrtkit_gpu.fusion import fuse_elementwise
+        from pjrtkit_gpu.lowering import registry_for
+
         program = fuse_elementwise(program)
         plans = {}
         for device in devices:

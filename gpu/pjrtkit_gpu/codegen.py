@@ -70,13 +70,15 @@ def elementwise_source(name: str, inputs: list[tuple[str, bool, str]], body: lis
     return HEADER + "\n".join(lines) + "\n"
 
 
-def row_reduce_source(name: str, load: str, identity: str, combine: str, finish: str,
+def row_reduce_source(name: str, load: str, identity: str, combine: str, row: str, finish: str,
                       accumulator: str) -> str:
     """A kernel reducing each row of a row-major (M, K) array into out[M]; grid (cdiv(M, BM),).
 
     ``load`` converts a loaded tile ``{v}`` to the accumulator type ``accumulator``;
     ``identity`` is the neutral element (masked lanes), ``combine`` the body on ``{a}``, ``{b}``
-    (a ``tl.reduce`` combine function), ``finish`` folds the init value ``{init}`` into the
+    (elementwise, on the per-row partial results), ``row`` reduces a tile ``{v}`` along axis 1
+    (Triton's built-in ``tl.sum``/``tl.max``/``tl.min`` where one fits: Triton's interpreter
+    runs a custom ``tl.reduce`` combine once per element, seconds per tile), ``finish`` folds the init value ``{init}`` into the
     row's result ``{v}`` and converts it to the output's storage type.
     """
     return HEADER + f"""@triton.jit
@@ -94,7 +96,7 @@ def {name}(x, init, out, M, K, BM: tl.constexpr, BK: tl.constexpr):
         mask = (rows[:, None] < M) & (k[None, :] < K)
         tile = tl.load(x + rows[:, None] * K + k[None, :], mask=mask)
         tile = tl.where(mask, {load.format(v="tile")}, {identity})
-        part = tl.reduce(tile, 1, {name}_combine)
+        part = {row.format(v="tile", combine=f"{name}_combine")}
         acc = {name}_combine(acc, part)
     init_value = {load.format(v="tl.load(init)")}
     tl.store(out + rows, {finish.format(v=f"{name}_combine(init_value, acc)")}, mask=rows < M)

@@ -2,7 +2,8 @@
 hsaco) and for Triton's interpreter. Generated kernels (fused elementwise chains, reductions) are
 ``codegen``'s.
 
-Import only after ``triton_setup.import_triton`` chose the mode. Kernels use only APIs that
+Importing this module imports Triton in the process's mode (``triton_setup.import_triton``):
+interpreted under emulation, compiled otherwise. Kernels use only APIs that
 Triton 3.6 and 3.9 both have (``tl.load``/``store`` with masks, ``tl.dot`` with
 ``input_precision``, ``tl.sum``, ``tl.where``, ``tl.program_id``, ``tl.arange``, ``.to``).
 Index arithmetic is 64-bit: arrays may pass 2**31 elements.
@@ -11,8 +12,9 @@ Index arithmetic is 64-bit: arrays may pass 2**31 elements.
 """
 from __future__ import annotations
 
-import triton
-import triton.language as tl
+from pjrtkit_gpu.triton_setup import import_triton
+
+triton, tl = import_triton()
 
 MAX_RANK = 6
 ELEMENTWISE_BLOCK = 1024
@@ -65,11 +67,13 @@ def iota(out, n, stride, size, IS_FLOAT: tl.constexpr, BLOCK: tl.constexpr):
 
 @triton.jit
 def batched_matmul(a, b, c, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-                   USE_DOT: tl.constexpr, IEEE: tl.constexpr):
+                   USE_DOT: tl.constexpr, IEEE: tl.constexpr, WIDEN: tl.constexpr):
     """``c[z] = a[z] @ b[z]`` for row-major a (Z, M, K), b (Z, K, N), c (Z, M, N); grid
     (cdiv(M, BM), cdiv(N, BN), Z). USE_DOT: tl.dot with float32 accumulation (float32 inputs
     with IEEE float32 products, not TF32); else products broadcast and summed in c's type
-    (float64, integers: wrapping like XLA)."""
+    (float64, integers: wrapping like XLA). WIDEN: bfloat16 tiles are widened to float32 before
+    tl.dot (exact: their products are exact in float32); only under Triton's interpreter,
+    whose tl.dot multiplies bfloat16's raw bits."""
     pm = tl.program_id(0)
     pn = tl.program_id(1)
     z = tl.program_id(2).to(tl.int64)
@@ -89,6 +93,9 @@ def batched_matmul(a, b, c, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.
                     mask=(rm[:, None] < M) & (ka[None, :] < K), other=0)
         y = tl.load(b + ka[:, None].to(tl.int64) * N + rn[None, :],
                     mask=(ka[:, None] < K) & (rn[None, :] < N), other=0)
+        if WIDEN:
+            x = x.to(tl.float32)
+            y = y.to(tl.float32)
         if USE_DOT:
             if IEEE:
                 acc += tl.dot(x, y, input_precision="ieee")
@@ -97,6 +104,6 @@ def batched_matmul(a, b, c, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.
         else:
             x = x.to(c.dtype.element_ty)
             y = y.to(c.dtype.element_ty)
-            acc += tl.sum(x[:, :, None] * y[None, :, :], axis=1)
+            acc += tl.sum(x[:, :, None] * y[None, :, :], axis=1).to(c.dtype.element_ty)
     tl.store(c + rm[:, None].to(tl.int64) * N + rn[None, :], acc.to(c.dtype.element_ty),
              mask=(rm[:, None] < M) & (rn[None, :] < N))

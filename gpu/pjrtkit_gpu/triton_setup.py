@@ -13,14 +13,22 @@ import sys
 from pjrtkit.errors import FailedPrecondition
 
 _INTERPRET = "TRITON_INTERPRET"
+_chosen: list[bool] = []  # the mode of this process, once chosen
 
 
-def import_triton(*, interpret: bool):
+def import_triton(*, interpret: bool | None = None):
     """``(triton, triton.language)`` with ``@triton.jit`` interpreting (emulation) or compiling.
+
+    ``interpret=None``: the mode already chosen in this process (by the emulated driver, or by
+    the compile report), else the one ``PJRTKIT_GPU_EMULATE`` asks for.
 
     Raises:
         FailedPrecondition: Triton was already imported in the other mode in this process.
     """
+    if interpret is None:
+        from pjrtkit_gpu import settings
+
+        interpret = _chosen[0] if _chosen else settings.emulation_requested()
     wanted = "1" if interpret else ""
     if "triton" not in sys.modules:
         if interpret:
@@ -40,4 +48,6 @@ def import_triton(*, interpret: bool):
             f"{_INTERPRET}={os.environ.get(_INTERPRET, '')!r} before pjrtkit: emulation and GPU "
             f"compilation cannot share a process (start another, or set PJRTKIT_GPU_EMULATE "
             f"to match)")
+    if not _chosen:
+        _chosen.append(bool(interpret))
     return triton, tl

@@ -73,7 +73,7 @@ class Driver(abc.ABC):
         return DeviceArray(self.allocate(device_index, nbytes), tuple(shape), dtype)
 
     def from_host(self, device_index: int, array: np.ndarray) -> DeviceArray:
-        array = np.ascontiguousarray(array)
+        array = np.array(array, order="C", copy=None)  # ascontiguousarray makes 0-d 1-d
         result = self.empty(device_index, array.shape, array.dtype)
         if array.nbytes:
             self.upload(result.memory, array)

@@ -110,7 +110,7 @@ class CudaDriver(Driver):
 
     def upload(self, memory, host):
         self._use(memory.device_index)
-        host = np.ascontiguousarray(host)
+        host = np.array(host, order="C", copy=None)
         _check(self._cu, self._cu.cuMemcpyHtoDAsync(memory.pointer, host.ctypes.data, host.nbytes,
                                                     self._streams[memory.device_index]),
                "cuMemcpyHtoDAsync")

@@ -96,7 +96,7 @@ class HipDriver(Driver):
 
     def upload(self, memory, host):
         self._use(memory.device_index)
-        host = np.ascontiguousarray(host)
+        host = np.array(host, order="C", copy=None)
         _check(self._hip, self._hip.hipMemcpy(memory.pointer, host, host.nbytes,
                                               self._hip.hipMemcpyKind.hipMemcpyHostToDevice),
                "hipMemcpy")

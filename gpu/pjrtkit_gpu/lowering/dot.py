@@ -41,7 +41,8 @@ def _lower(op, ctx, numbers: DotDimensionNumbers):
     lhs_order, rhs_order = (*lb, *lf, *lc), (*rb, *rc, *rf)
     bm, bn, bk = kernels.MATMUL_TILES if use_dot else kernels.MATMUL_TILES_BROADCAST
     constexprs = {"BM": bm, "BN": bn, "BK": bk, "USE_DOT": use_dot,
-                  "IEEE": lhs_t.dtype == D.FLOAT32}
+                  "IEEE": lhs_t.dtype == D.FLOAT32,
+                  "WIDEN": use_dot and lhs_t.dtype == D.BFLOAT16 and ctx.payloads.driver.interprets}
     grid = (blocks(m, bm), blocks(n, bn), max(z, 1))
     driver, device = ctx.payloads.driver, ctx.payloads.device_index
 

@@ -28,29 +28,40 @@ def _store_template(dtype) -> str:
     return "{v}"
 
 
-def chain_kernel(op, ctx, ops, inputs, outputs):
-    """The kernel running ``ops`` (elementwise, in order) from the payloads of ``inputs`` to
-    those of ``outputs``; UNIMPLEMENTED (naming op and dtype) for an op without an expression."""
+def chain_source(ops, inputs, outputs) -> str:
+    """The generated kernel's source for ``ops`` (elementwise, in order) from ``inputs`` to
+    ``outputs``; ``NoKernel`` (with the op, as ``exc.op``) for an op or dtype it lacks."""
     shape = outputs[0].type.shape
     names: dict[int, str] = {}
     loaded = []
     for k, value in enumerate(inputs):
         names[value.id] = f"x{k}"
-        scalar = value.type.rank == 0 and len(shape) > 0
         if not D.is_supported(value.type.dtype):
-            raise ctx.unimplemented(op, f"operand of {value.type.dtype.name}: the GPU kernels "
-                                        f"take {', '.join(d.name for d in D.SUPPORTED)}")
+            raise NoKernel(f"operand of {value.type.dtype.name}: the GPU kernels take "
+                           f"{', '.join(d.name for d in D.SUPPORTED)}")
+        scalar = value.type.rank == 0 and len(shape) > 0
         loaded.append((_load_template(value.type.dtype), scalar, f"x{k}"))
     body = []
     for k, inner in enumerate(ops):
         try:
             text = expression(inner, [names[v.id] for v in inner.operands])
         except NoKernel as exc:
-            raise ctx.unimplemented(inner, str(exc)) from None
+            exc.op = inner
+            raise
         names[inner.results[0].id] = f"v{k}"
         body.append(f"v{k} = {text}")
     stores = [(names[v.id], _store_template(v.type.dtype)) for v in outputs]
-    source = codegen.elementwise_source("elementwise", loaded, body, stores)
+    return codegen.elementwise_source("elementwise", loaded, body, stores)
+
+
+def chain_kernel(op, ctx, ops, inputs, outputs):
+    """The kernel running ``ops`` from the payloads of ``inputs`` to those of ``outputs``;
+    UNIMPLEMENTED (naming op and dtype) for an op without an expression."""
+    try:
+        source = chain_source(ops, inputs, outputs)
+    except NoKernel as exc:
+        raise ctx.unimplemented(getattr(exc, "op", op), str(exc)) from None
+    shape = outputs[0].type.shape
     kernel = codegen.load_kernel(source, "elementwise")
     driver, device = ctx.payloads.driver, ctx.payloads.device_index
     n = math.prod(shape)

@@ -24,7 +24,7 @@ class GpuPayloads(Payloads):
             raise Unimplemented(f"{self.platform}: no {type.dtype.name} constants (the GPU "
                                 f"kernels take {', '.join(d.name for d in dtypes.SUPPORTED)})")
         host = np.broadcast_to(np.asarray(value, dtype=type.dtype), type.shape)
-        return self.driver.from_host(self.device_index, np.ascontiguousarray(host))
+        return self.driver.from_host(self.device_index, host)
 
     def describe(self, payload):
         return payload.shape, payload.dtype

@@ -15,7 +15,7 @@ from pjrtkit_gpu.lowering.structural import check_operands
 ROWS_PER_PROGRAM = 16
 COLUMNS_PER_STEP = 128
 
-_BODIES = ("stablehlo.add", "stablehlo.multiply", "stablehlo.maximum", "stablehlo.minimum",
+REDUCTION_BODIES = ("stablehlo.add", "stablehlo.multiply", "stablehlo.maximum", "stablehlo.minimum",
            "stablehlo.and", "stablehlo.or", "stablehlo.xor")
 
 
@@ -29,7 +29,7 @@ def body_op_name(region) -> str | None:
     if ({v.id for v in op.operands} != args or len(op.operands) != 2
             or [v.id for v in ret.operands] != [op.results[0].id]):
         return None
-    return op.name if op.name in _BODIES else None
+    return op.name if op.name in REDUCTION_BODIES else None
 
 
 def _accumulator(dtype) -> str:
@@ -64,6 +64,23 @@ def _combine(body: str, dtype) -> str:
             "stablehlo.xor": "{a} ^ {b}"}[body]
 
 
+def _row(body: str, dtype) -> str:
+    """How one tile ``{v}`` is reduced along its rows."""
+    if body == "stablehlo.add" and dtype != D.BOOL:
+        return "tl.sum({v}, axis=1)"
+    if body in ("stablehlo.maximum", "stablehlo.minimum"):
+        pick = "tl.max" if body == "stablehlo.maximum" else "tl.min"
+        if D.is_float(dtype):  # tl.max drops NaN on GPUs; XLA propagates it
+            return (f"tl.where(tl.sum(({{v}} != {{v}}).to(tl.int32), axis=1) > 0, float('nan'), "
+                    f"{pick}({{v}}, axis=1))")
+        return f"{pick}({{v}}, axis=1)"
+    if dtype == D.BOOL and body in ("stablehlo.and", "stablehlo.multiply"):
+        return "tl.min({v}, axis=1)"  # bools accumulate as 0/1 int32
+    if dtype == D.BOOL and body in ("stablehlo.or", "stablehlo.add"):
+        return "tl.max({v}, axis=1)"
+    return "tl.reduce({v}, 1, {combine})"
+
+
 def reduction_kernel(body: str, dtype):
     """The generated row-reduction kernel for ``body`` on ``dtype``."""
     accumulator = _accumulator(dtype)
@@ -75,8 +92,8 @@ def reduction_kernel(body: str, dtype):
     elif body == "stablehlo.add" and dtype == D.BOOL:
         combine = "{a} | {b}"
     name = "row_reduce"
-    source = codegen.row_reduce_source(name, load, _identity(body, dtype), combine, finish,
-                                       accumulator)
+    source = codegen.row_reduce_source(name, load, _identity(body, dtype), combine,
+                                       _row(body, dtype), finish, accumulator)
     return codegen.load_kernel(source, name)
 
 

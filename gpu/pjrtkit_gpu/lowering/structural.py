@@ -123,7 +123,7 @@ def pad(op, ctx):
     counts, src_strides, dst_strides, src_base, dst_base = [], [], [], 0, 0
     for d, size in enumerate(in_shape):
         step = interior[d] + 1
-        first = 0 if low[d] >= 0 else -(-(-low[d]) // step)  # first element that lands inside
+        first = 0 if low[d] >= 0 else -(low[d] // step)  # ceil(-low / step): first inside
         last = min(size - 1, (out.shape[d] - 1 - low[d]) // step) if size else -1
         counts.append(max(0, last - first + 1))
         src_strides.append(in_strides[d])
