@@ -4,7 +4,7 @@ gfx90a, gfx942, gfx1100), with the binary's size. No GPU needed. Exit status 1 i
 fails.
 
     python -m pjrtkit_gpu.compile_report [--targets sm_90,gfx942] [--only strided_copy,...]
-        [--json P] [--markdown P]
+        [--dtypes float32,...] [--jobs N] [--json P] [--markdown P]
 
 Kernels (the lowering's, made the way its rules make them):
 - ``strided_copy`` (transpose, broadcast, slice, reverse, pad, concatenate) per storage type;
@@ -37,7 +37,7 @@ def _elementwise_ops(dtype):
     from pjrtkit.stablehlo.ir import Op
 
     from pjrtkit_gpu import dtypes as D
-    from pjrtkit_gpu.lowering.elementwise_table import TABLE, NoKernel, expression
+    from pjrtkit_gpu.elementwise_table import TABLE, NoKernel, expression
 
     x, y, z = _value(dtype), _value(dtype), _value(dtype)
     p = _value(D.BOOL)
@@ -171,6 +171,8 @@ def main(argv=None) -> int:
                                      description=__doc__.splitlines()[0])
     parser.add_argument("--targets", default=",".join(TARGET_NAMES))
     parser.add_argument("--only", default="", help="kernel names, comma-separated")
+    parser.add_argument("--dtypes", default="", help="only these dtypes (comma-separated; a "
+                        "kernel's dtype text must contain one)")
     parser.add_argument("--jobs", type=int, default=1, help="compiles in parallel processes")
     parser.add_argument("--json")
     parser.add_argument("--markdown")
@@ -183,9 +185,11 @@ def main(argv=None) -> int:
     if unknown:
         parser.error(f"unknown targets {unknown}; known: {', '.join(TARGETS)}")
     only = {k for k in args.only.split(",") if k}
+    wanted_dtypes = [d for d in args.dtypes.split(",") if d]
     started = time.monotonic()
     _prepare(only)
-    tasks = [(i, t) for i in range(len(_CASES)) for t in targets]
+    tasks = [(i, t) for i, case in enumerate(_CASES) for t in targets
+             if not wanted_dtypes or any(d in case[1] for d in wanted_dtypes)]
     if args.jobs > 1:
         import concurrent.futures
         import multiprocessing
@@ -199,7 +203,7 @@ def main(argv=None) -> int:
     else:
         rows = _printed(map(_compile, tasks))
     failures = sum(r["error"] is not None for r in rows)
-    summary = {"kernels": len(_CASES), "targets": targets, "compiles": len(rows),
+    summary = {"kernels": len({(r["kernel"], r["dtype"]) for r in rows}), "targets": targets, "compiles": len(rows),
                "failures": failures, "seconds": round(time.monotonic() - started, 1)}
     print(f"{summary['compiles']} compiles ({summary['kernels']} kernels x {len(targets)} "
           f"targets), {failures} failed, {summary['seconds']} s")

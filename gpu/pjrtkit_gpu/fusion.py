@@ -21,7 +21,7 @@ FUSED = "pjrtkit_gpu.fused_elementwise"
 
 
 def _fusible(op: Op) -> bool:
-    from pjrtkit_gpu.lowering.elementwise_table import TABLE
+    from pjrtkit_gpu.elementwise_table import TABLE
 
     if op.name not in TABLE or len(op.results) != 1 or op.regions:
         return False

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 from pjrtkit_gpu import codegen, dtypes as D, kernels
-from pjrtkit_gpu.lowering.elementwise_table import TABLE, NoKernel, expression
+from pjrtkit_gpu.elementwise_table import TABLE, NoKernel, expression
 from pjrtkit_gpu.lowering.launching import blocks
 
 FUSED = "pjrtkit_gpu.fused_elementwise"
