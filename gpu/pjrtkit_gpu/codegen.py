@@ -78,7 +78,8 @@ def row_reduce_source(name: str, load: str, identity: str, combine: str, row: st
     ``identity`` is the neutral element (masked lanes), ``combine`` the body on ``{a}``, ``{b}``
     (elementwise, on the per-row partial results), ``row`` reduces a tile ``{v}`` along axis 1
     (Triton's built-in ``tl.sum``/``tl.max``/``tl.min`` where one fits: Triton's interpreter
-    runs a custom ``tl.reduce`` combine once per element, seconds per tile), ``finish`` folds the init value ``{init}`` into the
+    runs a custom ``tl.reduce`` combine once per element, seconds per tile), ``finish`` folds
+    the init value ``{init}`` into the
     row's result ``{v}`` and converts it to the output's storage type.
     """
     return HEADER + f"""@triton.jit

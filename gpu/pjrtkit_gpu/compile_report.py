@@ -203,7 +203,8 @@ def main(argv=None) -> int:
     else:
         rows = _printed(map(_compile, tasks))
     failures = sum(r["error"] is not None for r in rows)
-    summary = {"kernels": len({(r["kernel"], r["dtype"]) for r in rows}), "targets": targets, "compiles": len(rows),
+    summary = {"kernels": len({(r["kernel"], r["dtype"]) for r in rows}), "targets": targets,
+               "compiles": len(rows),
                "failures": failures, "seconds": round(time.monotonic() - started, 1)}
     print(f"{summary['compiles']} compiles ({summary['kernels']} kernels x {len(targets)} "
           f"targets), {failures} failed, {summary['seconds']} s")
