@@ -18,7 +18,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.pjrtkit-installed
 SETS := $(patsubst constraints-jax%.txt,%,$(wildcard constraints-jax*.txt))
 
-.PHONY: demo test lint install bench accuracy dtype-sweep conformance fuzz soak clean jax-tests-env jax-tests jax-tests-ci
+.PHONY: demo test lint install bench accuracy dtype-sweep conformance gpu-compile-report fuzz soak clean jax-tests-env jax-tests jax-tests-ci
 
 # Every plugin in the repository (a directory under plugins/ with a pyproject.toml) is installed
 # and measured by `make conformance`; the cpu plugin first, since others may import it. The
@@ -59,14 +59,30 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 
 # The conformance suite on every plugin in the repository; reports in build/conformance/
-# (git-ignored). Fails when any check FAILs.
+# (git-ignored). Fails when any check FAILs. The GPU plugins (cuda, rocm) run emulated
+# (PJRTKIT_GPU_EMULATE=1: Triton's interpreter on host memory) unless GPU_EMULATE=0 is given,
+# for a machine with the GPU.
+GPU_PLUGINS := cuda rocm
+GPU_EMULATE ?= 1
 conformance: $(STAMP)
 	@mkdir -p build/conformance
 	@for plugin in $(PLUGINS); do \
 		echo "conformance suite: $$plugin"; \
-		$(BIN)/pjrtkit conformance $$plugin --quiet --json build/conformance/$$plugin.json \
+		emulate=$$(case " $(GPU_PLUGINS) " in *" $$plugin "*) echo $(GPU_EMULATE);; *) echo 0;; esac); \
+		PJRTKIT_GPU_EMULATE=$$emulate \
+			$(BIN)/pjrtkit conformance $$plugin --quiet --json build/conformance/$$plugin.json \
 			--markdown build/conformance/$$plugin.md || exit 1; \
 	done
+
+# Every kernel the GPU lowering can emit, for each dtype it takes, compiled ahead of time for
+# sm_80, sm_90, sm_100, gfx90a, gfx942 and gfx1100 with its binary size (no GPU needed; CI runs
+# it). GPU_COMPILE_JOBS compiles in parallel. Report in build/gpu-compile-report.{json,md}.
+GPU_COMPILE_JOBS ?= 2
+gpu-compile-report: $(STAMP)
+	@mkdir -p build
+	env -u PJRTKIT_GPU_EMULATE -u TRITON_INTERPRET $(BIN)/python -m pjrtkit_gpu.compile_report \
+		--jobs $(GPU_COMPILE_JOBS) --json build/gpu-compile-report.json \
+		--markdown build/gpu-compile-report.md
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks
@@ -147,4 +163,4 @@ jax-tests-ci: $(JT_STAMP)
 	$(JT_BIN)/pjrtkit jax-tests --jax-tests "$(JAX_TESTS_DIR)" --expected-passes $(JAX_TESTS_EXPECTED)
 
 clean:
-	rm -rf .venv .venv-jax* build core/*.egg-info plugins/*/*.egg-info core/pjrtkit/abi/_pjrt_cffi*
+	rm -rf .venv .venv-jax* build core/*.egg-info gpu/*.egg-info plugins/*/*.egg-info core/pjrtkit/abi/_pjrt_cffi*

@@ -18,7 +18,7 @@ from stevedore import DriverManager, ExtensionManager
 from stevedore.exception import NoMatches
 
 from pjrtkit.backend import Backend
-from pjrtkit.errors import BackendLoadFailure, PluginContractError
+from pjrtkit.errors import BackendLoadFailure, FailedPrecondition, PluginContractError
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +33,7 @@ class BackendStatus:
     name: str
     version: str
     distribution: str
-    status: str  # "ok", "failed", "not selected"
+    status: str  # "ok", "failed", "unavailable" (FailedPrecondition: no hardware), "not selected"
     reason: str = ""
     backend: Backend | None = None
 
@@ -99,6 +99,11 @@ def discover(select: set[str] | None = None) -> list[BackendStatus]:
                 backend = Backend(name, loaded[name].plugin, version)
                 _check(backend)
                 status.backend = backend
+            except FailedPrecondition as exc:
+                # The machine lacks what the backend needs (a GPU, a driver): expected, not a
+                # broken plugin; `pjrtkit list` says why, JAX start-up stays quiet.
+                status.status, status.reason = "unavailable", str(exc)
+                log.debug("pjrtkit backend %r is unavailable here: %s", name, exc)
             except Exception as exc:  # noqa: BLE001 - see below
                 # Any failure of a third-party plugin is reported in its status, never raised:
                 # one broken plugin must not break `import jax` or the listing of the others.

@@ -10,8 +10,6 @@ with JAX).
 """
 from __future__ import annotations
 
-import os
-
 import numpy as np
 
 from pjrtkit import hookimpl
@@ -168,7 +166,3 @@ class GpuExecutable:
             self.driver.synchronize(index)
         return outputs
 
-
-def setting(plugin: str, name: str, default: str = "") -> str:
-    """``PJRTKIT_<PLUGIN>_<NAME>``."""
-    return os.environ.get(f"PJRTKIT_{plugin.upper()}_{name}", default)
