@@ -90,3 +90,46 @@ def test_emulated_driver_memory_and_copies():
         back = driver.to_host(copy)
         assert back.dtype == array.dtype and back.shape == array.shape
         assert np.array_equal(back, array)
+
+
+def test_execution_and_transfers_return_only_after_the_stream_is_done():
+    """The seam's completion rule: the core completes PJRT events when execute / the transfer
+    hooks return, so each must wait for the device's stream (ARCHITECTURE.md, GPU backends).
+    Recorded on the emulated driver: every launch of an execution precedes its synchronize."""
+    import jax.numpy as jnp
+
+    from pjrtkit.testing.programs import lower_program
+    from pjrtkit.types import CompileOptions, DeviceSpec
+
+    from pjrtkit_gpu.backend import GpuBackend
+    from pjrtkit_gpu.drivers.emulated import EmulatedDriver
+
+    base = emulated_driver()
+    events = []
+
+    class RecordingDriver(EmulatedDriver):
+        def __init__(self):
+            self.__dict__.update(base.__dict__)
+
+        def launch(self, *args, **kwargs):
+            events.append("launch")
+            return super().launch(*args, **kwargs)
+
+        def synchronize(self, device_index):
+            events.append("synchronize")
+
+    driver = RecordingDriver()
+    backend = GpuBackend(vendor="cuda", plugin="cuda", like=None, version="test")
+    backend.driver = lambda: driver
+    device = DeviceSpec(id=0, kind="emulated")
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    payload = backend.pjrtkit_transfer_to_device(array=x, device=device, memory_kind="device")
+    assert events == ["synchronize"]
+    program = lower_program(lambda a: jnp.tanh(a) @ a.T, x)
+    compiled = backend.pjrtkit_compile(program=program, options=CompileOptions(1, 1, None, True),
+                                       devices=[device])
+    events.clear()
+    (result,), = compiled.executable.execute([[payload]], [device])
+    assert events and events[-1] == "synchronize" and events.count("synchronize") == 1
+    assert "launch" in events
+    np.testing.assert_allclose(driver.to_host(result), np.tanh(x) @ x.T, rtol=2e-5)
