@@ -102,3 +102,26 @@ def {name}(x, init, out, M, K, BM: tl.constexpr, BK: tl.constexpr):
     init_value = {load.format(v="tl.load(init)")}
     tl.store(out + rows, {finish.format(v=f"{name}_combine(init_value, acc)")}, mask=rows < M)
 """
+
+
+def coordinates(index: str, shape, prefix: str) -> list[str]:
+    """Lines splitting the linear row-major ``index`` of ``shape`` (constants) into
+    ``{prefix}0`` .. ``{prefix}{rank-1}``."""
+    lines, rest = [], index
+    for d in range(len(shape) - 1, 0, -1):
+        lines.append(f"{prefix}{d} = {rest} % {shape[d]}")
+        lines.append(f"{prefix}r{d} = {rest} // {shape[d]}")
+        rest = f"{prefix}r{d}"
+    if shape:
+        lines.append(f"{prefix}0 = {rest}")
+    return lines
+
+
+def linear_kernel_source(name: str, params: list[str], body: list[str]) -> str:
+    """A kernel over ``n`` elements (``i``, ``mask``) with ``params`` and ``body`` lines."""
+    lines = ["@triton.jit",
+             f"def {name}({', '.join(params)}, n, BLOCK: tl.constexpr):",
+             "    i = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK).to(tl.int64)",
+             "    mask = i < n"]
+    lines += [f"    {line}" for line in body]
+    return HEADER + "\n".join(lines) + "\n"

@@ -171,3 +171,51 @@ def test_what_is_missing_is_unimplemented_at_compile_naming_op_and_dtype(fn, arg
     with pytest.raises(Unimplemented) as info:
         gpu_plan(fn, *args)
     assert op in str(info.value) and dtype in str(info.value)
+
+
+def test_gather_embedding_lookup_and_its_scatter_add_gradient(agrees_with_xla):
+    table = sample("emb", (11, 6), F32)
+    tokens = np.array([[1, 4, 4, 10], [0, 3, 12, -2]], np.int32)  # out of range: clamped
+    agrees_with_xla(lambda t, i: (t[i], jax.grad(lambda t: jnp.sum(t[i] ** 2))(t)),
+                    table, tokens)
+
+
+def test_scatter_replace_and_out_of_bounds_windows(agrees_with_xla):
+    x = sample("sc", (8, 3), F32)
+    idx = np.array([1, 6, 9, -1], np.int32)
+    agrees_with_xla(lambda a, i: (a.at[i].set(7.0, mode="drop"), a.at[i].add(1.0, mode="drop"),
+                                  jnp.take(a, i, axis=0, mode="clip")), x, idx)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, BF16, np.float64])
+def test_convolution_forward_and_both_gradients(agrees_with_xla, dtype):
+    x, w = sample("cx", (2, 7, 6, 3), dtype), sample("cw", (3, 3, 3, 4), dtype)
+
+    def conv(x, w):
+        return jax.lax.conv_general_dilated(x, w, (2, 1), ((1, 1), (0, 2)),
+                                            rhs_dilation=(1, 2),
+                                            dimension_numbers=("NHWC", "HWIO", "NHWC"))
+
+    def loss(x, w):
+        return jnp.sum(conv(x, w) ** 2)
+
+    if np.dtype(dtype) == BF16:
+        # bfloat16 gradients cancel sums of ~100s rounded to 8 bits at every op: XLA keeps
+        # some intermediates wider, so only the forward pass is compared.
+        agrees_with_xla(conv, x, w)
+        return
+    agrees_with_xla(lambda x, w: (conv(x, w), *jax.grad(loss, argnums=(0, 1))(x, w)), x, w,
+                    loosen=8)  # summation order, as in test_dot_general
+
+
+def test_pooling_and_its_gradient(agrees_with_xla):
+    x = sample("pool", (2, 6, 5, 3), F32)
+
+    def pools(a):
+        window = (1, 2, 2, 1)
+        avg = jax.lax.reduce_window(a, 0.0, jax.lax.add, window, (1, 2, 2, 1), "SAME") / 4
+        top = jax.lax.reduce_window(a, -jnp.inf, jax.lax.max, window, (1, 1, 1, 1), "VALID")
+        return avg, top, jax.grad(lambda a: jnp.sum(jax.lax.reduce_window(
+            a, 0.0, jax.lax.add, window, (1, 2, 2, 1), "SAME") ** 2))(a)
+
+    agrees_with_xla(pools, x)

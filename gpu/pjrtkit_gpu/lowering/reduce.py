@@ -54,7 +54,7 @@ def _identity(body: str, dtype) -> str:
     return str(int(info.min) if body == "stablehlo.maximum" else int(info.max))
 
 
-def _combine(body: str, dtype) -> str:
+def combine_expression(body: str, dtype) -> str:
     if body in ("stablehlo.maximum", "stablehlo.minimum") and D.is_float(dtype):
         pick = "tl.maximum" if body == "stablehlo.maximum" else "tl.minimum"
         return f"tl.where({{a}} != {{a}}, {{a}}, tl.where({{b}} != {{b}}, {{b}}, {pick}({{a}}, {{b}})))"
@@ -86,7 +86,7 @@ def reduction_kernel(body: str, dtype):
     accumulator = _accumulator(dtype)
     load = f"{{v}}.to(tl.{accumulator})"
     finish = f"({{v}}).to(tl.{D.storage_language_type(dtype)})"
-    combine = _combine(body, dtype)
+    combine = combine_expression(body, dtype)
     if body == "stablehlo.multiply" and dtype == D.BOOL:
         combine = "{a} & {b}"
     elif body == "stablehlo.add" and dtype == D.BOOL:
