@@ -219,3 +219,13 @@ def test_pooling_and_its_gradient(agrees_with_xla):
             a, 0.0, jax.lax.add, window, (1, 2, 2, 1), "SAME") ** 2))(a)
 
     agrees_with_xla(pools, x)
+
+
+def test_random_numbers_threefry_and_dropout(agrees_with_xla):
+    def draws(key):
+        k1, k2 = jax.random.split(key)
+        x = jax.random.normal(k1, (4, 5))
+        keep = jax.random.bernoulli(k2, 0.7, (4, 5))
+        return x, jnp.where(keep, x / 0.7, 0.0), jax.random.randint(k2, (6,), 0, 10)
+
+    agrees_with_xla(draws, np.asarray(jax.random.PRNGKey(3)))

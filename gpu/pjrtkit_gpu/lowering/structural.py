@@ -1,12 +1,14 @@
 """Ops that move elements without arithmetic, all through the one rank-6 ``strided_copy`` kernel
 (broadcast: stride 0; slice: scaled strides and a base; reverse: negative strides; pad and
-concatenate: strided writes into a filled output), and ``iota``. Reshape is free: a new view
-of the same memory (no kernel writes memory another array reads)."""
+concatenate: strided writes into a filled output), and ``iota``. Reshape and same-width
+bitcast_convert are free: a new view of the same memory (no kernel writes memory another array
+reads)."""
 from __future__ import annotations
 
 import math
 
 from pjrtkit_gpu import dtypes as D, kernels
+from pjrtkit_gpu.device_array import DeviceArray
 from pjrtkit_gpu.lowering.launching import (blocks, permuted, row_major_strides,
                                             strided_copy)
 
@@ -230,6 +232,20 @@ def dynamic_update_slice(op, ctx):
     return run_dynamic_update_slice
 
 
+def bitcast_convert(op, ctx):
+    """Same-width bitcasts reinterpret the memory (no kernel); other widths are UNIMPLEMENTED."""
+    check_operands(op, ctx, max_rank=64)
+    source, target = op.operands[0].type, op.results[0].type
+    if source.dtype.itemsize != target.dtype.itemsize or D.BOOL in (source.dtype, target.dtype):
+        raise ctx.unimplemented(op, f"bitcast_convert {source.dtype.name} -> "
+                                    f"{target.dtype.name} (same-width, non-bool types only)")
+
+    def run_bitcast(x):
+        return (DeviceArray(x.memory, target.shape, target.dtype),)
+
+    return run_bitcast
+
+
 def identity(op, ctx):
     def run_identity(*xs):
         return tuple(xs)
@@ -249,4 +265,5 @@ STRUCTURAL_RULES = {
     "stablehlo.dynamic_slice": dynamic_slice,
     "stablehlo.dynamic_update_slice": dynamic_update_slice,
     "stablehlo.optimization_barrier": identity,
+    "stablehlo.bitcast_convert": bitcast_convert,
 }
