@@ -48,9 +48,11 @@ demo: $(STAMP)
 # The conformance reports first, then pytest, whose summary line closes the output.
 # pytest on TEST_WORKERS processes (pytest-xdist; 2 = the CI machine's cores, 0 = one process).
 TEST_WORKERS ?= 2
+# The GPU plugins' JAX layer runs on Triton's interpreter (minutes each): make test checks their
+# C ABI and hook layers and the training programs; `make conformance` (its own CI step) runs it all.
 test: $(STAMP)
 	$(MAKE) --no-print-directory lint
-	$(MAKE) --no-print-directory conformance
+	$(MAKE) --no-print-directory conformance GPU_CONFORMANCE_ARGS="$(GPU_CONFORMANCE_IN_TEST)"
 	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS)
 
 # The lint floor: ruff with the rules in pyproject.toml (import cycles and private imports are
@@ -62,16 +64,20 @@ lint: $(STAMP)
 # (git-ignored). Fails when any check FAILs. The GPU plugins (cuda, rocm) run emulated
 # (PJRTKIT_GPU_EMULATE=1: Triton's interpreter on host memory) unless GPU_EMULATE=0 is given,
 # for a machine with the GPU.
+# GPU_CONFORMANCE_ARGS: extra arguments for the GPU plugins' runs (make test narrows them).
 GPU_PLUGINS := cuda rocm
 GPU_EMULATE ?= 1
+GPU_CONFORMANCE_ARGS ?=
+GPU_CONFORMANCE_IN_TEST ?= --check abi. hooks. jax.program.
 conformance: $(STAMP)
 	@mkdir -p build/conformance
 	@for plugin in $(PLUGINS); do \
 		echo "conformance suite: $$plugin"; \
-		emulate=$$(case " $(GPU_PLUGINS) " in *" $$plugin "*) echo $(GPU_EMULATE);; *) echo 0;; esac); \
+		case " $(GPU_PLUGINS) " in *" $$plugin "*) emulate=$(GPU_EMULATE); extra='$(GPU_CONFORMANCE_ARGS)';; \
+			*) emulate=0; extra=;; esac; \
 		PJRTKIT_GPU_EMULATE=$$emulate \
 			$(BIN)/pjrtkit conformance $$plugin --quiet --json build/conformance/$$plugin.json \
-			--markdown build/conformance/$$plugin.md || exit 1; \
+			--markdown build/conformance/$$plugin.md $$extra || exit 1; \
 	done
 
 # Every kernel the GPU lowering can emit, for each dtype it takes, compiled ahead of time for
