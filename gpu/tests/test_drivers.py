@@ -13,7 +13,7 @@ import pytest
 
 from pjrtkit.errors import FailedPrecondition
 
-from conftest import emulated_driver
+from gpu_support import emulated_driver
 
 
 def _has_nvidia_gpu() -> bool:

@@ -11,7 +11,7 @@ import pytest
 
 from pjrtkit.errors import Unimplemented
 
-from conftest import gpu_plan
+from gpu_support import gpu_plan
 
 F32, BF16 = np.float32, ml_dtypes.bfloat16
 
