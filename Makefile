@@ -144,13 +144,13 @@ JAX_TESTS_DIR ?= $(firstword $(wildcard ../shared/jax-tests ../../shared/jax-tes
 JAX_TESTS_ARGS ?=
 JAX_TESTS_EXPECTED ?= tests/jax_suite/expected_passes_jax-v0.10.2.txt
 
-$(JT_STAMP): $(STAMP) constraints-jaxtests.txt
+$(JT_STAMP): $(STAMP) constraints-jaxtests.txt gpu/pyproject.toml
 	test -x $(JT_BIN)/python || $(PYTHON) -m venv $(JT_VENV)
 	grep -v '^pytest==' constraints.txt > $(JT_VENV)/constraints-project.txt
 	$(JT_BIN)/python -m pip install -q --upgrade "pip>=24" -c $(JT_VENV)/constraints-project.txt
 	$(JT_BIN)/python -m pip install -q -c $(JT_VENV)/constraints-project.txt setuptools wheel cffi
 	$(JT_BIN)/python -m pip install -q -c $(JT_VENV)/constraints-project.txt \
-		-c constraints-jaxtests.txt --no-build-isolation -e . $(addprefix -e plugins/,$(PLUGINS)) $(JT_REQUIREMENTS)
+		-c constraints-jaxtests.txt --no-build-isolation -e . -e gpu $(addprefix -e plugins/,$(PLUGINS)) $(JT_REQUIREMENTS)
 	touch $(JT_STAMP)
 
 jax-tests-env: $(JT_STAMP)
