@@ -18,18 +18,20 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.pjrtkit-installed
 SETS := $(patsubst constraints-jax%.txt,%,$(wildcard constraints-jax*.txt))
 
-.PHONY: demo test lint install bench accuracy dtype-sweep conformance fuzz soak clean jax-tests-env jax-tests jax-tests-ci
+.PHONY: demo test lint install bench accuracy dtype-sweep conformance gpu-compile-report fuzz soak clean jax-tests-env jax-tests jax-tests-ci
 
 # Every plugin in the repository (a directory under plugins/ with a pyproject.toml) is installed
-# and measured by `make conformance`; the cpu plugin first, since others may import it.
+# and measured by `make conformance`; the cpu plugin first, since others may import it. The
+# shared GPU lowering (gpu/, pjrtkit-gpu) is not a plugin: it is installed before them.
 PLUGINS := cpu $(filter-out cpu,$(sort $(notdir $(patsubst %/,%,$(dir $(wildcard plugins/*/pyproject.toml))))))
 
-$(STAMP): pyproject.toml setup.py $(CONSTRAINTS) $(wildcard plugins/*/pyproject.toml) core/pjrtkit/abi/_build.py $(wildcard core/pjrtkit/abi/*.h)
+$(STAMP): pyproject.toml setup.py $(CONSTRAINTS) gpu/pyproject.toml $(wildcard plugins/*/pyproject.toml) core/pjrtkit/abi/_build.py $(wildcard core/pjrtkit/abi/*.h)
 	@$(PYTHON) -c "" >/dev/null 2>&1 || { echo "cannot run $(PYTHON); run: make PYTHON=/path/to/python$(if $(JAX),3.12,3.11)$(if $(JAX), JAX=$(JAX))"; exit 1; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade "pip>=24" -c $(CONSTRAINTS)
 	$(BIN)/python -m pip install -q -c $(CONSTRAINTS) setuptools wheel cffi
 	$(BIN)/python -m pip install -q -c $(CONSTRAINTS) --no-build-isolation -e '.[test]'
+	$(BIN)/python -m pip install -q -c $(CONSTRAINTS) --no-build-isolation -e 'gpu[cuda,rocm]'
 	for plugin in $(PLUGINS); do \
 		$(BIN)/python -m pip install -q -c $(CONSTRAINTS) --no-build-isolation -e plugins/$$plugin || exit 1; \
 	done
@@ -48,9 +50,11 @@ demo: $(STAMP)
 # instead of running the suite a second time.
 # pytest on TEST_WORKERS processes (pytest-xdist; 2 = the CI machine's cores, 0 = one process).
 TEST_WORKERS ?= 2
+# The GPU plugins' JAX layer runs on Triton's interpreter (minutes each): make test checks their
+# C ABI and hook layers and the training programs; `make conformance` (its own CI step) runs it all.
 test: $(STAMP)
 	$(MAKE) --no-print-directory lint
-	$(MAKE) --no-print-directory conformance
+	$(MAKE) --no-print-directory conformance GPU_CONFORMANCE_ARGS="$(GPU_CONFORMANCE_IN_TEST)"
 	PJRTKIT_TEST_CONFORMANCE_REPORTS=$(CURDIR)/build/conformance \
 		$(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS)
 
@@ -60,16 +64,36 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 
 # The conformance suite on every plugin in the repository; reports in build/conformance/
-# (git-ignored). Fails when any check FAILs.
+# (git-ignored). Fails when any check FAILs. The GPU plugins (cuda, rocm) run emulated
+# (PJRTKIT_GPU_EMULATE=1: Triton's interpreter on host memory) unless GPU_EMULATE=0 is given,
+# for a machine with the GPU.
+# GPU_CONFORMANCE_ARGS: extra arguments for the GPU plugins' runs (make test narrows them).
+GPU_PLUGINS := cuda rocm
+GPU_EMULATE ?= 1
+GPU_CONFORMANCE_ARGS ?=
+GPU_CONFORMANCE_IN_TEST ?= --check abi. hooks. jax.program.
 conformance: $(STAMP)
 	@mkdir -p build/conformance
 	@for plugin in $(PLUGINS); do \
 		echo "conformance suite: $$plugin"; \
-		$(BIN)/pjrtkit conformance $$plugin --quiet --json build/conformance/$$plugin.json \
-			--markdown build/conformance/$$plugin.md > build/conformance/$$plugin.out \
+		case " $(GPU_PLUGINS) " in *" $$plugin "*) emulate=$(GPU_EMULATE); extra='$(GPU_CONFORMANCE_ARGS)';; \
+			*) emulate=0; extra=;; esac; \
+		PJRTKIT_GPU_EMULATE=$$emulate \
+			$(BIN)/pjrtkit conformance $$plugin --quiet --json build/conformance/$$plugin.json \
+			--markdown build/conformance/$$plugin.md $$extra > build/conformance/$$plugin.out \
 			|| { cat build/conformance/$$plugin.out; exit 1; }; \
 		cat build/conformance/$$plugin.out; \
 	done
+
+# Every kernel the GPU lowering can emit, for each dtype it takes, compiled ahead of time for
+# sm_80, sm_90, sm_100, gfx90a, gfx942 and gfx1100 with its binary size (no GPU needed; CI runs
+# it). GPU_COMPILE_JOBS compiles in parallel. Report in build/gpu-compile-report.{json,md}.
+GPU_COMPILE_JOBS ?= 2
+gpu-compile-report: $(STAMP)
+	@mkdir -p build
+	env -u PJRTKIT_GPU_EMULATE -u TRITON_INTERPRET $(BIN)/python -m pjrtkit_gpu.compile_report \
+		--jobs $(GPU_COMPILE_JOBS) --json build/gpu-compile-report.json \
+		--markdown build/gpu-compile-report.md
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks
@@ -126,13 +150,13 @@ JAX_TESTS_DIR ?= $(firstword $(wildcard ../shared/jax-tests ../../shared/jax-tes
 JAX_TESTS_ARGS ?=
 JAX_TESTS_EXPECTED ?= tests/jax_suite/expected_passes_jax-v0.10.2.txt
 
-$(JT_STAMP): $(STAMP) constraints-jaxtests.txt
+$(JT_STAMP): $(STAMP) constraints-jaxtests.txt gpu/pyproject.toml
 	test -x $(JT_BIN)/python || $(PYTHON) -m venv $(JT_VENV)
 	grep -v '^pytest==' constraints.txt > $(JT_VENV)/constraints-project.txt
 	$(JT_BIN)/python -m pip install -q --upgrade "pip>=24" -c $(JT_VENV)/constraints-project.txt
 	$(JT_BIN)/python -m pip install -q -c $(JT_VENV)/constraints-project.txt setuptools wheel cffi
 	$(JT_BIN)/python -m pip install -q -c $(JT_VENV)/constraints-project.txt \
-		-c constraints-jaxtests.txt --no-build-isolation -e . $(addprefix -e plugins/,$(PLUGINS)) $(JT_REQUIREMENTS)
+		-c constraints-jaxtests.txt --no-build-isolation -e . -e gpu $(addprefix -e plugins/,$(PLUGINS)) $(JT_REQUIREMENTS)
 	touch $(JT_STAMP)
 
 jax-tests-env: $(JT_STAMP)
@@ -151,4 +175,4 @@ jax-tests-ci: $(JT_STAMP)
 	$(JT_BIN)/pjrtkit jax-tests --jax-tests "$(JAX_TESTS_DIR)" --expected-passes $(JAX_TESTS_EXPECTED)
 
 clean:
-	rm -rf .venv .venv-jax* build core/*.egg-info plugins/*/*.egg-info core/pjrtkit/abi/_pjrt_cffi*
+	rm -rf .venv .venv-jax* build core/*.egg-info gpu/*.egg-info plugins/*/*.egg-info core/pjrtkit/abi/_pjrt_cffi*

@@ -6,7 +6,8 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = [ROOT / "core" / "pjrtkit", *sorted((ROOT / "plugins").glob("*/pjrtkit_*"))]
+PACKAGES = [ROOT / "core" / "pjrtkit", ROOT / "gpu" / "pjrtkit_gpu",
+            *sorted((ROOT / "plugins").glob("*/pjrtkit_*"))]
 
 
 def module_files() -> dict[str, Path]:

@@ -175,7 +175,7 @@ def test_xla_client_protos_round_trip():
 
 # -- nothing else reaches into JAX ------------------------------------------------------------
 
-SHIPPED = ["core/pjrtkit", "plugins/*/pjrtkit_*", "examples", "benchmarks"]
+SHIPPED = ["core/pjrtkit", "gpu/pjrtkit_gpu", "plugins/*/pjrtkit_*", "examples", "benchmarks"]
 # The modules allowed to name JAX's private modules. Another entry needs a reason in its
 # docstring and its own checks here; prefer adding the access to jax_compat.
 MAY_USE_JAX_PRIVATES = {

@@ -27,7 +27,7 @@ from stevedore import DriverManager, NamedExtensionManager
 from stevedore.exception import NoMatches
 
 from pjrtkit.backend import Backend
-from pjrtkit.errors import BackendLoadFailure, PluginContractError
+from pjrtkit.errors import BackendLoadFailure, FailedPrecondition, PluginContractError
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +48,7 @@ class BackendStatus:
     name: str
     version: str
     distribution: str
-    status: str  # "ok", "failed", "not selected"
+    status: str  # "ok", "failed", "unavailable" (FailedPrecondition: no hardware), "not selected"
     reason: str = ""
     backend: Backend | None = None
 
@@ -198,6 +198,12 @@ def discover(select: set[str] | None = None) -> list[BackendStatus]:
             # one broken plugin must not break `import jax` or the listing of the others.
             if not isinstance(exc, Exception):
                 raise  # KeyboardInterrupt, SystemExit in the caller's thread: not the plugin's
+            if isinstance(exc, FailedPrecondition):
+                # The machine lacks what the backend needs (a GPU, a driver): expected, not a
+                # broken plugin; `pjrtkit list` says why, JAX start-up stays quiet.
+                status.status, status.reason = "unavailable", str(exc)
+                log.debug("pjrtkit backend %r is unavailable here: %s", status.name, exc)
+                continue
             status.status, status.reason = "failed", _reason(exc)
             log.warning("pjrtkit backend %r (%s %s) is not available: %s", status.name,
                         status.distribution, status.version, status.reason)

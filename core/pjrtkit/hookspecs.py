@@ -78,6 +78,10 @@ def pjrtkit_client_topology(options: Mapping[str, Any]) -> Topology:
     Raises:
         InvalidArgument for bad options (e.g. a malformed device count); the client is not
         created and JAX reports the error.
+        FailedPrecondition when this machine cannot run the backend (no GPU, no driver): the
+        backend is then listed as ``unavailable`` with the message (``pjrtkit list``), not
+        registered with JAX, and not warned about at JAX start-up (any other exception is a
+        broken backend: ``failed``, logged as a warning).
 
     firstresult: yes.
 

@@ -1,0 +1,127 @@
+"""Generated Triton kernels: a fused chain of elementwise ops, a row reduction.
+
+The source is generated at compile time from the program's ops (``lowering.elementwise_table``
+gives each op's expression), written under ``PJRTKIT_CACHE_DIR/gpu-kernels`` (Triton reads a
+kernel's source from its file, in both modes) and imported once per distinct source.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import sys
+import threading
+from pathlib import Path
+
+_LOCK = threading.Lock()
+_LOADED: dict[str, object] = {}
+
+HEADER = "import triton\nimport triton.language as tl\n\n\n"
+
+
+def kernel_directory() -> Path:
+    root = os.environ.get("PJRTKIT_CACHE_DIR") or os.path.join(Path.home(), ".cache", "pjrtkit")
+    return Path(root) / "gpu-kernels"
+
+
+def load_kernel(source: str, name: str):
+    """The ``@triton.jit`` function ``name`` defined by ``source`` (a whole module's text)."""
+    digest = hashlib.sha256(source.encode()).hexdigest()[:20]
+    key = f"{name}_{digest}"
+    with _LOCK:
+        kernel = _LOADED.get(key)
+        if kernel is not None:
+            return kernel
+        directory = kernel_directory()
+        directory.mkdir(parents=True, exist_ok=True)
+        path = directory / f"{key}.py"
+        if not path.exists() or path.read_text() != source:
+            temporary = path.with_suffix(f".{os.getpid()}.tmp")
+            temporary.write_text(source)
+            os.replace(temporary, path)
+        module_name = f"pjrtkit_gpu_generated.{key}"
+        spec = importlib.util.spec_from_file_location(module_name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[module_name] = module
+        spec.loader.exec_module(module)
+        kernel = getattr(module, name)
+        _LOADED[key] = kernel
+        return kernel
+
+
+def elementwise_source(name: str, inputs: list[tuple[str, bool, str]], body: list[str],
+                       outputs: list[tuple[str, str]]) -> str:
+    """A kernel over ``n`` elements: ``inputs`` are (compute expression template on ``{v}``,
+    is a scalar, variable) loaded as ``in<i>``; ``body`` assigns variables; ``outputs`` are
+    (variable, storage-type expression) stored into ``out<i>``."""
+    params = [f"in{i}" for i in range(len(inputs))] + [f"out{i}" for i in range(len(outputs))]
+    lines = [
+        "@triton.jit",
+        f"def {name}({', '.join(params)}, n, BLOCK: tl.constexpr):",
+        "    i = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK).to(tl.int64)",
+        "    mask = i < n",
+    ]
+    for k, (convert, scalar, variable) in enumerate(inputs):
+        raw = f"tl.load(in{k})" if scalar else f"tl.load(in{k} + i, mask=mask)"
+        lines.append(f"    {variable} = {convert.format(v=raw)}")
+    lines += [f"    {line}" for line in body]
+    for k, (variable, store) in enumerate(outputs):
+        lines.append(f"    tl.store(out{k} + i, {store.format(v=variable)}, mask=mask)")
+    return HEADER + "\n".join(lines) + "\n"
+
+
+def row_reduce_source(name: str, load: str, identity: str, combine: str, row: str, finish: str,
+                      accumulator: str) -> str:
+    """A kernel reducing each row of a row-major (M, K) array into out[M]; grid (cdiv(M, BM),).
+
+    ``load`` converts a loaded tile ``{v}`` to the accumulator type ``accumulator``;
+    ``identity`` is the neutral element (masked lanes), ``combine`` the body on ``{a}``, ``{b}``
+    (elementwise, on the per-row partial results), ``row`` reduces a tile ``{v}`` along axis 1
+    (Triton's built-in ``tl.sum``/``tl.max``/``tl.min`` where one fits: Triton's interpreter
+    runs a custom ``tl.reduce`` combine once per element, seconds per tile), ``finish`` folds
+    the init value ``{init}`` into the
+    row's result ``{v}`` and converts it to the output's storage type.
+    """
+    return HEADER + f"""@triton.jit
+def {name}_combine(a, b):
+    return {combine.format(a="a", b="b")}
+
+
+@triton.jit
+def {name}(x, init, out, M, K, BM: tl.constexpr, BK: tl.constexpr):
+    rows = tl.program_id(0).to(tl.int64) * BM + tl.arange(0, BM).to(tl.int64)
+    cols = tl.arange(0, BK).to(tl.int64)
+    acc = tl.full((BM,), {identity}, tl.{accumulator})
+    for k0 in range(0, K, BK):
+        k = k0 + cols
+        mask = (rows[:, None] < M) & (k[None, :] < K)
+        tile = tl.load(x + rows[:, None] * K + k[None, :], mask=mask)
+        tile = tl.where(mask, {load.format(v="tile")}, {identity})
+        part = {row.format(v="tile", combine=f"{name}_combine")}
+        acc = {name}_combine(acc, part)
+    init_value = {load.format(v="tl.load(init)")}
+    tl.store(out + rows, {finish.format(v=f"{name}_combine(init_value, acc)")}, mask=rows < M)
+"""
+
+
+def coordinates(index: str, shape, prefix: str) -> list[str]:
+    """Lines splitting the linear row-major ``index`` of ``shape`` (constants) into
+    ``{prefix}0`` .. ``{prefix}{rank-1}``."""
+    lines, rest = [], index
+    for d in range(len(shape) - 1, 0, -1):
+        lines.append(f"{prefix}{d} = {rest} % {shape[d]}")
+        lines.append(f"{prefix}r{d} = {rest} // {shape[d]}")
+        rest = f"{prefix}r{d}"
+    if shape:
+        lines.append(f"{prefix}0 = {rest}")
+    return lines
+
+
+def linear_kernel_source(name: str, params: list[str], body: list[str]) -> str:
+    """A kernel over ``n`` elements (``i``, ``mask``) with ``params`` and ``body`` lines."""
+    lines = ["@triton.jit",
+             f"def {name}({', '.join(params)}, n, BLOCK: tl.constexpr):",
+             "    i = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK).to(tl.int64)",
+             "    mask = i < n"]
+    lines += [f"    {line}" for line in body]
+    return HEADER + "\n".join(lines) + "\n"

@@ -1,0 +1,117 @@
+"""Ahead-of-time compilation of the Triton kernels for one target, shared by the vendor drivers
+and the compile report: the signature of a launch (``signature_of``), ``compile_kernel`` (Triton
+-> cubin / hsaco, no device needed) and a per-device cache of loaded kernels.
+
+A compiled Triton kernel takes the launch's non-constexpr arguments (pointers as 64-bit
+addresses, integers as int64, as the signature says) and two trailing scratch pointers, passed
+as NULL (their sizes are 0 for these kernels).
+"""
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import threading
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pjrtkit_gpu import dtypes
+from pjrtkit_gpu.device_array import DeviceArray
+
+# Triton GPUTarget arguments per target name.
+TARGETS = {
+    "sm_80": ("cuda", 80, 32), "sm_90": ("cuda", 90, 32), "sm_100": ("cuda", 100, 32),
+    "gfx90a": ("hip", "gfx90a", 64), "gfx942": ("hip", "gfx942", 64),
+    "gfx1100": ("hip", "gfx1100", 32),
+}
+BINARY = {"cuda": "cubin", "hip": "hsaco"}
+
+
+def kernel_function(kernel):
+    """The Python function behind a ``@triton.jit`` kernel."""
+    return getattr(kernel, "fn", kernel)
+
+
+def signature_of(kernel, args: Sequence[DeviceArray | int], constexprs: Mapping[str, Any]
+                 ) -> dict[str, str]:
+    """Triton's signature of a launch: ``*fp32`` for a float32 array, ``i64`` for an int,
+    ``constexpr`` for the compile-time constants."""
+    import inspect
+
+    names = list(inspect.signature(kernel_function(kernel)).parameters)
+    signature, positional = {}, iter(args)
+    for name in names:
+        if name in constexprs:
+            signature[name] = "constexpr"
+            continue
+        value = next(positional)
+        if isinstance(value, DeviceArray):
+            signature[name] = "*" + dtypes.storage_type(value.dtype)
+        elif isinstance(value, int):
+            signature[name] = "i64"
+        else:
+            raise TypeError(f"kernel argument {name}={value!r}: arrays and ints only")
+    return signature
+
+
+def compile_kernel(kernel, signature: Mapping[str, str], constexprs: Mapping[str, Any],
+                   target: str):
+    """Triton's compiled kernel for ``target`` (``"sm_90"``, ``"gfx942"``, ...)."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    backend, arch, warp = TARGETS[target]
+    source = ASTSource(fn=kernel, signature=dict(signature), constexprs=dict(constexprs))
+    return triton.compile(source, target=GPUTarget(backend, arch, warp))
+
+
+@dataclasses.dataclass
+class LoadedKernel:
+    name: str
+    function: Any
+    num_warps: int
+    shared: int
+    signature: dict
+
+    def parameters(self, args):
+        """The launch's kernel parameters as the driver's (values, ctypes types) pair."""
+        values, types = [], []
+        for value in args:
+            if isinstance(value, DeviceArray):
+                values.append(value.pointer)
+                types.append(ctypes.c_void_p)
+            else:
+                values.append(int(value))
+                types.append(ctypes.c_int64)
+        values += [0, 0]  # global and profile scratch: unused by these kernels
+        types += [ctypes.c_void_p, ctypes.c_void_p]
+        return tuple(values), tuple(types)
+
+
+class CompiledKernels:
+    """Loaded kernels per (device, kernel, signature, constexprs), compiled on first use."""
+
+    def __init__(self, backend: str, arch_of, warp_size: int, load_module):
+        self._backend = backend
+        self._arch_of = arch_of
+        self._load_module = load_module
+        self._cache: dict[tuple, LoadedKernel] = {}
+        self._lock = threading.Lock()
+
+    def get(self, device_index: int, kernel, args, constexprs) -> LoadedKernel:
+        signature = signature_of(kernel, args, constexprs)
+        key = (device_index, id(kernel), tuple(signature.items()), tuple(sorted(
+            (k, str(v)) for k, v in constexprs.items())))
+        with self._lock:
+            loaded = self._cache.get(key)
+            if loaded is None:
+                arch = self._arch_of(device_index)
+                target = f"sm_{arch}" if self._backend == "cuda" else arch
+                compiled = compile_kernel(kernel, signature, constexprs, target)
+                binary = compiled.asm[BINARY[self._backend]]
+                name = compiled.metadata.name
+                function = self._load_module(device_index, binary, name)
+                loaded = LoadedKernel(name, function, compiled.metadata.num_warps,
+                                      compiled.metadata.shared, signature)
+                self._cache[key] = loaded
+            return loaded

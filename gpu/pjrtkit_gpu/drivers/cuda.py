@@ -1,0 +1,153 @@
+"""The CUDA driver: cuda-python's driver API (``cuda.bindings.driver``), launching Triton's
+ahead-of-time compiled cubins. Thin on purpose: allocation, copies, one stream per device,
+module loading and launches; everything else is the shared lowering's.
+
+Without cuda-python, or with it but no driver or device, ``CudaDriver()`` raises
+FailedPrecondition naming the cause (``pjrtkit list`` shows it). Its launch path is only
+exercised on a machine with an NVIDIA GPU (tests skip elsewhere, saying so).
+"""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from pjrtkit.errors import FailedPrecondition, Internal
+
+from pjrtkit_gpu.drivers.base import DeviceFacts, Driver
+from pjrtkit_gpu.drivers.compiled_kernels import CompiledKernels
+
+
+def _load_bindings():
+    try:
+        from cuda.bindings import driver as cu
+    except ImportError as exc:
+        raise FailedPrecondition(
+            f"pjrtkit_cuda: cuda-python is not installed ({exc}); pip install "
+            f"'pjrtkit-cuda[driver]', or set PJRTKIT_GPU_EMULATE=1 to run on Triton's "
+            f"interpreter") from None
+    return cu
+
+
+def _check(cu, result, what: str):
+    error = result[0] if isinstance(result, tuple) else result
+    if error != cu.CUresult.CUDA_SUCCESS:
+        name = cu.cuGetErrorName(error)[1]
+        text = name.decode() if isinstance(name, bytes) else str(error)
+        raise Internal(f"pjrtkit_cuda: {what} failed: {text}")
+    if isinstance(result, tuple):
+        return result[1] if len(result) == 2 else result[1:]
+    return None
+
+
+class DeviceMemory:
+    __slots__ = ("pointer", "nbytes", "device_index", "_free")
+
+    def __init__(self, pointer: int, nbytes: int, device_index: int, free):
+        self.pointer, self.nbytes, self.device_index, self._free = pointer, nbytes, device_index, free
+
+    def __del__(self):
+        try:
+            self._free(self.pointer)
+        except Exception:  # noqa: BLE001 - never raise from a finalizer (interpreter exit)
+            pass
+
+
+class CudaDriver(Driver):
+    name = "cuda"
+
+    def __init__(self):
+        cu = self._cu = _load_bindings()
+        try:
+            result = cu.cuInit(0)
+        except Exception as exc:  # noqa: BLE001 - a missing libcuda raises from the binding
+            raise FailedPrecondition(f"pjrtkit_cuda: no CUDA driver: {exc}; set "
+                                     f"PJRTKIT_GPU_EMULATE=1 to run on Triton's interpreter"
+                                     ) from None
+        if result[0] != cu.CUresult.CUDA_SUCCESS:
+            raise FailedPrecondition(f"pjrtkit_cuda: cuInit failed ({result[0].name}): no "
+                                     f"usable NVIDIA GPU; set PJRTKIT_GPU_EMULATE=1 to run on "
+                                     f"Triton's interpreter")
+        count = _check(cu, cu.cuDeviceGetCount(), "cuDeviceGetCount")
+        if not count:
+            raise FailedPrecondition("pjrtkit_cuda: the CUDA driver sees no device")
+        self._contexts, self._streams, facts = [], [], []
+        attr = cu.CUdevice_attribute
+        for i in range(count):
+            device = _check(cu, cu.cuDeviceGet(i), "cuDeviceGet")
+            context = _check(cu, cu.cuDevicePrimaryCtxRetain(device), "cuDevicePrimaryCtxRetain")
+            _check(cu, cu.cuCtxSetCurrent(context), "cuCtxSetCurrent")
+            stream = _check(cu, cu.cuStreamCreate(0), "cuStreamCreate")
+            name = _check(cu, cu.cuDeviceGetName(256, device), "cuDeviceGetName")
+            major = _check(cu, cu.cuDeviceGetAttribute(
+                attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device), "attribute")
+            minor = _check(cu, cu.cuDeviceGetAttribute(
+                attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device), "attribute")
+            sms = _check(cu, cu.cuDeviceGetAttribute(
+                attr.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device), "attribute")
+            memory = _check(cu, cu.cuDeviceTotalMem(device), "cuDeviceTotalMem")
+            self._contexts.append(context)
+            self._streams.append(stream)
+            facts.append(DeviceFacts(name=name.split(b"\0")[0].decode(), memory_bytes=int(memory),
+                                     arch=f"sm_{major}{minor}", multiprocessor_count=int(sms),
+                                     warp_size=32))
+        self._facts = tuple(facts)
+        self._kernels = CompiledKernels("cuda", lambda i: int(self._facts[i].arch[3:]), 32,
+                                        self._load_module)
+        self._lock = threading.Lock()
+
+    def _use(self, device_index: int) -> None:
+        _check(self._cu, self._cu.cuCtxSetCurrent(self._contexts[device_index]), "cuCtxSetCurrent")
+
+    def devices(self):
+        return self._facts
+
+    def allocate(self, device_index, nbytes):
+        cu = self._cu
+        self._use(device_index)
+        pointer = _check(cu, cu.cuMemAlloc(max(nbytes, 1)), f"cuMemAlloc({nbytes})")
+        return DeviceMemory(int(pointer), nbytes, device_index, lambda p: cu.cuMemFree(p))
+
+    def upload(self, memory, host):
+        self._use(memory.device_index)
+        host = np.array(host, order="C", copy=None)
+        _check(self._cu, self._cu.cuMemcpyHtoDAsync(memory.pointer, host.ctypes.data, host.nbytes,
+                                                    self._streams[memory.device_index]),
+               "cuMemcpyHtoDAsync")
+        self.synchronize(memory.device_index)  # the host array may go away after this call
+
+    def download(self, memory, nbytes):
+        out = np.empty(nbytes, dtype=np.uint8)
+        self._use(memory.device_index)
+        if nbytes:
+            _check(self._cu, self._cu.cuMemcpyDtoHAsync(out.ctypes.data, memory.pointer, nbytes,
+                                                        self._streams[memory.device_index]),
+                   "cuMemcpyDtoHAsync")
+        self.synchronize(memory.device_index)
+        return out
+
+    def copy(self, dst_memory, src_memory, nbytes):
+        self.synchronize(src_memory.device_index)
+        self._use(dst_memory.device_index)
+        _check(self._cu, self._cu.cuMemcpyDtoDAsync(dst_memory.pointer, src_memory.pointer, nbytes,
+                                                    self._streams[dst_memory.device_index]),
+               "cuMemcpyDtoDAsync")
+
+    def _load_module(self, device_index, binary: bytes, name: str):
+        self._use(device_index)
+        module = _check(self._cu, self._cu.cuModuleLoadData(binary), "cuModuleLoadData")
+        return _check(self._cu, self._cu.cuModuleGetFunction(module, name.encode()),
+                      "cuModuleGetFunction")
+
+    def launch(self, device_index, kernel, grid, args, constexprs):
+        compiled = self._kernels.get(device_index, kernel, args, constexprs)
+        params, types = compiled.parameters(args)
+        grid = tuple(grid) + (1,) * (3 - len(grid))
+        self._use(device_index)
+        _check(self._cu, self._cu.cuLaunchKernel(
+            compiled.function, *grid, 32 * compiled.num_warps, 1, 1, compiled.shared,
+            self._streams[device_index], (params, types), 0), f"cuLaunchKernel({compiled.name})")
+
+    def synchronize(self, device_index):
+        _check(self._cu, self._cu.cuStreamSynchronize(self._streams[device_index]),
+               "cuStreamSynchronize")

@@ -1,0 +1,30 @@
+"""The GPU lowering: StableHLO op name -> rule, one registry both GPU plugins compile with.
+
+``RULES`` holds every rule (``pjrtkit.lowering`` alone, not the NumPy reference: payloads are
+``DeviceArray``s); ``registry_for(driver, device, platform)`` is it with the ``GpuPayloads`` of
+one compile. An op without a rule, or a dtype a rule lacks, is UNIMPLEMENTED at compile time
+naming both.
+"""
+from __future__ import annotations
+
+from pjrtkit.lowering.registry import LoweringRegistry
+
+from pjrtkit_gpu import dtypes
+from pjrtkit_gpu.lowering.control_flow import CONTROL_FLOW_RULES
+from pjrtkit_gpu.lowering.dot import DOT_RULES
+from pjrtkit_gpu.lowering.elementwise import ELEMENTWISE_RULES
+from pjrtkit_gpu.lowering.indexing import INDEXING_RULES
+from pjrtkit_gpu.lowering.payloads import GpuPayloads
+from pjrtkit_gpu.lowering.reduce import REDUCE_RULES
+from pjrtkit_gpu.lowering.structural import STRUCTURAL_RULES
+from pjrtkit_gpu.lowering.windowed import WINDOWED_RULES
+
+RULES = LoweringRegistry("pjrtkit_gpu", {**ELEMENTWISE_RULES, **STRUCTURAL_RULES, **REDUCE_RULES,
+                                         **DOT_RULES, **CONTROL_FLOW_RULES, **INDEXING_RULES,
+                                         **WINDOWED_RULES},
+                         dtypes=dtypes.SUPPORTED)
+
+
+def registry_for(driver, device_index: int, platform: str) -> LoweringRegistry:
+    return RULES.merged({}, backend=platform,
+                        payloads=GpuPayloads(driver, device_index, platform))

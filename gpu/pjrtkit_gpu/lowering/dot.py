@@ -1,0 +1,70 @@
+"""``stablehlo.dot_general`` / ``stablehlo.dot`` as a tiled, batched matmul: each operand is
+transposed into (batch, rows, contraction) / (batch, contraction, columns) order, then one
+``kernels.batched_matmul`` launch with the fixed default tiles (``kernels.MATMUL_TILES``; no
+GPU here to autotune on). float16/bfloat16/float32 use ``tl.dot`` with float32 accumulation
+(float32 in IEEE precision, not TF32, to agree with XLA's CPU backend); float64 and integer
+results multiply by broadcasting in the result's type."""
+from __future__ import annotations
+
+import math
+
+from pjrtkit.stablehlo.attributes import DotDimensionNumbers
+
+from pjrtkit_gpu import dtypes as D, kernels
+from pjrtkit_gpu.lowering.launching import blocks, permuted
+from pjrtkit_gpu.lowering.structural import check_operands
+
+_DOT_INPUTS = (D.FLOAT16, D.BFLOAT16, D.FLOAT32)
+
+
+def _lower(op, ctx, numbers: DotDimensionNumbers):
+    check_operands(op, ctx)
+    lhs_t, rhs_t = op.operands[0].type, op.operands[1].type
+    out = op.results[0].type
+    if D.BOOL in (lhs_t.dtype, rhs_t.dtype, out.dtype):
+        raise ctx.unimplemented(op, "dot_general on bool")
+    use_dot = (lhs_t.dtype == rhs_t.dtype and lhs_t.dtype in _DOT_INPUTS
+               and out.dtype in _DOT_INPUTS)
+    if not use_dot and (out.dtype in D.NARROW_FLOATS
+                        or D.is_float(out.dtype) != D.is_float(lhs_t.dtype)
+                        or D.is_float(out.dtype) != D.is_float(rhs_t.dtype)):
+        raise ctx.unimplemented(op, f"dot_general of {lhs_t.dtype.name} x {rhs_t.dtype.name} "
+                                    f"-> {out.dtype.name}")
+    lb, rb = numbers.lhs_batching_dimensions, numbers.rhs_batching_dimensions
+    lc, rc = numbers.lhs_contracting_dimensions, numbers.rhs_contracting_dimensions
+    lf = [d for d in range(lhs_t.rank) if d not in lb and d not in lc]
+    rf = [d for d in range(rhs_t.rank) if d not in rb and d not in rc]
+    z = math.prod(lhs_t.shape[d] for d in lb)
+    m = math.prod(lhs_t.shape[d] for d in lf)
+    k = math.prod(lhs_t.shape[d] for d in lc)
+    n = math.prod(rhs_t.shape[d] for d in rf)
+    lhs_order, rhs_order = (*lb, *lf, *lc), (*rb, *rc, *rf)
+    bm, bn, bk = kernels.MATMUL_TILES if use_dot else kernels.MATMUL_TILES_BROADCAST
+    constexprs = {"BM": bm, "BN": bn, "BK": bk, "USE_DOT": use_dot,
+                  "IEEE": lhs_t.dtype == D.FLOAT32,
+                  "WIDEN": use_dot and lhs_t.dtype == D.BFLOAT16 and ctx.payloads.driver.interprets}
+    grid = (blocks(m, bm), blocks(n, bn), max(z, 1))
+    driver, device = ctx.payloads.driver, ctx.payloads.device_index
+
+    def run_dot(lhs, rhs):
+        result = driver.empty(device, out.shape, out.dtype)
+        if z and m and n:
+            a = permuted(driver, device, lhs, lhs_order).reshaped((z, m, k))
+            b = permuted(driver, device, rhs, rhs_order).reshaped((z, k, n))
+            driver.launch(device, kernels.batched_matmul, grid, [a, b, result, m, n, k],
+                          constexprs)
+        return (result,)
+
+    return run_dot
+
+
+def dot_general(op, ctx):
+    return _lower(op, ctx, op.attributes["dot_dimension_numbers"])
+
+
+def dot(op, ctx):
+    rank = op.operands[0].type.rank
+    return _lower(op, ctx, DotDimensionNumbers((), (), (rank - 1,), (0,)))
+
+
+DOT_RULES = {"stablehlo.dot_general": dot_general, "stablehlo.dot": dot}

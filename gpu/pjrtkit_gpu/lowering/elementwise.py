@@ -1,0 +1,93 @@
+"""Elementwise ops: one generated Triton kernel per chain (a single op, or a group the fusion
+pass (``fusion.py``) made into one ``pjrtkit_gpu.fused_elementwise`` op), from the expressions
+of ``elementwise_table``."""
+from __future__ import annotations
+
+import math
+
+from pjrtkit_gpu import codegen, dtypes as D, kernels
+from pjrtkit_gpu.elementwise_table import TABLE, NoKernel, expression
+from pjrtkit_gpu.lowering.launching import blocks
+
+FUSED = "pjrtkit_gpu.fused_elementwise"
+
+
+def _load_template(dtype) -> str:
+    if dtype == D.BOOL:
+        return "({v} != 0)"
+    if dtype in D.NARROW_FLOATS:
+        return "{v}.to(tl.float32)"
+    return "{v}"
+
+
+def _store_template(dtype) -> str:
+    if dtype == D.BOOL:
+        return "{v}.to(tl.uint8)"
+    if dtype in D.NARROW_FLOATS:
+        return f"{{v}}.to(tl.{D.storage_language_type(dtype)})"
+    return "{v}"
+
+
+def chain_source(ops, inputs, outputs) -> str:
+    """The generated kernel's source for ``ops`` (elementwise, in order) from ``inputs`` to
+    ``outputs``; ``NoKernel`` (with the op, as ``exc.op``) for an op or dtype it lacks."""
+    shape = outputs[0].type.shape
+    names: dict[int, str] = {}
+    loaded = []
+    for k, value in enumerate(inputs):
+        names[value.id] = f"x{k}"
+        if not D.is_supported(value.type.dtype):
+            raise NoKernel(f"operand of {value.type.dtype.name}: the GPU kernels take "
+                           f"{', '.join(d.name for d in D.SUPPORTED)}")
+        scalar = value.type.rank == 0 and len(shape) > 0
+        loaded.append((_load_template(value.type.dtype), scalar, f"x{k}"))
+    body = []
+    for k, inner in enumerate(ops):
+        try:
+            text = expression(inner, [names[v.id] for v in inner.operands])
+        except NoKernel as exc:
+            exc.op = inner
+            raise
+        names[inner.results[0].id] = f"v{k}"
+        body.append(f"v{k} = {text}")
+    stores = [(names[v.id], _store_template(v.type.dtype)) for v in outputs]
+    return codegen.elementwise_source("elementwise", loaded, body, stores)
+
+
+def chain_kernel(op, ctx, ops, inputs, outputs):
+    """The kernel running ``ops`` from the payloads of ``inputs`` to those of ``outputs``;
+    UNIMPLEMENTED (naming op and dtype) for an op without an expression."""
+    try:
+        source = chain_source(ops, inputs, outputs)
+    except NoKernel as exc:
+        raise ctx.unimplemented(getattr(exc, "op", op), str(exc)) from None
+    shape = outputs[0].type.shape
+    kernel = codegen.load_kernel(source, "elementwise")
+    driver, device = ctx.payloads.driver, ctx.payloads.device_index
+    n = math.prod(shape)
+    grid = (blocks(n, kernels.ELEMENTWISE_BLOCK),)
+    out_types = [v.type for v in outputs]
+    constexprs = {"BLOCK": kernels.ELEMENTWISE_BLOCK}
+
+    def run_chain(*args):
+        results = tuple(driver.empty(device, t.shape, t.dtype) for t in out_types)
+        if n:
+            driver.launch(device, kernel, grid, [*args, *results, n], constexprs)
+        return results
+
+    return run_chain
+
+
+def elementwise_rule(op, ctx):
+    return chain_kernel(op, ctx, [op], list(op.operands), list(op.results))
+
+
+def fused_rule(op, ctx):
+    block = op.regions[0].entry
+    inner = block.ops[:-1]  # the last is the return of the group's outputs
+    returned = list(block.ops[-1].operands)
+    return chain_kernel(op, ctx, inner, list(block.arguments), returned)
+
+
+ELEMENTWISE_RULES = {name: elementwise_rule for name in TABLE}
+ELEMENTWISE_RULES[FUSED] = fused_rule

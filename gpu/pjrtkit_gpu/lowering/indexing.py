@@ -1,0 +1,131 @@
+"""``gather`` and ``scatter`` as generated kernels: one thread per output (gather) or update
+(scatter) element computes its operand position from the start indices it loads, with
+StableHLO's rules (gather clamps a start so the slice fits; scatter skips an update window that
+does not fit). Scatter's combiner: replace (a store) or add (``tl.atomic_add``; float32, float64
+and 32/64-bit integers, whose atomics every target has). Batched gathers/scatters
+(operand_batching_dims) and variadic scatters are UNIMPLEMENTED."""
+from __future__ import annotations
+
+import math
+
+from pjrtkit_gpu import codegen, dtypes as D, kernels
+from pjrtkit_gpu.lowering.launching import blocks, row_major_strides
+from pjrtkit_gpu.lowering.reduce import body_op_name
+from pjrtkit_gpu.lowering.structural import check_operands
+
+_ATOMIC_ADD = (D.FLOAT32, D.FLOAT64, *(d for d in D.INTEGERS if d.itemsize >= 4))
+
+
+def _start_index_loads(indices_shape, index_vector_dim, batch_coords, count, lines):
+    """Lines loading ``s0..s{count-1}`` (int64) for the batch coordinates ``batch_coords``
+    (expressions, in the order of the start indices' dims other than index_vector_dim)."""
+    strides = row_major_strides(indices_shape)
+    other = [d for d in range(len(indices_shape)) if d != index_vector_dim]
+    base = " + ".join(f"{c} * {strides[d]}" for c, d in zip(batch_coords, other)) or "0"
+    vector_stride = strides[index_vector_dim] if index_vector_dim < len(indices_shape) else 0
+    lines.append(f"base = {base}")
+    for k in range(count):
+        lines.append(f"s{k} = tl.load(idx + base + {k * vector_stride}, mask=mask, other=0)"
+                     f".to(tl.int64)")
+
+
+def gather(op, ctx):
+    check_operands(op, ctx)
+    dn = op.attributes["dimension_numbers"]
+    operand, indices = op.operands[0].type, op.operands[1].type
+    out = op.results[0].type
+    if dn.operand_batching_dims:
+        raise ctx.unimplemented(op, f"batched gather (operand_batching_dims) on "
+                                    f"{operand.dtype.name}")
+    sizes = tuple(op.attributes["slice_sizes"])
+    offset_dims = tuple(dn.offset_dims)
+    batch_dims = [d for d in range(out.rank) if d not in offset_dims]
+    window_dims = [d for d in range(operand.rank) if d not in dn.collapsed_slice_dims]
+    lines = codegen.coordinates("i", out.shape, "c")
+    _start_index_loads(indices.shape, dn.index_vector_dim, [f"c{d}" for d in batch_dims],
+                       len(dn.start_index_map), lines)
+    start = {d: f"tl.minimum(tl.maximum(s{k}, 0), {operand.shape[d] - sizes[d]})"
+             for k, d in enumerate(dn.start_index_map)}
+    window_coord = {d: f"c{o}" for d, o in zip(window_dims, offset_dims)}
+    strides = row_major_strides(operand.shape)
+    terms = [f"({start.get(d, '0')} + {window_coord.get(d, '0')}) * {strides[d]}"
+             for d in range(operand.rank)]
+    lines.append(f"source = {' + '.join(terms) or '0'}")
+    lines.append("tl.store(out + i, tl.load(x + source, mask=mask), mask=mask)")
+    kernel = codegen.load_kernel(codegen.linear_kernel_source("gather", ["x", "idx", "out"],
+                                                               lines), "gather")
+    driver, device = ctx.payloads.driver, ctx.payloads.device_index
+    n = out.size
+
+    def run_gather(x, idx):
+        result = driver.empty(device, out.shape, out.dtype)
+        if n:
+            driver.launch(device, kernel, (blocks(n, kernels.ELEMENTWISE_BLOCK),),
+                          [x, idx, result, n], {"BLOCK": kernels.ELEMENTWISE_BLOCK})
+        return (result,)
+
+    return run_gather
+
+
+def _combiner(op, ctx) -> str:
+    block = op.regions[0].entry
+    if (len(block.ops) == 1 and len(block.arguments) == 2
+            and [v.id for v in block.ops[0].operands] == [block.arguments[1].id]):
+        return "replace"
+    body = body_op_name(op.regions[0])
+    dtype = op.operands[0].type.dtype
+    if body == "stablehlo.add" and dtype in _ATOMIC_ADD:
+        return "add"
+    raise ctx.unimplemented(op, f"scatter combiner {body or [o.name for o in block.ops]} on "
+                                f"{dtype.name} (replace, or add on "
+                                f"{', '.join(d.name for d in _ATOMIC_ADD)})")
+
+
+def scatter(op, ctx):
+    check_operands(op, ctx)
+    if len(op.operands) != 3:
+        raise ctx.unimplemented(op, f"scatter of {len(op.operands) // 2} operands on "
+                                    f"{op.operands[0].type.dtype.name}")
+    dn = op.attributes["scatter_dimension_numbers"]
+    operand, indices, updates = (v.type for v in op.operands)
+    if dn.input_batching_dims:
+        raise ctx.unimplemented(op, f"batched scatter (input_batching_dims) on "
+                                    f"{operand.dtype.name}")
+    combine = _combiner(op, ctx)
+    window_dims = tuple(dn.update_window_dims)
+    scatter_dims = [d for d in range(updates.rank) if d not in window_dims]
+    operand_window_dims = [d for d in range(operand.rank) if d not in dn.inserted_window_dims]
+    window_size = {d: updates.shape[u] for d, u in zip(operand_window_dims, window_dims)}
+    lines = codegen.coordinates("i", updates.shape, "c")
+    _start_index_loads(indices.shape, dn.index_vector_dim, [f"c{d}" for d in scatter_dims],
+                       len(dn.scatter_dims_to_operand_dims), lines)
+    start = {d: f"s{k}" for k, d in enumerate(dn.scatter_dims_to_operand_dims)}
+    window_coord = {d: f"c{u}" for d, u in zip(operand_window_dims, window_dims)}
+    strides = row_major_strides(operand.shape)
+    fits = [f"({s} >= 0) & ({s} <= {operand.shape[d] - window_size.get(d, 1)})"
+            for d, s in start.items()]
+    lines.append(f"inside = mask & {' & '.join(fits) if fits else 'mask'}")
+    terms = [f"({start.get(d, '0')} + {window_coord.get(d, '0')}) * {strides[d]}"
+             for d in range(operand.rank)]
+    lines.append(f"target = tl.where(inside, {' + '.join(terms) or '0'}, 0)")
+    lines.append("value = tl.load(upd + i, mask=mask)")
+    if combine == "add":
+        lines.append("tl.atomic_add(out + target, value, mask=inside)")
+    else:
+        lines.append("tl.store(out + target, value, mask=inside)")
+    kernel = codegen.load_kernel(codegen.linear_kernel_source(
+        "scatter", ["idx", "upd", "out"], lines), "scatter")
+    driver, device = ctx.payloads.driver, ctx.payloads.device_index
+    n = math.prod(updates.shape)
+
+    def run_scatter(x, idx, upd):
+        result = driver.duplicate(x)
+        if n:
+            driver.launch(device, kernel, (blocks(n, kernels.ELEMENTWISE_BLOCK),),
+                          [idx, upd, result, n], {"BLOCK": kernels.ELEMENTWISE_BLOCK})
+        return (result,)
+
+    return run_scatter
+
+
+INDEXING_RULES = {"stablehlo.gather": gather, "stablehlo.scatter": scatter}

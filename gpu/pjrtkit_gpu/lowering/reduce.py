@@ -1,0 +1,136 @@
+"""``stablehlo.reduce`` with a one-op body (add, multiply, maximum, minimum, and, or, xor): the
+operand is transposed so the reduced dimensions come last, then one generated row-reduction
+kernel per (body, dtype) folds each row and the init value. float16/bfloat16 accumulate in
+float32, as XLA's CPU backend does; integers wrap in their own type."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from pjrtkit_gpu import codegen, dtypes as D
+from pjrtkit_gpu.lowering.launching import blocks, permuted
+from pjrtkit_gpu.lowering.structural import check_operands
+
+ROWS_PER_PROGRAM = 16
+COLUMNS_PER_STEP = 128
+
+REDUCTION_BODIES = ("stablehlo.add", "stablehlo.multiply", "stablehlo.maximum", "stablehlo.minimum",
+           "stablehlo.and", "stablehlo.or", "stablehlo.xor")
+
+
+def body_op_name(region) -> str | None:
+    """The op name when ``region`` is ``return(op(arg0, arg1))`` (either order), else None."""
+    block = region.entry
+    if len(block.ops) != 2 or len(block.arguments) != 2:
+        return None
+    op, ret = block.ops
+    args = {v.id for v in block.arguments}
+    if ({v.id for v in op.operands} != args or len(op.operands) != 2
+            or [v.id for v in ret.operands] != [op.results[0].id]):
+        return None
+    return op.name if op.name in REDUCTION_BODIES else None
+
+
+def _accumulator(dtype) -> str:
+    if dtype == D.BOOL:
+        return "int32"
+    return D.compute_language_type(dtype)
+
+
+def _identity(body: str, dtype) -> str:
+    if body == "stablehlo.add" or body in ("stablehlo.or", "stablehlo.xor"):
+        return "0"
+    if body == "stablehlo.multiply":
+        return "1"
+    if body == "stablehlo.and":
+        return "1" if dtype == D.BOOL else str(int(np.iinfo(dtype).max) if D.is_unsigned(dtype)
+                                               else -1)
+    if D.is_float(dtype):
+        return "float('-inf')" if body == "stablehlo.maximum" else "float('inf')"
+    if dtype == D.BOOL:
+        return "0" if body == "stablehlo.maximum" else "1"
+    info = np.iinfo(dtype)
+    return str(int(info.min) if body == "stablehlo.maximum" else int(info.max))
+
+
+def combine_expression(body: str, dtype) -> str:
+    if body in ("stablehlo.maximum", "stablehlo.minimum") and D.is_float(dtype):
+        pick = "tl.maximum" if body == "stablehlo.maximum" else "tl.minimum"
+        return f"tl.where({{a}} != {{a}}, {{a}}, tl.where({{b}} != {{b}}, {{b}}, {pick}({{a}}, {{b}})))"
+    return {"stablehlo.add": "{a} + {b}", "stablehlo.multiply": "{a} * {b}",
+            "stablehlo.maximum": "tl.maximum({a}, {b})", "stablehlo.minimum": "tl.minimum({a}, {b})",
+            "stablehlo.and": "{a} & {b}", "stablehlo.or": "{a} | {b}",
+            "stablehlo.xor": "{a} ^ {b}"}[body]
+
+
+def _row(body: str, dtype) -> str:
+    """How one tile ``{v}`` is reduced along its rows."""
+    if body == "stablehlo.add" and dtype != D.BOOL:
+        return "tl.sum({v}, axis=1)"
+    if body in ("stablehlo.maximum", "stablehlo.minimum"):
+        pick = "tl.max" if body == "stablehlo.maximum" else "tl.min"
+        if D.is_float(dtype):  # tl.max drops NaN on GPUs; XLA propagates it
+            return (f"tl.where(tl.sum(({{v}} != {{v}}).to(tl.int32), axis=1) > 0, float('nan'), "
+                    f"{pick}({{v}}, axis=1))")
+        return f"{pick}({{v}}, axis=1)"
+    if dtype == D.BOOL and body in ("stablehlo.and", "stablehlo.multiply"):
+        return "tl.min({v}, axis=1)"  # bools accumulate as 0/1 int32
+    if dtype == D.BOOL and body in ("stablehlo.or", "stablehlo.add"):
+        return "tl.max({v}, axis=1)"
+    return "tl.reduce({v}, 1, {combine})"
+
+
+def reduction_kernel(body: str, dtype):
+    """The generated row-reduction kernel for ``body`` on ``dtype``."""
+    accumulator = _accumulator(dtype)
+    load = f"{{v}}.to(tl.{accumulator})"
+    finish = f"({{v}}).to(tl.{D.storage_language_type(dtype)})"
+    combine = combine_expression(body, dtype)
+    if body == "stablehlo.multiply" and dtype == D.BOOL:
+        combine = "{a} & {b}"
+    elif body == "stablehlo.add" and dtype == D.BOOL:
+        combine = "{a} | {b}"
+    name = "row_reduce"
+    source = codegen.row_reduce_source(name, load, _identity(body, dtype), combine,
+                                       _row(body, dtype), finish, accumulator)
+    return codegen.load_kernel(source, name)
+
+
+def reduce_rule(op, ctx):
+    check_operands(op, ctx)
+    n = len(op.operands) // 2
+    dtype = op.operands[0].type.dtype
+    if n != 1:
+        raise ctx.unimplemented(op, f"reduce of {n} operands (argmax/argmin-style bodies) "
+                                    f"on {dtype.name}")
+    body = body_op_name(op.regions[0])
+    if body is None:
+        names = [o.name for o in op.regions[0].entry.ops[:-1]]
+        raise ctx.unimplemented(op, f"reduce body {names} on {dtype.name} (one add, multiply, "
+                                    f"maximum, minimum, and, or or xor only)")
+    if D.is_float(dtype) and body in ("stablehlo.and", "stablehlo.or", "stablehlo.xor"):
+        raise ctx.unimplemented(op, f"{body} reduction of {dtype.name}")
+    kernel = reduction_kernel(body, dtype)
+    driver, device = ctx.payloads.driver, ctx.payloads.device_index
+    shape = op.operands[0].type.shape
+    dims = tuple(op.attributes["dimensions"])
+    kept = [d for d in range(len(shape)) if d not in dims]
+    permutation = (*kept, *dims)
+    rows = math.prod(shape[d] for d in kept)
+    columns = math.prod(shape[d] for d in dims)
+    out = op.results[0].type
+    constexprs = {"BM": ROWS_PER_PROGRAM, "BK": COLUMNS_PER_STEP}
+
+    def run_reduce(x, init):
+        result = driver.empty(device, out.shape, out.dtype)
+        if rows:
+            arranged = permuted(driver, device, x, permutation).reshaped((rows, columns))
+            driver.launch(device, kernel, (blocks(rows, ROWS_PER_PROGRAM),),
+                          [arranged, init, result, rows, columns], constexprs)
+        return (result,)
+
+    return run_reduce
+
+
+REDUCE_RULES = {"stablehlo.reduce": reduce_rule}

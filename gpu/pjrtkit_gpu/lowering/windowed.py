@@ -1,0 +1,171 @@
+"""Window ops as generated kernels: ``reduce_window`` (one thread per output element loops over
+its window; padding reads the init value, as XLA pads with it) and ``convolution`` as an
+implicit GEMM (rows: batch x output positions, columns: output features, contraction: input
+features x window positions; the input tile is gathered from the operand on the fly, never
+materialised), with any dimension numbers, strides, padding, lhs/rhs dilation and window
+reversal. Grouped convolutions (feature_group_count / batch_group_count > 1) are UNIMPLEMENTED.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from pjrtkit_gpu import codegen, dtypes as D, kernels
+from pjrtkit_gpu.lowering.launching import blocks, row_major_strides
+from pjrtkit_gpu.lowering.reduce import body_op_name, combine_expression
+from pjrtkit_gpu.lowering.structural import check_operands
+
+CONV_TILES = (32, 32, 32)
+CONV_TILES_BROADCAST = (16, 16, 8)
+
+
+def _window_attributes(op, rank):
+    attrs = op.attributes
+    ones = (1,) * rank
+    padding = attrs.get("padding")
+    padding = ((0, 0),) * rank if padding is None else tuple(
+        (int(lo), int(hi)) for lo, hi in np.asarray(padding).reshape(rank, 2))
+    return (tuple(attrs.get("window_dimensions") or ones), tuple(attrs.get("window_strides") or ones),
+            tuple(attrs.get("base_dilations") or ones), tuple(attrs.get("window_dilations") or ones),
+            padding)
+
+
+def reduce_window(op, ctx):
+    check_operands(op, ctx)
+    if len(op.operands) != 2:
+        raise ctx.unimplemented(op, f"reduce_window of {len(op.operands) // 2} operands on "
+                                    f"{op.operands[0].type.dtype.name}")
+    x_t, out = op.operands[0].type, op.results[0].type
+    dtype = x_t.dtype
+    body = body_op_name(op.regions[0])
+    if body not in ("stablehlo.add", "stablehlo.maximum", "stablehlo.minimum") or dtype == D.BOOL:
+        raise ctx.unimplemented(op, f"reduce_window body {body} on {dtype.name}")
+    window, strides, base, dilation, padding = _window_attributes(op, x_t.rank)
+    accumulator = D.compute_language_type(dtype)
+    combine = combine_expression(body, dtype)
+    in_strides = row_major_strides(x_t.shape)
+    lines = codegen.coordinates("i", out.shape, "o")
+    lines.append(f"init = tl.load(init_ptr).to(tl.{accumulator})")
+    lines.append(f"acc = tl.full([BLOCK], 0, tl.{accumulator}) + init")
+    indent = ""
+    for d in range(x_t.rank):
+        lines.append(f"{indent}for w{d} in range({window[d]}):")
+        indent += "    "
+    valid, terms = ["mask"], []
+    for d in range(x_t.rank):
+        lines.append(f"{indent}p{d} = o{d} * {strides[d]} + w{d} * {dilation[d]} - {padding[d][0]}")
+        extent = (x_t.shape[d] - 1) * base[d] + 1
+        valid.append(f"(p{d} >= 0) & (p{d} < {extent})"
+                     + (f" & (p{d} % {base[d]} == 0)" if base[d] > 1 else ""))
+        terms.append(f"(p{d} // {base[d]}) * {in_strides[d]}")
+    lines.append(f"{indent}ok = {' & '.join(valid)}")
+    lines.append(f"{indent}v = tl.load(x + tl.where(ok, {' + '.join(terms) or '0'}, 0), mask=ok, "
+                 f"other=0).to(tl.{accumulator})")
+    lines.append(f"{indent}v = tl.where(ok, v, init)")
+    lines.append(f"{indent}acc = {combine.format(a='acc', b='v')}")
+    lines.append(f"tl.store(out + i, acc.to(tl.{D.storage_language_type(dtype)}), mask=mask)")
+    kernel = codegen.load_kernel(codegen.linear_kernel_source(
+        "reduce_window", ["x", "init_ptr", "out"], lines), "reduce_window")
+    driver, device = ctx.payloads.driver, ctx.payloads.device_index
+    n = out.size
+
+    def run_reduce_window(x, init):
+        result = driver.empty(device, out.shape, out.dtype)
+        if n:
+            driver.launch(device, kernel, (blocks(n, kernels.ELEMENTWISE_BLOCK),),
+                          [x, init, result, n], {"BLOCK": kernels.ELEMENTWISE_BLOCK})
+        return (result,)
+
+    return run_reduce_window
+
+
+def convolution(op, ctx):
+    check_operands(op, ctx)
+    attrs = op.attributes
+    x_t, w_t, out = op.operands[0].type, op.operands[1].type, op.results[0].type
+    groups = (int(attrs.get("feature_group_count", 1)), int(attrs.get("batch_group_count", 1)))
+    if groups != (1, 1):
+        raise ctx.unimplemented(op, f"grouped convolution (feature_group_count, "
+                                    f"batch_group_count = {groups}) on {x_t.dtype.name}")
+    use_dot = x_t.dtype == w_t.dtype and x_t.dtype in (D.FLOAT16, D.BFLOAT16, D.FLOAT32) \
+        and out.dtype in (D.FLOAT16, D.BFLOAT16, D.FLOAT32)
+    if not use_dot and (x_t.dtype != w_t.dtype or x_t.dtype != out.dtype
+                        or x_t.dtype == D.BOOL):
+        raise ctx.unimplemented(op, f"convolution of {x_t.dtype.name} x {w_t.dtype.name} -> "
+                                    f"{out.dtype.name}")
+    dn = attrs["dimension_numbers"]
+    k = len(dn.input_spatial_dimensions)
+    ones = (1,) * k
+    strides = tuple(attrs.get("window_strides") or ones)
+    lhs_dilation = tuple(attrs.get("lhs_dilation") or ones)
+    rhs_dilation = tuple(attrs.get("rhs_dilation") or ones)
+    padding = attrs.get("padding")
+    padding = ((0, 0),) * k if padding is None else tuple(
+        (int(lo), int(hi)) for lo, hi in np.asarray(padding).reshape(k, 2))
+    reversal = tuple(bool(r) for r in (attrs.get("window_reversal") or (False,) * k))
+    batch, features = x_t.shape[dn.input_batch_dimension], x_t.shape[dn.input_feature_dimension]
+    out_features = w_t.shape[dn.kernel_output_feature_dimension]
+    window = [w_t.shape[d] for d in dn.kernel_spatial_dimensions]
+    positions = [out.shape[d] for d in dn.output_spatial_dimensions]
+    rows, depth = batch * math.prod(positions), features * math.prod(window)
+    xs, ws, os_ = (row_major_strides(t.shape) for t in (x_t, w_t, out))
+    lines = ["rm = tl.program_id(0).to(tl.int64) * BM + tl.arange(0, BM).to(tl.int64)",
+             "rn = tl.program_id(1).to(tl.int64) * BN + tl.arange(0, BN).to(tl.int64)"]
+    lines += codegen.coordinates("rm", (batch, *positions), "m")
+    accumulator = "tl.float32" if use_dot else f"tl.{D.compute_language_type(out.dtype)}"
+    lines.append(f"acc = tl.zeros((BM, BN), dtype={accumulator})")
+    lines.append(f"for kk in range(0, {depth}, BK):")
+    body = ["rk = kk + tl.arange(0, BK).to(tl.int64)"]
+    body += codegen.coordinates("rk", (features, *window), "q")
+    ok = [f"(rm[:, None] < {rows})", f"(rk[None, :] < {depth})"]
+    a_terms = [f"m0[:, None] * {xs[dn.input_batch_dimension]}",
+               f"q0[None, :] * {xs[dn.input_feature_dimension]}"]
+    b_terms = [f"q0[:, None] * {ws[dn.kernel_input_feature_dimension]}",
+               f"rn[None, :] * {ws[dn.kernel_output_feature_dimension]}"]
+    for s in range(k):
+        extent = (x_t.shape[dn.input_spatial_dimensions[s]] - 1) * lhs_dilation[s] + 1
+        body.append(f"p{s} = m{s + 1}[:, None] * {strides[s]} + q{s + 1}[None, :] * "
+                    f"{rhs_dilation[s]} - {padding[s][0]}")
+        ok.append(f"(p{s} >= 0) & (p{s} < {extent})"
+                  + (f" & (p{s} % {lhs_dilation[s]} == 0)" if lhs_dilation[s] > 1 else ""))
+        a_terms.append(f"(p{s} // {lhs_dilation[s]}) * {xs[dn.input_spatial_dimensions[s]]}")
+        tap = f"({window[s] - 1} - q{s + 1})" if reversal[s] else f"q{s + 1}"
+        b_terms.append(f"{tap}[:, None] * {ws[dn.kernel_spatial_dimensions[s]]}")
+    body.append(f"ok = {' & '.join(ok)}")
+    body.append(f"a = tl.load(x + tl.where(ok, {' + '.join(a_terms)}, 0), mask=ok, other=0)")
+    body.append(f"bok = (rk[:, None] < {depth}) & (rn[None, :] < {out_features})")
+    body.append(f"b = tl.load(w + tl.where(bok, {' + '.join(b_terms)}, 0), mask=bok, other=0)")
+    widen = use_dot and x_t.dtype == D.BFLOAT16 and ctx.payloads.driver.interprets
+    if widen:  # the interpreter's tl.dot multiplies bfloat16's raw bits (kernels.batched_matmul)
+        body += ["a = a.to(tl.float32)", "b = b.to(tl.float32)"]
+    if use_dot:
+        precision = ', input_precision="ieee"' if x_t.dtype == D.FLOAT32 else ""
+        body.append(f"acc += tl.dot(a, b{precision})")
+    else:
+        body.append(f"acc += tl.sum(a.to({accumulator})[:, :, None] * "
+                    f"b.to({accumulator})[None, :, :], axis=1).to({accumulator})")
+    lines += [f"    {line}" for line in body]
+    o_terms = [f"m0[:, None] * {os_[dn.output_batch_dimension]}",
+               f"rn[None, :] * {os_[dn.output_feature_dimension]}"]
+    o_terms += [f"m{s + 1}[:, None] * {os_[dn.output_spatial_dimensions[s]]}" for s in range(k)]
+    lines.append(f"done = (rm[:, None] < {rows}) & (rn[None, :] < {out_features})")
+    lines.append(f"tl.store(out + tl.where(done, {' + '.join(o_terms)}, 0), "
+                 f"acc.to(tl.{D.storage_language_type(out.dtype)}), mask=done)")
+    source = (codegen.HEADER + "@triton.jit\ndef convolution(x, w, out, BM: tl.constexpr, "
+              "BN: tl.constexpr, BK: tl.constexpr):\n" + "".join(f"    {line}\n" for line in lines))
+    kernel = codegen.load_kernel(source, "convolution")
+    bm, bn, bk = CONV_TILES if use_dot else CONV_TILES_BROADCAST
+    grid = (blocks(rows, bm), blocks(out_features, bn))
+    driver, device = ctx.payloads.driver, ctx.payloads.device_index
+
+    def run_convolution(x, w):
+        result = driver.empty(device, out.shape, out.dtype)
+        if rows and out_features:
+            driver.launch(device, kernel, grid, [x, w, result], {"BM": bm, "BN": bn, "BK": bk})
+        return (result,)
+
+    return run_convolution
+
+
+WINDOWED_RULES = {"stablehlo.reduce_window": reduce_window, "stablehlo.convolution": convolution}

@@ -1,0 +1,53 @@
+"""Helpers for pjrtkit-gpu's tests (a module of its own: ``conftest`` is ambiguous when the
+whole repository's tests are collected together): real JAX programs lowered to StableHLO,
+fused and planned with the GPU lowering, run by the emulated driver (Triton's interpreter
+running the very kernels a GPU runs).
+
+The emulated driver makes this pytest process interpret Triton kernels (``triton_setup``);
+tests that compile for GPU targets run in a child process.
+"""
+from __future__ import annotations
+
+import os
+
+import jax
+import numpy as np
+
+from pjrtkit.lowering.plan import build_plan
+from pjrtkit.testing.programs import lower_program
+
+
+def emulated_driver():
+    from pjrtkit_gpu.drivers import select_driver
+
+    previous = os.environ.get("PJRTKIT_GPU_EMULATE")
+    os.environ["PJRTKIT_GPU_EMULATE"] = "1"
+    try:
+        return select_driver("cuda")
+    finally:
+        if previous is None:
+            del os.environ["PJRTKIT_GPU_EMULATE"]
+        else:
+            os.environ["PJRTKIT_GPU_EMULATE"] = previous
+
+
+def gpu_plan(fn, *args, static_argnums=()):
+    """The emulated driver and the plan of ``fn`` lowered on ``args`` by the GPU lowering."""
+    driver = emulated_driver()  # first: it makes Triton interpret
+    from pjrtkit_gpu.fusion import fuse_elementwise
+    from pjrtkit_gpu.lowering import registry_for
+
+    program = fuse_elementwise(lower_program(fn, *args, static_argnums=static_argnums))
+    return driver, build_plan(program, registry_for(driver, 0, "pjrtkit_cuda"))
+
+
+def run_on_gpu(fn, *args, static_argnums=()):
+    driver, plan = gpu_plan(fn, *args, static_argnums=static_argnums)
+    dynamic = [a for i, a in enumerate(args) if i not in static_argnums]
+    # As jit does: int64/float64 become 32-bit unless x64 is on.
+    flat = [np.asarray(x, dtype=jax.dtypes.canonicalize_dtype(np.asarray(x).dtype))
+            for x in jax.tree_util.tree_leaves(dynamic)]
+    payloads = [driver.from_host(0, x) for x in flat]
+    with np.errstate(all="ignore"):
+        outputs = plan(*payloads)
+    return tuple(driver.to_host(p) for p in outputs)
