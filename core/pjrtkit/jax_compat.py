@@ -245,7 +245,9 @@ def compile_with_hlo_dump(code: bytes, compile_options: bytes, num_replicas: int
         ("xla_dump_hlo_pass_re", "spmd-partitioning"),
         ("xla_dump_hlo_as_proto", True),
         ("xla_dump_hlo_as_text", False),
-        # Without this, replica groups come out as #stablehlo.replica_group_mesh_axes.
+        # Without this, the collectives the partitioner adds name their groups by mesh axes
+        # (#stablehlo.replica_group_mesh_axes). Those JAX 0.11+ writes itself for shard_map
+        # stay so; pjrtkit.collectives.groups materializes both forms.
         ("xla_enable_rgv3_materialization", False),
         ("xla_backend_optimization_level", 0),
         ("xla_llvm_disable_expensive_passes", True),
@@ -266,6 +268,43 @@ def compile_with_hlo_dump(code: bytes, compile_options: bytes, num_replicas: int
     except Exception as exc:  # noqa: BLE001 - XLA's own error becomes the caller's message
         return f"{type(exc).__name__}: {exc}"
     return None
+
+
+def run_per_device_program_on_xla_cpu(code: bytes, arguments: list[list[Any]]) -> list[list[Any]]:
+    """Run a per-device program (arguments and results ``mhlo.sharding = "{manual}"``) on
+    ``len(arguments)`` partitions of the private XLA:CPU client: ``arguments[d]`` are device
+    d's arrays (rank 1 or more); returns each device's results as NumPy arrays. XLA's own
+    collective semantics, for tests that compare the core's collectives with it (the private
+    client is the only way to hand XLA a program whose per-device arrays differ)."""
+    import jax
+    import numpy as np
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    xc = xla_client()
+    count = len(arguments)
+    client = private_xla_cpu_client(count)
+    devices = client.devices()[:count]
+    options = xc.CompileOptions()
+    options.num_partitions = count
+    build = options.executable_build_options
+    build.num_partitions, build.num_replicas = count, 1
+    build.use_spmd_partitioning = True
+    build.use_shardy_partitioner = False
+    build.device_assignment = xc.DeviceAssignment.create(np.arange(count).reshape(1, count))
+    executable = client.compile_and_load(bytes(code), xc.DeviceList(tuple(devices)), options)
+    sharding = NamedSharding(Mesh(np.array(devices), ("devices",)), PartitionSpec("devices"))
+    global_arguments = []
+    for index in range(len(arguments[0])):
+        shards = [jax.device_put(np.asarray(arguments[d][index]), devices[d])
+                  for d in range(count)]
+        local = np.shape(arguments[0][index])  # rank >= 1: devices stack along dimension 0
+        shape = (count * local[0], *local[1:])
+        global_arguments.append(
+            jax.make_array_from_single_device_arrays(shape, sharding, shards))
+    outputs = executable.execute_sharded(global_arguments)
+    per_output = outputs.disassemble_into_single_device_arrays()
+    return [[np.asarray(per_output[i][d]) for i in range(len(per_output))]
+            for d in range(count)]
 
 
 def hlo_module_to_stablehlo(module_proto: bytes) -> bytes:

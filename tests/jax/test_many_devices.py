@@ -47,10 +47,6 @@ def outcomes() -> dict[int, dict[str, str]]:
 @pytest.mark.parametrize("name", list(PROGRAMS))
 def test_program_matches_xla_cpu_on_n_devices(outcomes, n, name):
     outcome = outcomes[n].get(name, "program did not run")
-    if outcome != "ok" and "UNIMPLEMENTED" in outcome and "replica_group_mesh_axes" in outcome:
-        # Newer jaxlib (0.12) partitions into collectives whose groups are mesh axes; pjrtkit
-        # refuses them at compile time, naming the form, until it decodes them (issue 10).
-        pytest.xfail("collective with mesh-axes replica groups (newer jaxlib): UNIMPLEMENTED")
     assert outcome == "ok", outcome
 
 
@@ -158,9 +154,6 @@ print("AFTER", np.asarray(f(jnp.arange(8.0))).tolist())
 
 def test_failing_device_fails_the_whole_launch_and_leaves_no_thread_waiting(run_python):
     child = run_python(FAILING_DEVICE)
-    if (child.returncode != 0 and "UNIMPLEMENTED" in child.stderr
-            and "replica_group_mesh_axes" in child.stderr):
-        pytest.xfail("collective with mesh-axes replica groups (newer jaxlib): UNIMPLEMENTED")
     assert child.returncode == 0, child.stderr[-3000:]
     lines = dict(line.split(" ", 1) for line in child.stdout.splitlines() if " " in line)
     assert lines["ERRORS"] == "4 True", child.stdout
