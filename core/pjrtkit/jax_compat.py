@@ -106,6 +106,14 @@ def backends_are_initialized() -> bool:
     return xla_bridge.backends_are_initialized()
 
 
+def initialized_backend_names() -> list[str]:
+    """The platforms whose clients JAX has created so far (tests use it to show that a
+    compile-only topology made no client). JAX has no public way to ask this."""
+    from jax._src import xla_bridge
+
+    return sorted(xla_bridge._backends)
+
+
 def platform_is_registered(platform: str) -> bool:
     """Whether a backend factory is registered under ``platform`` (by us or anyone else)."""
     from jax._src import xla_bridge

@@ -181,3 +181,75 @@ def test_device_count_follows_jax_num_cpu_devices_when_pjrtkit_cpu_devices_is_un
         print(len(jax.devices("pjrtkit_cpu")))
     """, JAX_PLATFORMS="pjrtkit_cpu,cpu", PJRTKIT_CPU_DEVICES="2")
     assert child.stdout.split() == ["2"], child.stderr[-3000:]
+
+
+AOT_PROGRAM = """
+import jax, jax.numpy as jnp, numpy as np
+from jax import lax
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+def program(devices):
+    mesh = Mesh(np.array(devices).reshape(2, 4), ("data", "model"))
+
+    def step(w, x):
+        h = jnp.tanh(x @ w)
+        total = jax.shard_map(lambda a: lax.psum(a.sum(0, keepdims=True), "data"), mesh=mesh,
+                              in_specs=P("data", "model"), out_specs=P(None, "model"))(h)
+        return h, total
+
+    return jax.jit(step), NamedSharding(mesh, P(None, "model")), NamedSharding(mesh, P("data"))
+"""
+
+AOT_COMPILE = AOT_PROGRAM + """
+import pickle
+from jax.experimental import topologies
+from jax.experimental.serialize_executable import serialize
+from pjrtkit import jax_compat
+
+topology = topologies.get_topology_desc("cpu:8", platform="pjrtkit_cpu")
+step, w_sharding, x_sharding = program(topology.devices)
+compiled = step.trace(jax.ShapeDtypeStruct((6, 8), jnp.float32, sharding=w_sharding),
+                      jax.ShapeDtypeStruct((4, 6), jnp.float32, sharding=x_sharding)
+                      ).lower().compile()
+payload, in_tree, out_tree = serialize(compiled)
+with open(PATH, "wb") as f:
+    pickle.dump((payload, in_tree, out_tree), f)
+print("clients", jax_compat.initialized_backend_names())
+"""
+
+AOT_LOAD = AOT_PROGRAM + """
+import pickle
+from jax.experimental.serialize_executable import deserialize_and_load
+
+with open(PATH, "rb") as f:
+    payload, in_tree, out_tree = pickle.load(f)
+loaded = deserialize_and_load(payload, in_tree, out_tree, backend="pjrtkit_cpu")
+rng = np.random.default_rng(0)
+w, x = rng.standard_normal((6, 8), np.float32), rng.standard_normal((4, 6), np.float32)
+_, w_sharding, x_sharding = program(jax.devices("pjrtkit_cpu"))
+ours = loaded(jax.device_put(w, w_sharding), jax.device_put(x, x_sharding))
+step, w_sharding, x_sharding = program(jax.devices("cpu"))
+xla = step(jax.device_put(w, w_sharding), jax.device_put(x, x_sharding))
+for a, b in zip(ours, xla):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+    assert [s.data.shape for s in a.addressable_shards] == \\
+        [s.data.shape for s in b.addressable_shards]
+    assert a.sharding.spec == b.sharding.spec, (a.sharding, b.sharding)
+print("ran on", len({s.device for s in ours[0].addressable_shards}), "devices")
+"""
+
+
+def test_eight_device_compile_only_topology_compiles_serializes_and_runs_in_a_new_process(
+        run_python, tmp_path):
+    """Lower + compile + serialize against the compile-only topology "cpu:8" with no pjrtkit
+    client (JAX's cpu is the only backend started), then load and run on a client of 8 devices
+    in a new process, matching XLA's CPU backend shard by shard."""
+    path = repr(str(tmp_path / "executable.pickle"))
+    first = run_python(f"PATH = {path}\n" + AOT_COMPILE, JAX_PLATFORMS="cpu")
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert first.stdout.strip() == "clients ['cpu']", first.stdout
+    second = run_python(f"PATH = {path}\n" + AOT_LOAD, JAX_PLATFORMS="pjrtkit_cpu,cpu",
+                        PJRTKIT_CPU_DEVICES="8",
+                        XLA_FLAGS="--xla_force_host_platform_device_count=8")
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert second.stdout.strip() == "ran on 8 devices", second.stdout
