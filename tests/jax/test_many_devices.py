@@ -253,3 +253,61 @@ def test_eight_device_compile_only_topology_compiles_serializes_and_runs_in_a_ne
                         XLA_FLAGS="--xla_force_host_platform_device_count=8")
     assert second.returncode == 0, second.stderr[-3000:]
     assert second.stdout.strip() == "ran on 8 devices", second.stdout
+
+
+HOST_CALLBACKS = """
+import os
+os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=4"
+os.environ["PJRTKIT_CPU_DEVICES"] = "4"
+os.environ["JAX_PLATFORMS"] = "pjrtkit_cpu,cpu"
+import contextlib, io, json
+import jax, jax.numpy as jnp, numpy as np
+from jax import lax
+from jax.experimental import io_callback
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+def run(platform):
+    mesh = Mesh(np.array(jax.devices(platform)).reshape(2, 2), ("x", "y"))
+    seen = []
+
+    def host(a):
+        seen.append(np.asarray(a).tolist())
+        return (np.asarray(a) * 2).astype(np.float32)
+
+    def sharded(a):
+        b = jax.pure_callback(host, jax.ShapeDtypeStruct(a.shape, a.dtype), a)
+        jax.debug.print("sum {s}", s=b.sum())
+        jax.debug.callback(lambda v: seen.append(("debug", float(v))), b.max())
+        return b + 1
+
+    def per_device(a):
+        index = lax.axis_index("x") * 2 + lax.axis_index("y")
+        jax.debug.print("device {i} holds {s}", i=index, s=a.sum())
+        written = io_callback(host, jax.ShapeDtypeStruct(a.shape, a.dtype), a)
+        return jax.pure_callback(host, jax.ShapeDtypeStruct(a.shape, a.dtype), a) + \\
+            lax.psum(written, "x")
+
+    x = jax.device_put(jnp.arange(16.0).reshape(4, 4), NamedSharding(mesh, P("x", "y")))
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        first = jax.jit(sharded)(x)
+        second = jax.jit(jax.shard_map(per_device, mesh=mesh, in_specs=P("x", "y"),
+                                       out_specs=P("x", "y")))(x)
+        jax.effects_barrier()
+    return ([np.asarray(first).tolist(), np.asarray(second).tolist()],
+            sorted(map(str, seen)), sorted(printed.getvalue().splitlines()))
+
+print(json.dumps({"pjrtkit": run("pjrtkit_cpu"), "xla": run("cpu")}))
+"""
+
+
+def test_host_callbacks_in_programs_over_four_devices_run_where_xla_runs_them(run_python):
+    """pure_callback, io_callback, jax.debug.callback and jax.debug.print in a sharded jit
+    (once, with whole arrays, as XLA places them) and inside shard_map (once per device with
+    its shard): the same results, the same calls with the same arguments, the same lines."""
+    child = run_python(HOST_CALLBACKS)
+    assert child.returncode == 0, child.stderr[-3000:]
+    found = json.loads(child.stdout.strip().splitlines()[-1])
+    ours, xla = found["pjrtkit"], found["xla"]
+    assert ours == xla
+    assert ours[2].count("sum 240.0") == 1 and len(ours[2]) == 5, ours[2]

@@ -78,7 +78,19 @@ def partition_and_parse(code: bytes, compile_options: bytes, *, num_replicas: in
 
     bytecode = spmd_partition(code, compile_options, num_replicas=num_replicas,
                               num_partitions=num_partitions)
-    return untuple_custom_calls(parse_program(bytecode)), bytecode
+    return untuple_custom_calls(rename_host_callbacks(parse_program(bytecode))), bytecode
+
+
+def rename_host_callbacks(program: Program) -> Program:
+    """Host callbacks get their own target name back (``callbacks.PARTITIONER_CALLBACK_TARGET``
+    says why they carried XLA's through the partitioner)."""
+    from pjrtkit import callbacks
+
+    for op in walk_ops(program):
+        if (op.name == "stablehlo.custom_call" and op.attributes.get("call_target_name")
+                == callbacks.PARTITIONER_CALLBACK_TARGET):
+            op.attributes["call_target_name"] = callbacks.HOST_CALLBACK_TARGET
+    return program
 
 
 def untuple_custom_calls(program: Program) -> Program:
@@ -103,15 +115,15 @@ def untuple_custom_calls(program: Program) -> Program:
             continue
         tuple_value = op.results[0]
         reads = readers.get(tuple_value.id, [])
-        if not reads or any(r.name != "stablehlo.get_tuple_element" for r in reads):
+        if any(r.name != "stablehlo.get_tuple_element" for r in reads):
             continue
         elements = tuple(fresh_value(t) for t in tuple_value.type.elements)
-        op.results = elements
+        op.results = elements  # a result nothing reads (a callback's empty tuple) goes too
         for read in reads:
             renamed[read.results[0].id] = elements[int(read.attributes["index"])]
             dropped.add(id(read))
     if not renamed:
-        return program
+        return program  # only unread tuples were replaced: no reads to rename
     for function in program.functions.values():
         _drop_ops(function.body, dropped)
         function.body = rename_reads(function.body, renamed)
