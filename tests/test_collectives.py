@@ -200,7 +200,7 @@ def test_mesh_axes_groups_gather_what_xla_cpu_gathers(mesh, axes, members):
         device_ids=device_ids, members=members, axes=", ".join(axes),
         mesh="@mesh" if mesh != "inline" else INLINE_MESH)
     inputs = [[np.array([100 + p], np.int32)] for p in range(8)]
-    expected = jax_compat.run_per_device_program_on_xla_cpu(
+    expected = jax_compat.run_per_device_program(
         jax_compat.serialize_portable_artifact(text), inputs)
     ours = _launch_program(text, 8, inputs)
     for position in range(8):

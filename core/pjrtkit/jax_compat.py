@@ -278,27 +278,38 @@ def compile_with_hlo_dump(code: bytes, compile_options: bytes, num_replicas: int
     return None
 
 
-def run_per_device_program_on_xla_cpu(code: bytes, arguments: list[list[Any]]) -> list[list[Any]]:
-    """Run a per-device program (arguments and results ``mhlo.sharding = "{manual}"``) on
-    ``len(arguments)`` partitions of the private XLA:CPU client: ``arguments[d]`` are device
-    d's arrays (rank 1 or more); returns each device's results as NumPy arrays. XLA's own
-    collective semantics, for tests that compare the core's collectives with it (the private
-    client is the only way to hand XLA a program whose per-device arrays differ)."""
+def run_per_device_program(code: bytes, arguments: list[list[Any]], *, num_replicas: int = 1,
+                           devices=None) -> list[list[Any]]:
+    """Run a per-device program on ``len(arguments)`` devices, ``num_replicas`` replicas of
+    ``len(arguments) // num_replicas`` partitions each (device d is replica d // P, partition
+    d % P), with CompileOptions built here as a caller of PJRT that is not JAX's jit would:
+    ``arguments[d]`` are device d's arrays (rank 1 or more); returns each device's results as
+    NumPy arrays. Over several partitions, arguments and results must be marked
+    ``mhlo.sharding = "{manual}"``.
+
+    ``devices`` None runs on the private XLA:CPU client (XLA's own collective semantics, for
+    tests that compare the core's collectives with it: only a client's own compile call takes
+    a program whose per-device arrays differ); else on those devices' client (a pjrtkit one).
+    """
     import jax
     import numpy as np
     from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
     xc = xla_client()
     count = len(arguments)
-    client = private_xla_cpu_client(count)
-    devices = client.devices()[:count]
+    partitions = count // num_replicas
+    if devices is None:
+        devices = private_xla_cpu_client(count).devices()[:count]
+    devices = list(devices)[:count]
+    client = devices[0].client
     options = xc.CompileOptions()
-    options.num_partitions = count
+    options.num_replicas, options.num_partitions = num_replicas, partitions
     build = options.executable_build_options
-    build.num_partitions, build.num_replicas = count, 1
-    build.use_spmd_partitioning = True
+    build.num_partitions, build.num_replicas = partitions, num_replicas
+    build.use_spmd_partitioning = partitions > 1
     build.use_shardy_partitioner = False
-    build.device_assignment = xc.DeviceAssignment.create(np.arange(count).reshape(1, count))
+    build.device_assignment = xc.DeviceAssignment.create(
+        np.array([d.id for d in devices]).reshape(num_replicas, partitions))
     executable = client.compile_and_load(bytes(code), xc.DeviceList(tuple(devices)), options)
     sharding = NamedSharding(Mesh(np.array(devices), ("devices",)), PartitionSpec("devices"))
     global_arguments = []

@@ -311,3 +311,53 @@ def test_host_callbacks_in_programs_over_four_devices_run_where_xla_runs_them(ru
     ours, xla = found["pjrtkit"], found["xla"]
     assert ours == xla
     assert ours[2].count("sum 240.0") == 1 and len(ours[2]) == 5, ours[2]
+
+
+REPLICATED_PROGRAM = """
+import os
+os.environ["PJRTKIT_CPU_DEVICES"] = "4"
+os.environ["JAX_PLATFORMS"] = "pjrtkit_cpu,cpu"
+import json
+import jax, numpy as np
+from pjrtkit import jax_compat
+
+text = '''
+module @replicated attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas = 4 : i32} {
+  func.func public @main(%x: tensor<2xf32>) -> (tensor<2xf32>, tensor<8xf32>, tensor<2xf32>,
+                                                 tensor<ui32>) {
+    %0 = "stablehlo.all_reduce"(%x) ({
+    ^bb0(%a: tensor<f32>, %b: tensor<f32>):
+      %m = stablehlo.maximum %a, %b : tensor<f32>
+      stablehlo.return %m : tensor<f32>
+    }) {replica_groups = dense<[[0, 2], [3, 1]]> : tensor<2x2xi64>} : (tensor<2xf32>) -> tensor<2xf32>
+    %1 = "stablehlo.all_gather"(%x) {all_gather_dim = 0 : i64,
+        replica_groups = dense<[[3, 1, 0, 2]]> : tensor<1x4xi64>} : (tensor<2xf32>) -> tensor<8xf32>
+    %2 = "stablehlo.collective_permute"(%x) {
+        source_target_pairs = dense<[[0, 1], [1, 3], [3, 0]]> : tensor<3x2xi64>}
+        : (tensor<2xf32>) -> tensor<2xf32>
+    %3 = stablehlo.replica_id : tensor<ui32>
+    return %0, %1, %2, %3 : tensor<2xf32>, tensor<8xf32>, tensor<2xf32>, tensor<ui32>
+  }
+}'''
+code = jax_compat.serialize_portable_artifact(text)
+rng = np.random.default_rng(0)
+arguments = [[rng.standard_normal(2).astype(np.float32)] for _ in range(4)]
+ours = jax_compat.run_per_device_program(code, arguments, num_replicas=4,
+                                         devices=jax.devices("pjrtkit_cpu"))
+xla = jax_compat.run_per_device_program(code, arguments, num_replicas=4)
+print(json.dumps([[[np.asarray(r).tolist() for r in device] for device in run]
+                  for run in (ours, xla)]))
+"""
+
+
+def test_a_program_compiled_for_four_replicas_runs_as_given_on_each_replica(run_python):
+    """num_replicas > 1 comes only from callers that build CompileOptions themselves (JAX's
+    pmap is jit + shard_map over partitions): cross-replica all_reduce with groups,
+    all_gather, collective_permute (a device no pair targets receives zeros) and replica_id
+    on 4 replicas match XLA's CPU backend given the same program and options."""
+    child = run_python(REPLICATED_PROGRAM)
+    assert child.returncode == 0, child.stderr[-3000:]
+    ours, xla = json.loads(child.stdout.strip().splitlines()[-1])
+    assert ours == xla
+    assert [device[3] for device in ours] == [0, 1, 2, 3]
+    assert ours[2][2] == [0.0, 0.0]  # replica 2 is no target of collective_permute
