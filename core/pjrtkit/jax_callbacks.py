@@ -107,6 +107,28 @@ def _single_device(axis_context):
     return assignment[0] if assignment is not None and len(assignment) == 1 else None
 
 
+def _debug_partial_auto(primitive, axis_context, params: Mapping[str, Any]):
+    """For ``jax.debug.callback`` / ``jax.debug.print`` inside a shard_map manual over only some
+    mesh axes: what JAX lowers them to on its cpu (``_debug_callback_partial_auto``: a nested
+    shard_map over the other axes that runs the callback where their index is 0, so the
+    callback lowers again, fully manual). None elsewhere."""
+    from jax._src import debugging, sharding_impls
+
+    if primitive.name not in ("debug_callback", "debug_print") or not isinstance(
+            axis_context, sharding_impls.SPMDAxisContext):
+        return None
+    if not set(axis_context.mesh.axis_names) - set(axis_context.manual_axes):
+        return None
+    if primitive.name == "debug_callback":
+        bound = dict(params)
+    else:
+        effect = debugging.ordered_debug_effect if params["ordered"] else debugging.debug_effect
+        bound = {"effect": effect, "partitioned": params["partitioned"],
+                 "callback": _user_function(primitive, params)}
+    return functools.partial(debugging._debug_callback_partial_auto,  # noqa: SLF001 - JAX's own
+                             axis_context, **bound)
+
+
 def _multi_device_sharding(ctx, params: Mapping[str, Any], *, ordered: bool):
     """Where the callback runs in a program over several devices, as JAX decides for its own
     cpu callbacks (``jax._src.callback._callback_op_sharding``): inside a fully manual
@@ -137,6 +159,9 @@ def host_callback_lowering(primitive, impl: Callable[..., Any], *, has_side_effe
     from jax._src.interpreters import mlir
 
     def rule(ctx, *args, **params):
+        partial_auto = _debug_partial_auto(primitive, ctx.module_context.axis_context, params)
+        if partial_auto is not None:
+            return mlir.lower_fun(partial_auto)(ctx, *args)
         devices = _device_count(ctx.module_context.axis_context)
         name = _callback_name(primitive, params)
         function = _host_function(primitive, impl, params, platform, like_platform,

@@ -287,14 +287,21 @@ def run(platform):
         return jax.pure_callback(host, jax.ShapeDtypeStruct(a.shape, a.dtype), a) + \\
             lax.psum(written, "x")
 
+    def partially_manual(a):  # manual over "x" only: JAX prints once per "x" block
+        jax.debug.print("x block {i} sums {s}", i=lax.axis_index("x"), s=a.sum())
+        return jnp.cos(a)
+
     x = jax.device_put(jnp.arange(16.0).reshape(4, 4), NamedSharding(mesh, P("x", "y")))
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
         first = jax.jit(sharded)(x)
         second = jax.jit(jax.shard_map(per_device, mesh=mesh, in_specs=P("x", "y"),
                                        out_specs=P("x", "y")))(x)
+        third = jax.jit(jax.shard_map(partially_manual, mesh=mesh, in_specs=P("x"),
+                                      out_specs=P("x"), axis_names=frozenset({"x"})))(x)
         jax.effects_barrier()
-    return ([np.asarray(first).tolist(), np.asarray(second).tolist()],
+    return ([np.asarray(first).tolist(), np.asarray(second).tolist(),
+             np.asarray(third).tolist()],
             sorted(map(str, seen)), sorted(printed.getvalue().splitlines()))
 
 print(json.dumps({"pjrtkit": run("pjrtkit_cpu"), "xla": run("cpu")}))
@@ -303,14 +310,15 @@ print(json.dumps({"pjrtkit": run("pjrtkit_cpu"), "xla": run("cpu")}))
 
 def test_host_callbacks_in_programs_over_four_devices_run_where_xla_runs_them(run_python):
     """pure_callback, io_callback, jax.debug.callback and jax.debug.print in a sharded jit
-    (once, with whole arrays, as XLA places them) and inside shard_map (once per device with
-    its shard): the same results, the same calls with the same arguments, the same lines."""
+    (once, with whole arrays, as XLA places them), inside shard_map (once per device with its
+    shard) and jax.debug.print in a partially manual shard_map (once per manual block): the
+    same results, the same calls with the same arguments, the same lines."""
     child = run_python(HOST_CALLBACKS)
     assert child.returncode == 0, child.stderr[-3000:]
     found = json.loads(child.stdout.strip().splitlines()[-1])
     ours, xla = found["pjrtkit"], found["xla"]
     assert ours == xla
-    assert ours[2].count("sum 240.0") == 1 and len(ours[2]) == 5, ours[2]
+    assert ours[2].count("sum 240.0") == 1 and len(ours[2]) == 7, ours[2]
 
 
 REPLICATED_PROGRAM = """
