@@ -372,3 +372,41 @@ def test_a_program_compiled_for_four_replicas_runs_as_given_on_each_replica(run_
     assert ours == xla
     assert [device[3] for device in ours] == [0, 1, 2, 3]
     assert ours[2][2] == [0.0, 0.0]  # replica 2 is no target of collective_permute
+
+
+DONATION = """
+import os
+os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=4"
+os.environ["PJRTKIT_CPU_DEVICES"] = "4"
+os.environ["JAX_PLATFORMS"] = "pjrtkit_cpu,cpu"
+import json
+import jax, jax.numpy as jnp, numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+def run(platform):
+    mesh = Mesh(np.array(jax.devices(platform)).reshape(2, 2), ("x", "y"))
+    found = []
+    for spec in (P(), P("x"), P("x", "y")):
+        sharding = NamedSharding(mesh, spec)
+        a = jax.device_put(jnp.arange(16.0).reshape(4, 4), sharding)
+        b = jax.device_put(jnp.ones((4, 4), jnp.int32), sharding)
+        kept = jax.device_put(jnp.ones((4, 4)), sharding)
+        f = jax.jit(lambda a, b, kept: (a * 2, b.sum(), kept + 1), donate_argnums=(0, 1))
+        out = f(a, b, kept)
+        found.append([a.is_deleted(), b.is_deleted(), kept.is_deleted(),
+                      [np.asarray(o).tolist() for o in out]])
+    return found
+
+print(json.dumps({"pjrtkit": run("pjrtkit_cpu"), "xla": run("cpu")}))
+"""
+
+
+def test_donated_arguments_of_a_partitioned_program_are_deleted_as_on_xla(run_python):
+    """XLA's partitioner drops JAX's donation marks from the per-device program; the core
+    carries them over, so donated sharded arrays are deleted (and the others kept) as on
+    XLA's CPU backend, replicated and sharded alike."""
+    child = run_python(DONATION)
+    assert child.returncode == 0, child.stderr[-3000:]
+    found = json.loads(child.stdout.strip().splitlines()[-1])
+    assert found["pjrtkit"] == found["xla"]
+    assert [row[:3] for row in found["pjrtkit"]] == [[True, True, False]] * 3

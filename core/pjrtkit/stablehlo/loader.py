@@ -61,6 +61,42 @@ def load_program(code: bytes | str, *, num_partitions: int | None = None,
 
 def parse_program(code: bytes | str) -> Program:
     """The program as jaxlib parses it, every op kept (``load_program`` without the passes)."""
+    return _parsed(code, lambda module: _Walker().program(module))
+
+
+# The argument attributes by which JAX marks a donated parameter.
+DONATION_ATTRIBUTES = ("tf.aliasing_output", "jax.buffer_donor")
+
+
+def donated_arguments(code: bytes | str) -> frozenset[int]:
+    """Positions of the entry function's parameters the program donates, read without
+    walking the whole program (XLA's partitioner drops these marks from its output)."""
+    return _parsed(code, _donated_arguments_of)
+
+
+def _donated_arguments_of(module) -> frozenset[int]:
+    from jaxlib.mlir import ir
+
+    functions = [op.operation for op in module.body.operations
+                 if op.operation.name == "func.func"]
+    names = [ir.StringAttr(f.attributes["sym_name"]).value for f in functions]
+    entry = functions[names.index("main")] if "main" in names else next(
+        (f for f in functions if "sym_visibility" not in f.attributes
+         or ir.StringAttr(f.attributes["sym_visibility"]).value == "public"), None)
+    if entry is None or "arg_attrs" not in entry.attributes:
+        return frozenset()
+    donated = set()
+    for position, attrs in enumerate(ir.ArrayAttr(entry.attributes["arg_attrs"])):
+        attrs = ir.DictAttr(attrs)
+        for name in DONATION_ATTRIBUTES:
+            if name in attrs and not (isinstance(attrs[name], ir.BoolAttr)
+                                      and not ir.BoolAttr(attrs[name]).value):
+                donated.add(position)
+    return frozenset(donated)
+
+
+def _parsed(code: bytes | str, read):
+    """``read(module)`` of the module jaxlib parses from ``code``, under the loader's lock."""
     from jaxlib.mlir import ir
     from jaxlib.mlir.dialects import stablehlo
 
@@ -110,7 +146,7 @@ def parse_program(code: bytes | str) -> Program:
                         f"could not parse the program ({details[:2000]}). Expected a StableHLO "
                         f"portable artifact, MLIR bytecode or MLIR text as produced by JAX.")
                 try:
-                    return _Walker().program(module)
+                    return read(module)
                 except RuntimeError as exc:
                     if "conversion error" not in str(exc):
                         raise

@@ -87,11 +87,24 @@ def partitioned_program(code: bytes, compile_options: bytes, *, num_replicas: in
 def partition_and_parse(code: bytes, compile_options: bytes, *, num_replicas: int,
                         num_partitions: int) -> tuple[Program, bytes]:
     """Partition with XLA and parse the result (what the parser child runs)."""
-    from pjrtkit.stablehlo.loader import parse_program
+    from pjrtkit.stablehlo.loader import donated_arguments, parse_program
 
     bytecode = spmd_partition(code, compile_options, num_replicas=num_replicas,
                               num_partitions=num_partitions)
-    return untuple_custom_calls(rename_host_callbacks(parse_program(bytecode))), bytecode
+    program = untuple_custom_calls(rename_host_callbacks(parse_program(bytecode)))
+    return keep_donations(program, donated_arguments(code)), bytecode
+
+
+def keep_donations(program: Program, donated: frozenset[int]) -> Program:
+    """Mark the per-device program's parameters at ``donated`` as donated (``jax.buffer_donor``):
+    XLA's partitioner keeps the parameters in order but drops JAX's donation marks
+    (``tf.aliasing_output``, ``jax.buffer_donor``), and without them the runtime would keep
+    buffers JAX donated."""
+    attributes = program.main.arg_attributes
+    for position in donated:
+        if position < len(attributes):
+            attributes[position]["jax.buffer_donor"] = True
+    return program
 
 
 def rename_host_callbacks(program: Program) -> Program:
