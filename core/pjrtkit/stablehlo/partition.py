@@ -174,7 +174,7 @@ def spmd_partition(code: bytes, compile_options: bytes, *, num_replicas: int,
         try:
             failure = jax_compat.compile_with_hlo_dump(
                 bytes(code), bytes(compile_options), num_replicas, num_partitions, dump_dir)
-            dumped = _dumped_module(dump_dir)
+            dumped = _dumped_module(dump_dir, partitioned=num_partitions > 1)
         except PjrtError:
             raise
         except Exception as exc:  # noqa: BLE001 - a bug here must not look like a user error
@@ -194,12 +194,17 @@ def spmd_partition(code: bytes, compile_options: bytes, *, num_replicas: int,
         shutil.rmtree(dump_dir, ignore_errors=True)
 
 
-def _dumped_module(dump_dir: str) -> bytes | None:
-    """The HloModuleProto after SPMD partitioning (before optimizations when no partitioning
-    pass ran), from XLA's dump: field 1 of the dumped ``xla.HloProto``."""
+def _dumped_module(dump_dir: str, *, partitioned: bool) -> bytes | None:
+    """The HloModuleProto after SPMD partitioning, from XLA's dump: field 1 of the dumped
+    ``xla.HloProto``. Over one partition no partitioning pass runs and the module before
+    optimizations is taken; over several, a missing partitioned module means the pass failed
+    (the global program must never pass for the per-device one)."""
     from pjrtkit.runtime.compile_options import wire_fields
 
-    for pattern in ("*after_spmd-partitioning*.hlo.pb", "*before_optimizations.hlo.pb"):
+    patterns = ["*after_spmd-partitioning*.hlo.pb"]
+    if not partitioned:
+        patterns.append("*before_optimizations.hlo.pb")
+    for pattern in patterns:
         found = sorted(glob.glob(os.path.join(dump_dir, pattern)))
         if found:
             with open(found[0], "rb") as handle:
