@@ -58,17 +58,7 @@ def main(argv=None) -> int:
     if env is not None and not {"-h", "--help"} & set(argv):
         blas_env.rerun_without_overrides(argv, env)
     args = parse_args(argv)
-    from benchmarks import runner
-
-    try:
-        runner.enable_platforms()
-        devs = runner.devices()
-    except Exception as exc:  # noqa: BLE001
-        print(f"benchmarks: cannot start {runner.BACKEND} and {runner.REFERENCE}: {exc}",
-              file=sys.stderr)
-        return EXIT_SETUP
-
-    from benchmarks import plot, report, timing, workloads
+    from benchmarks import runner, workloads
 
     try:
         chosen = (workloads.by_name([n.strip() for n in args.only.split(",") if n.strip()])
@@ -76,6 +66,15 @@ def main(argv=None) -> int:
     except ValueError as exc:
         print(f"benchmarks: {exc}", file=sys.stderr)
         return EXIT_SETUP
+    try:
+        runner.enable_platforms(workloads.devices_needed(chosen))
+        devs = runner.devices()
+    except Exception as exc:  # noqa: BLE001
+        print(f"benchmarks: cannot start {runner.BACKEND} and {runner.REFERENCE}: {exc}",
+              file=sys.stderr)
+        return EXIT_SETUP
+
+    from benchmarks import plot, report, timing
     mode = "smoke" if args.smoke else "quick" if args.quick else "full"
     settings = {"smoke": timing.SMOKE, "quick": timing.QUICK, "full": timing.FULL}[mode]
     if args.repeats is not None:
@@ -101,6 +100,8 @@ def main(argv=None) -> int:
         ratio = "-" if r.ratio is None else f"{r.ratio:.2f}x"
         waited = (f", {r.background_compile_s:.1f} s of it waiting for background compiles"
                   if r.background_compile_s >= 0.05 else "")
+        if r.partition_s is not None:
+            waited += f", {r.partition_s:.2f} s of it partitioning once"
         print(f"  {w.name:<18} {status:<8} ratio {ratio:>8}  ({time.perf_counter() - t0:.1f} s"
               f"{waited})", flush=True)
         if r.error_traceback:
@@ -115,8 +116,11 @@ def main(argv=None) -> int:
         report.write_json(args.json, doc)
         print(f"wrote {args.json}")
     if args.plot:
-        rows = [(r.workload.name, r.ratio, r.workload.target) for r in results]
+        rows = [(r.workload.name, r.ratio, r.workload.target) for r in results
+                if r.workload.devices == 1]
         rows.append(("geomean", doc["geomean_ratio"], workloads.GEOMEAN_TARGET))
+        rows += [(f"{r.workload.name} ({r.workload.devices} dev)", r.ratio, r.workload.target)
+                 for r in results if r.workload.devices > 1]
         plot.write(args.plot, rows, f"pjrtkit_cpu vs xla cpu ({mode})")
         print(f"wrote {args.plot}")
     return EXIT_OK if all(r.ok for r in results) else EXIT_FAIL

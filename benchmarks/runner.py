@@ -24,9 +24,11 @@ BACKEND = "pjrtkit_cpu"
 REFERENCE = "cpu"
 
 
-def enable_platforms() -> None:
+def enable_platforms(device_count: int = 1) -> None:
     """Start pjrtkit_cpu and XLA's cpu side by side (whatever JAX_PLATFORMS says) with the
-    persistent compilation cache off. Must run before anything starts a backend."""
+    persistent compilation cache off, each with ``device_count`` devices when that is more
+    than one (JAX's ``jax_num_cpu_devices``, which pjrtkit_cpu follows unless
+    PJRTKIT_CPU_DEVICES says otherwise). Must run before anything starts a backend."""
     from pjrtkit import jax_compat
 
     if jax_compat.backends_are_initialized():
@@ -35,10 +37,22 @@ def enable_platforms() -> None:
     jax.config.update("jax_platforms", f"{BACKEND},{REFERENCE}")
     jax.config.update("jax_enable_compilation_cache", False)
     jax.config.update("jax_compilation_cache_dir", None)
+    if device_count > 1:
+        jax.config.update("jax_num_cpu_devices", device_count)
 
 
 def devices() -> dict[str, Any]:
     return {BACKEND: jax.devices(BACKEND)[0], REFERENCE: jax.devices(REFERENCE)[0]}
+
+
+def devices_for(workload: Workload) -> dict[str, list]:
+    """The devices ``workload`` runs on, per backend (the first ``workload.devices``)."""
+    found = {b: jax.devices(b)[:workload.devices] for b in (BACKEND, REFERENCE)}
+    for backend, devs in found.items():
+        if len(devs) < workload.devices:
+            raise RuntimeError(f"{workload.name} needs {workload.devices} devices; {backend} "
+                               f"has {len(devs)} (PJRTKIT_CPU_DEVICES may be set lower)")
+    return found
 
 
 @dataclasses.dataclass
@@ -49,6 +63,7 @@ class Result:
     error: str | None = None        # an exception on either backend (then no timing)
     error_traceback: str | None = None
     background_compile_s: float = 0.0   # waited after the first call (see wait_for_background)
+    partition_s: float | None = None    # pjrtkit's one-time partitioning (several devices)
 
     @property
     def ok(self) -> bool:
@@ -70,14 +85,14 @@ class Result:
         return None if ratio is None else ratio <= self.workload.target
 
 
-def check(name: str, actual: Any, expected: Any, device: Any, loosen: float) -> None:
-    """Every output of ``actual`` (pjrtkit) close to ``expected`` (XLA) and on ``device``."""
+def check(name: str, actual: Any, expected: Any, devices: list, loosen: float) -> None:
+    """Every output of ``actual`` (pjrtkit) close to ``expected`` (XLA) and on ``devices``."""
     got, want = jax.tree_util.tree_leaves(actual), jax.tree_util.tree_leaves(expected)
     if len(got) != len(want):
         raise AssertionError(f"{name}: {len(got)} outputs, XLA gives {len(want)}")
     for i, (a, e) in enumerate(zip(got, want)):
-        if a.devices() != {device}:
-            raise AssertionError(f"{name}: output {i} is on {a.devices()}, expected {device}")
+        if a.devices() != set(devices):
+            raise AssertionError(f"{name}: output {i} is on {a.devices()}, expected {devices}")
         assert_close(a, e, what=f"{name} output {i}", loosen=loosen)
 
 
@@ -100,18 +115,26 @@ def wait_for_background(timeout_s: float = 120.0) -> float:
 
 
 def run(workload: Workload, size: str, settings: timing.Settings) -> Result:
+    from pjrtkit.stablehlo.partition import partitioning_seconds
+
     result = Result(workload)
-    devs = devices()
     try:
+        devs = devices_for(workload)
         fn, args = workload.make(size)
-        placed = {b: jax.device_put(args, d) for b, d in devs.items()}
+        if workload.place is None:
+            placed = {b: jax.device_put(args, d[0]) for b, d in devs.items()}
+        else:
+            placed = {b: workload.place(args, d) for b, d in devs.items()}
         if workload.kind == "compile":
             lowerers = {b: (lambda a=placed[b]: jax.jit(fn).lower(*a)) for b in devs}
             outs = {b: lowerers[b]().compile()(*placed[b]) for b in devs}
         else:
             jitted = jax.jit(fn)
             calls = {b: (lambda a=placed[b]: jitted(*a)) for b in devs}
+            before = partitioning_seconds()
             outs = {b: jax.block_until_ready(calls[b]()) for b in devs}
+            if workload.devices > 1:
+                result.partition_s = partitioning_seconds() - before
             first = outs[BACKEND]
             result.background_compile_s = wait_for_background()
             outs[BACKEND] = jax.block_until_ready(calls[BACKEND]())

@@ -29,6 +29,11 @@ class Workload:
     make: Callable[[str], tuple[Callable, tuple]]
     loosen: float = 1.0
     kind: str = "execute"    # "execute": time calls; "compile": time lower(...).compile()
+    # Workloads over several devices run on the first ``devices`` devices of each backend,
+    # ``place(args, devices)`` putting the NumPy inputs there; they are reported on their own
+    # lines, outside the single-device geomean.
+    devices: int = 1
+    place: Callable[[tuple, list], tuple] | None = None
 
 
 def _rng(seed: int = 0) -> np.random.Generator:
@@ -91,6 +96,18 @@ def _mlp_setup(size: str):
 
 def make_mlp(size: str):
     return _mlp_setup(size)
+
+
+def place_data_parallel(args: tuple, devices: list) -> tuple:
+    """Data parallelism: parameters replicated on every device, the batch split across them
+    (XLA's partitioner then all-reduces the gradients)."""
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    mesh = Mesh(np.array(devices), ("data",))
+    params, x, y = args
+    return (jax.device_put(params, NamedSharding(mesh, PartitionSpec())),
+            jax.device_put(x, NamedSharding(mesh, PartitionSpec("data"))),
+            jax.device_put(y, NamedSharding(mesh, PartitionSpec("data"))))
 
 
 # ---- small convnet forward -----------------------------------------------------------------
@@ -240,9 +257,17 @@ WORKLOADS: list[Workload] = [
              make_transformer, loosen=20),
     Workload("jit_compile", "jit(mlp_train_step).lower(x).compile(), lowering excluded", 0.3,
              make_mlp, kind="compile"),
+    # The MLP step data-parallel over 4 devices (batch 32 per device); same tolerance reason.
+    Workload("mlp_train_step_dp4", "mlp_train_step, batch split over 4 devices, params "
+             "replicated", 2.0, make_mlp, loosen=20, devices=4, place=place_data_parallel),
 ]
 
 GEOMEAN_TARGET = 1.5
+
+
+def devices_needed(chosen: list[Workload]) -> int:
+    """How many devices each backend needs for ``chosen``."""
+    return max((w.devices for w in chosen), default=1)
 
 
 def by_name(names: list[str]) -> list[Workload]:

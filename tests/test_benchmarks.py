@@ -19,7 +19,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 KEYWORDS = ["dispatch", "matmul", "mlp", "conv", "layernorm", "fori", "scan", "random",
-            "transformer", "compile"]
+            "transformer", "compile", "dp4"]
 
 
 def run_suite(*args: str, code: str | None = None, timeout: float = 300):
@@ -63,13 +63,15 @@ def test_smoke_runs_every_workload_and_matches_xla(smoke):
     assert "MISMATCH" not in proc.stdout and "ERROR" not in proc.stdout
     for header in ("workload", "pjrtkit", "xla", "ratio", "target", "met?", "geomean"):
         assert header in proc.stdout
+    after_geomean = proc.stdout.split("geomean", 2)[-1]
+    assert "mlp_train_step_dp4" in after_geomean and "one-time partitioning" in after_geomean
 
 
 def test_json_has_the_agreed_fields(smoke):
     proc, out = smoke
     doc = json.loads((out / "r.json").read_text())
     names = [w["name"] for w in doc["workloads"]]
-    assert len(names) == 10
+    assert len(names) == 11
     for keyword in KEYWORDS:
         assert any(keyword in n for n in names), (keyword, names)
     for w in doc["workloads"]:
@@ -78,8 +80,13 @@ def test_json_has_the_agreed_fields(smoke):
         assert math.isclose(w["ratio"], w["pjrtkit_s"] / w["xla_s"], rel_tol=1e-9)
         assert w["correct"] is True
         assert isinstance(w["background_compile_s"], float) and w["background_compile_s"] >= 0
-    ratios = [w["ratio"] for w in doc["workloads"]]
+    # The geomean is over single-device workloads; the 4-device one has its own line and its
+    # one-time partitioning cost.
+    ratios = [w["ratio"] for w in doc["workloads"] if w["devices"] == 1]
+    assert len(ratios) == 10
     geomean = math.exp(sum(map(math.log, ratios)) / len(ratios))
+    (many,) = [w for w in doc["workloads"] if w["devices"] > 1]
+    assert many["devices"] == 4 and many["partition_s"] > 0
     assert math.isclose(doc["geomean_ratio"], geomean, rel_tol=1e-9)
     assert doc["settings"]["persistent_compilation_cache"] is False
     assert doc["machine"]["cpu_count"] >= 1

@@ -130,6 +130,7 @@ def test_backend_registry_queries():
     assert jax_compat.backends_are_initialized() is True
     assert jax_compat.platform_is_registered("cpu")
     assert not jax_compat.platform_is_registered("pjrtkit_no_such_platform")
+    assert "cpu" in jax_compat.initialized_backend_names()
 
 
 def test_the_donation_allowlist_is_the_list_jax_reads():

@@ -68,3 +68,16 @@ def test_a_program_xla_refuses_is_invalid_argument_naming_it():
                                               r"the program \(sha256 [0-9a-f]{12}"):
         partition.spmd_partition(b"not a program", _options(2), num_replicas=1,
                                  num_partitions=2)
+
+
+def test_a_program_whose_partitioning_pass_fails_is_invalid_argument_not_run_unpartitioned():
+    # XLA writes the module before optimizations, then its partitioner refuses a
+    # side-effecting custom call without a placement: that module is the global program and
+    # must not be taken for the per-device one (its shapes are the global ones).
+    text = GLOBAL_PROGRAM.replace(
+        "    return %0 : tensor<3xf32>",
+        "    stablehlo.custom_call @some_effect(%0) {has_side_effect = true} : (tensor<3xf32>) "
+        "-> ()\n    return %0 : tensor<3xf32>")
+    code = jax_compat.serialize_portable_artifact(text)
+    with pytest.raises(InvalidArgument, match="Side-effect HLO must have sharding"):
+        partition.spmd_partition(code, _options(4), num_replicas=1, num_partitions=4)

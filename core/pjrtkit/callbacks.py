@@ -32,6 +32,13 @@ from pjrtkit.stablehlo.ir import TokenType
 HOST_CALLBACK_TARGET = "pjrtkit_host_callback"
 """``call_target_name`` of the custom call that runs a registered host callable."""
 
+PARTITIONER_CALLBACK_TARGET = "xla_python_cpu_callback"
+"""The name a host callback carries in a program over several devices until XLA's SPMD
+partitioner has run (``pjrtkit.stablehlo.partition`` renames it back to HOST_CALLBACK_TARGET):
+the partitioner keeps a side-effecting custom call's placement (the sharding JAX gives
+callbacks) only for the targets it knows as Python callbacks, and refuses the program
+otherwise ("Side-effect HLO must have sharding"). The key in ``backend_config`` is unchanged."""
+
 # Keys made in this process start with this; a key from another process can never match.
 _PROCESS_TOKEN = secrets.token_hex(6)
 _counter = itertools.count()

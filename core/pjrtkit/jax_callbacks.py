@@ -107,6 +107,50 @@ def _single_device(axis_context):
     return assignment[0] if assignment is not None and len(assignment) == 1 else None
 
 
+def _debug_partial_auto(primitive, axis_context, params: Mapping[str, Any]):
+    """For ``jax.debug.callback`` / ``jax.debug.print`` inside a shard_map manual over only some
+    mesh axes: what JAX lowers them to on its cpu (``_debug_callback_partial_auto``: a nested
+    shard_map over the other axes that runs the callback where their index is 0, so the
+    callback lowers again, fully manual). None elsewhere."""
+    from jax._src import debugging, sharding_impls
+
+    if primitive.name not in ("debug_callback", "debug_print") or not isinstance(
+            axis_context, sharding_impls.SPMDAxisContext):
+        return None
+    if not set(axis_context.mesh.axis_names) - set(axis_context.manual_axes):
+        return None
+    if primitive.name == "debug_callback":
+        bound = dict(params)
+    else:
+        effect = debugging.ordered_debug_effect if params["ordered"] else debugging.debug_effect
+        bound = {"effect": effect, "partitioned": params["partitioned"],
+                 "callback": _user_function(primitive, params)}
+    return functools.partial(debugging._debug_callback_partial_auto,  # noqa: SLF001 - JAX's own
+                             axis_context, **bound)
+
+
+def _multi_device_sharding(ctx, params: Mapping[str, Any], *, ordered: bool):
+    """Where the callback runs in a program over several devices, as JAX decides for its own
+    cpu callbacks (``jax._src.callback._callback_op_sharding``): inside a fully manual
+    ``shard_map`` on every device with its own shard; in a sharded ``jit`` once, on the
+    device its ``sharding`` names (else the first), with the whole arrays (XLA's partitioner
+    gathers the operands there and hands the results to every device). Partially manual
+    ``shard_map`` raises NotImplementedError as on JAX's cpu. An ordered callback's token
+    gets its own annotation, as JAX gives it."""
+    from jax._src import callback as jax_callback
+    from jax._src import sharding_impls
+
+    sharding = jax_callback._callback_op_sharding(  # noqa: SLF001 - JAX's own placement rule
+        ctx.module_context.axis_context, params.get("sharding"), ctx.avals_out)
+    if ordered and isinstance(sharding, sharding_impls.SdyArrayList) and ctx.avals_out:
+        first = sharding.shardings[0]
+        sharding = sharding_impls.SdyArrayList((
+            sharding_impls.SdyArray(mesh_shape=(), dim_shardings=(),
+                                    logical_device_ids=first.logical_device_ids),
+            *sharding.shardings))
+    return sharding
+
+
 def host_callback_lowering(primitive, impl: Callable[..., Any], *, has_side_effect: bool,
                            platform: str, like_platform: str | None):
     """A JAX lowering rule for ``primitive`` on ``platform`` whose host side is
@@ -115,12 +159,10 @@ def host_callback_lowering(primitive, impl: Callable[..., Any], *, has_side_effe
     from jax._src.interpreters import mlir
 
     def rule(ctx, *args, **params):
+        partial_auto = _debug_partial_auto(primitive, ctx.module_context.axis_context, params)
+        if partial_auto is not None:
+            return mlir.lower_fun(partial_auto)(ctx, *args)
         devices = _device_count(ctx.module_context.axis_context)
-        if devices > 1:
-            raise NotImplementedError(
-                f"{primitive.name} in a program over {devices} devices is not supported on "
-                f"{', '.join(ctx.module_context.platforms)} yet: host callbacks run only in "
-                f"single-device programs")
         name = _callback_name(primitive, params)
         function = _host_function(primitive, impl, params, platform, like_platform,
                                   _single_device(ctx.module_context.axis_context))
@@ -140,9 +182,14 @@ def host_callback_lowering(primitive, impl: Callable[..., Any], *, has_side_effe
             effect, = ordered
             operands.insert(0, ctx.tokens_in.get(effect))
             result_types.insert(0, mlir.token_type())
-        op = mlir.custom_call(callbacks.HOST_CALLBACK_TARGET, result_types=result_types,
+        target = (callbacks.HOST_CALLBACK_TARGET if devices == 1
+                  else callbacks.PARTITIONER_CALLBACK_TARGET)
+        op = mlir.custom_call(target, result_types=result_types,
                               operands=operands, backend_config=entry.key,
                               has_side_effect=has_side_effect or bool(ordered))
+        if devices > 1:
+            mlir.set_sharding(ctx.module_context, op,
+                              _multi_device_sharding(ctx, params, ordered=bool(ordered)))
         results = list(op.results)
         if ordered:
             token = results.pop(0)

@@ -115,6 +115,14 @@ def backends_are_initialized() -> bool:
     return xla_bridge.backends_are_initialized()
 
 
+def initialized_backend_names() -> list[str]:
+    """The platforms whose clients JAX has created so far (tests use it to show that a
+    compile-only topology made no client). JAX has no public way to ask this."""
+    from jax._src import xla_bridge
+
+    return sorted(xla_bridge._backends)
+
+
 def platform_is_registered(platform: str) -> bool:
     """Whether a backend factory is registered under ``platform`` (by us or anyone else)."""
     from jax._src import xla_bridge
@@ -254,7 +262,9 @@ def compile_with_hlo_dump(code: bytes, compile_options: bytes, num_replicas: int
         ("xla_dump_hlo_pass_re", "spmd-partitioning"),
         ("xla_dump_hlo_as_proto", True),
         ("xla_dump_hlo_as_text", False),
-        # Without this, replica groups come out as #stablehlo.replica_group_mesh_axes.
+        # Without this, the collectives the partitioner adds name their groups by mesh axes
+        # (#stablehlo.replica_group_mesh_axes). Those JAX 0.11+ writes itself for shard_map
+        # stay so; pjrtkit.collectives.groups materializes both forms.
         ("xla_enable_rgv3_materialization", False),
         ("xla_backend_optimization_level", 0),
         ("xla_llvm_disable_expensive_passes", True),
@@ -275,6 +285,54 @@ def compile_with_hlo_dump(code: bytes, compile_options: bytes, num_replicas: int
     except Exception as exc:  # noqa: BLE001 - XLA's own error becomes the caller's message
         return f"{type(exc).__name__}: {exc}"
     return None
+
+
+def run_per_device_program(code: bytes, arguments: list[list[Any]], *, num_replicas: int = 1,
+                           devices=None) -> list[list[Any]]:
+    """Run a per-device program on ``len(arguments)`` devices, ``num_replicas`` replicas of
+    ``len(arguments) // num_replicas`` partitions each (device d is replica d // P, partition
+    d % P), with CompileOptions built here as a caller of PJRT that is not JAX's jit would:
+    ``arguments[d]`` are device d's arrays (rank 1 or more); returns each device's results as
+    NumPy arrays. Over several partitions, arguments and results must be marked
+    ``mhlo.sharding = "{manual}"``.
+
+    ``devices`` None runs on the private XLA:CPU client (XLA's own collective semantics, for
+    tests that compare the core's collectives with it: only a client's own compile call takes
+    a program whose per-device arrays differ); else on those devices' client (a pjrtkit one).
+    """
+    import jax
+    import numpy as np
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    xc = xla_client()
+    count = len(arguments)
+    partitions = count // num_replicas
+    if devices is None:
+        devices = private_xla_cpu_client(count).devices()[:count]
+    devices = list(devices)[:count]
+    client = devices[0].client
+    options = xc.CompileOptions()
+    options.num_replicas, options.num_partitions = num_replicas, partitions
+    build = options.executable_build_options
+    build.num_partitions, build.num_replicas = partitions, num_replicas
+    build.use_spmd_partitioning = partitions > 1
+    build.use_shardy_partitioner = False
+    build.device_assignment = xc.DeviceAssignment.create(
+        np.array([d.id for d in devices]).reshape(num_replicas, partitions))
+    executable = client.compile_and_load(bytes(code), xc.DeviceList(tuple(devices)), options)
+    sharding = NamedSharding(Mesh(np.array(devices), ("devices",)), PartitionSpec("devices"))
+    global_arguments = []
+    for index in range(len(arguments[0])):
+        shards = [jax.device_put(np.asarray(arguments[d][index]), devices[d])
+                  for d in range(count)]
+        local = np.shape(arguments[0][index])  # rank >= 1: devices stack along dimension 0
+        shape = (count * local[0], *local[1:])
+        global_arguments.append(
+            jax.make_array_from_single_device_arrays(shape, sharding, shards))
+    outputs = executable.execute_sharded(global_arguments)
+    per_output = outputs.disassemble_into_single_device_arrays()
+    return [[np.asarray(per_output[i][d]) for i in range(len(per_output))]
+            for d in range(count)]
 
 
 def hlo_module_to_stablehlo(module_proto: bytes) -> bytes:

@@ -293,21 +293,27 @@ def test_without_the_cpu_platform_callbacks_get_arrays_on_the_pjrtkit_device(run
     assert "callback argument on pjrtkit_cpu" in ours.stdout
 
 
-def test_a_callback_in_a_program_over_two_devices_is_refused_when_lowering(run_python):
-    out = run_python("""
+def test_a_callback_in_a_partially_manual_shard_map_is_refused_as_on_cpu(run_python):
+    """Callbacks over several devices run (tests/jax/test_many_devices.py); where JAX refuses
+    one on its cpu (a shard_map manual over only some mesh axes), it is refused alike."""
+    program = """
         import jax, jax.numpy as jnp, numpy as np
         from jax.sharding import NamedSharding, PartitionSpec as P
-        mesh = jax.make_mesh((2,), ("x",))
+        mesh = jax.make_mesh((2, 1), ("x", "y"))
         x = jax.device_put(jnp.arange(4.0), NamedSharding(mesh, P("x")))
-        f = jax.jit(lambda x: jax.pure_callback(np.sin, jax.ShapeDtypeStruct((4,), jnp.float32), x))
+        body = lambda a: jax.pure_callback(np.sin, jax.ShapeDtypeStruct(a.shape, a.dtype), a)
+        f = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=P("x"), out_specs=P("x"),
+                                  axis_names={"x"}))
         try:
             f(x)
         except NotImplementedError as exc:
             print("error:", exc)
         print("alive", float(jnp.sum(jnp.ones(3))))
-    """, JAX_PLATFORMS="pjrtkit_cpu", PJRTKIT_CPU_DEVICES="2")
-    assert out.returncode == 0, out.stderr
-    lines = out.stdout.splitlines()
-    assert lines[-2] == ("error: pure_callback in a program over 2 devices is not supported on "
-                         "pjrtkit_cpu yet: host callbacks run only in single-device programs")
-    assert lines[-1] == "alive 3.0"
+    """
+    ours = run_python(program, JAX_PLATFORMS="pjrtkit_cpu", PJRTKIT_CPU_DEVICES="2")
+    xla = run_python(program, JAX_PLATFORMS="cpu",
+                     XLA_FLAGS="--xla_force_host_platform_device_count=2")
+    assert ours.returncode == 0 and xla.returncode == 0, ours.stderr + xla.stderr
+    assert ours.stdout == xla.stdout
+    assert ours.stdout.startswith("error: callbacks are only supported in spmd computations")
+    assert ours.stdout.splitlines()[-1] == "alive 3.0"

@@ -19,7 +19,7 @@ from collections.abc import Callable
 import numpy as np
 
 from pjrtkit.errors import InvalidArgument, Unimplemented
-from pjrtkit.stablehlo.attributes import OpaqueAttribute
+from pjrtkit.stablehlo.attributes import AxisRef, MeshAxesReplicaGroups, OpaqueAttribute
 
 CROSS_REPLICA = "cross_replica"
 CROSS_PARTITION = "cross_partition"
@@ -61,15 +61,64 @@ def replica_groups(op) -> list[list[int]]:
     groups = op.attributes.get("replica_groups")
     if groups is None:
         return []
+    if isinstance(groups, MeshAxesReplicaGroups):
+        return mesh_axes_groups(groups, op.name)
     if isinstance(groups, OpaqueAttribute):
-        # jaxlib 0.12's partitioner names groups by mesh axes
-        # (#stablehlo.replica_group_mesh_axes<mesh = @mesh, axes = [...]>), not as dense ids.
         raise Unimplemented(f"{op.name}: replica groups given as {groups.text} are not "
-                            "supported yet (only dense replica_groups, as jaxlib 0.10 emits)")
+                            "supported (dense replica_groups and mesh axes are)")
     array = np.asarray(groups, dtype=np.int64)
     if array.size == 0:
         return []
     return [[int(i) for i in row if i >= 0] for row in array.reshape(array.shape[0], -1)]
+
+
+def mesh_axes_groups(groups: MeshAxesReplicaGroups, op_name: str = "collective"
+                     ) -> list[list[int]]:
+    """Dense groups of ``#stablehlo.replica_group_mesh_axes``, as XLA materializes them
+    (``MeshAxesReplicaGroupList::flattened_replica_groups``; JAX 0.11 and later write them for
+    shard_map's collectives): the mesh's device ids are reshaped to the mesh, each grouped axis
+    split where its sub-axes need; the grouped parts move last, in the order named, and each
+    row of what is left is one group."""
+    mesh = groups.mesh
+    sizes = {axis.name: axis.size for axis in mesh.axes}
+    total = int(np.prod([axis.size for axis in mesh.axes], dtype=np.int64))
+    ids = np.asarray(mesh.device_ids or range(total), dtype=np.int64)
+    if ids.size != total:
+        raise InvalidArgument(f"{op_name}: mesh {mesh} lists {ids.size} device ids for "
+                              f"{total} devices")
+    named: dict[str, list[tuple[int, int, AxisRef]]] = {}
+    for order, ref in enumerate(groups.axes):
+        if ref.name not in sizes:
+            raise InvalidArgument(f"{op_name}: replica groups name axis {ref.name!r}, which "
+                                  f"mesh {[a.name for a in mesh.axes]} does not have")
+        named.setdefault(ref.name, []).append((ref.pre_size, order, ref))
+    dims: list[int] = []
+    grouped: list[tuple[int, int]] = []  # (position in the order named, reshaped dimension)
+    for axis in mesh.axes:
+        refs = sorted(named.get(axis.name, ()), key=lambda entry: entry[0])
+        if not refs:
+            dims.append(axis.size)
+            continue
+        covered = 1  # product of the sizes of the major parts placed so far
+        for pre_size, order, ref in refs:
+            size = axis.size if ref.size is None else ref.size
+            if pre_size % covered or axis.size % (pre_size * size):
+                raise InvalidArgument(f"{op_name}: sub-axis {ref} does not fit mesh axis "
+                                      f"{axis.name}={axis.size}")
+            if pre_size != covered:
+                dims.append(pre_size // covered)
+            grouped.append((order, len(dims)))
+            dims.append(size)
+            covered = pre_size * size
+        if covered != axis.size:
+            dims.append(axis.size // covered)
+    # Group members vary fastest along the axis named last (checked against jaxlib 0.11 and
+    # 0.12's XLA:CPU: all_gather over ("y", "x") of an ("x", "y") mesh is y-major there).
+    grouped_dims = [dim for _, dim in sorted(grouped)]
+    rest = [d for d in range(len(dims)) if d not in grouped_dims]
+    members = int(np.prod([dims[d] for d in grouped_dims], dtype=np.int64))
+    table = ids.reshape(dims).transpose(rest + grouped_dims).reshape(-1, members)
+    return [[int(i) for i in row] for row in table]
 
 
 def process_groups(mode: str, groups: list[list[int]], num_replicas: int,

@@ -16,6 +16,7 @@ The loader decodes every MLIR attribute into plain Python:
 | #stablehlo.gather<...>                       | ``GatherDimensionNumbers``                   |
 | #stablehlo.scatter<...>                      | ``ScatterDimensionNumbers``                  |
 | #stablehlo.output_operand_alias<...>         | ``OutputOperandAlias``                       |
+| #stablehlo.replica_group_mesh_axes<...>      | ``MeshAxesReplicaGroups`` (mesh resolved)    |
 | anything else                                | ``OpaqueAttribute(text)``                    |
 
 Enums decode to their names: comparison_type "FLOAT", "TOTALORDER", "SIGNED", "UNSIGNED",
@@ -73,6 +74,41 @@ class OutputOperandAlias:
     output_tuple_indices: tuple[int, ...]
     operand_index: int
     operand_tuple_indices: tuple[int, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class MeshAxis:
+    name: str
+    size: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Mesh:
+    """A logical device mesh (``sdy.mesh`` or ``#stablehlo.mesh``): its axes, major first, and
+    the device ids in mesh order (empty: the iota 0..N-1)."""
+
+    axes: tuple[MeshAxis, ...]
+    device_ids: tuple[int, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class AxisRef:
+    """A mesh axis, or a sub-axis of it: ``name:(pre_size)size`` is the part of size ``size``
+    after (more minor than) a major part of size ``pre_size``; ``size`` None is the whole axis."""
+
+    name: str
+    pre_size: int = 1
+    size: int | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class MeshAxesReplicaGroups:
+    """``#stablehlo.replica_group_mesh_axes``: the groups are the devices that differ only
+    along ``axes`` of ``mesh`` (the loader resolves a ``@mesh`` symbol to its ``sdy.mesh``).
+    ``pjrtkit.collectives.groups`` materializes them as XLA does."""
+
+    mesh: Mesh
+    axes: tuple[AxisRef, ...]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -61,6 +61,42 @@ def load_program(code: bytes | str, *, num_partitions: int | None = None,
 
 def parse_program(code: bytes | str) -> Program:
     """The program as jaxlib parses it, every op kept (``load_program`` without the passes)."""
+    return _parsed(code, lambda module: _Walker().program(module))
+
+
+# The argument attributes by which JAX marks a donated parameter.
+DONATION_ATTRIBUTES = ("tf.aliasing_output", "jax.buffer_donor")
+
+
+def donated_arguments(code: bytes | str) -> frozenset[int]:
+    """Positions of the entry function's parameters the program donates, read without
+    walking the whole program (XLA's partitioner drops these marks from its output)."""
+    return _parsed(code, _donated_arguments_of)
+
+
+def _donated_arguments_of(module) -> frozenset[int]:
+    from jaxlib.mlir import ir
+
+    functions = [op.operation for op in module.body.operations
+                 if op.operation.name == "func.func"]
+    names = [ir.StringAttr(f.attributes["sym_name"]).value for f in functions]
+    entry = functions[names.index("main")] if "main" in names else next(
+        (f for f in functions if "sym_visibility" not in f.attributes
+         or ir.StringAttr(f.attributes["sym_visibility"]).value == "public"), None)
+    if entry is None or "arg_attrs" not in entry.attributes:
+        return frozenset()
+    donated = set()
+    for position, attrs in enumerate(ir.ArrayAttr(entry.attributes["arg_attrs"])):
+        attrs = ir.DictAttr(attrs)
+        for name in DONATION_ATTRIBUTES:
+            if name in attrs and not (isinstance(attrs[name], ir.BoolAttr)
+                                      and not ir.BoolAttr(attrs[name]).value):
+                donated.add(position)
+    return frozenset(donated)
+
+
+def _parsed(code: bytes | str, read):
+    """``read(module)`` of the module jaxlib parses from ``code``, under the loader's lock."""
     from jaxlib.mlir import ir
     from jaxlib.mlir.dialects import stablehlo
 
@@ -110,7 +146,7 @@ def parse_program(code: bytes | str) -> Program:
                         f"could not parse the program ({details[:2000]}). Expected a StableHLO "
                         f"portable artifact, MLIR bytecode or MLIR text as produced by JAX.")
                 try:
-                    return _Walker().program(module)
+                    return read(module)
                 except RuntimeError as exc:
                     if "conversion error" not in str(exc):
                         raise
@@ -159,6 +195,7 @@ class _Walker:
         self.types: dict[Any, TensorType | TokenType | TupleType] = {}
         self.locations: dict[Any, str] = {}
         self.decoders = _attribute_decoders()
+        self.meshes: dict[str, A.Mesh] = {}
 
     # -- values and types ---------------------------------------------------------------------
     def decode_type(self, t):
@@ -204,6 +241,7 @@ class _Walker:
     def program(self, module) -> Program:
         functions: dict[str, Function] = {}
         entry = None
+        self.meshes = _decoded_meshes(module)  # before the functions: collectives name them
         for op in module.body.operations:
             if op.operation.name != "func.func":
                 continue  # sdy.mesh and friends are read as module-level attributes below
@@ -340,7 +378,8 @@ class _AttributeDecoders:
                    (S.ConvDimensionNumbers, _decode_conv_dimension_numbers),
                    (S.GatherDimensionNumbers, _decode_gather_dimension_numbers),
                    (S.ScatterDimensionNumbers, _decode_scatter_dimension_numbers),
-                   (S.OutputOperandAlias, _decode_output_operand_alias)]
+                   (S.OutputOperandAlias, _decode_output_operand_alias),
+                   (S.ReplicaGroupMeshAxesAttr, _decode_mesh_axes_replica_groups)]
         builtin = [
             (ir.DenseElementsAttr, _decode_dense_elements),
             (ir.DenseI64ArrayAttr, _sequence_decoder(ir.DenseI64ArrayAttr, int)),
@@ -499,6 +538,54 @@ def _decode_output_operand_alias(walker, attr):
     a = S.OutputOperandAlias(attr)
     return A.OutputOperandAlias(tuple(a.output_tuple_indices), a.operand_index,
                                 tuple(a.operand_tuple_indices))
+
+
+def _decoded_meshes(module) -> dict[str, A.Mesh]:
+    """The module's ``sdy.mesh`` symbols, decoded (a mesh the bindings cannot read is left
+    out: only a collective naming it needs it, and that one then fails naming the symbol)."""
+    from jaxlib.mlir import ir
+    from jaxlib.mlir.dialects import sdy
+
+    meshes = {}
+    for op in module.body.operations:
+        o = op.operation
+        if o.name != "sdy.mesh":
+            continue
+        try:
+            mesh = sdy.MeshAttr(o.attributes["mesh"])
+            meshes[ir.StringAttr(o.attributes["sym_name"]).value] = A.Mesh(
+                tuple(A.MeshAxis(str(a.name), int(a.size))
+                      for a in (sdy.MeshAxisAttr(x) for x in mesh.axes)),
+                tuple(int(i) for i in mesh.device_ids))
+        except (TypeError, ValueError, KeyError):
+            continue
+    return meshes
+
+
+def _decode_mesh_axes_replica_groups(walker, attr):
+    from jaxlib.mlir.dialects import stablehlo as S
+    a = S.ReplicaGroupMeshAxesAttr(attr)
+    if _is(a.mesh, walker.ir.FlatSymbolRefAttr):
+        name = walker.ir.FlatSymbolRefAttr(a.mesh).value
+        mesh = walker.meshes.get(name)
+        if mesh is None:
+            raise InvalidArgument(f"replica groups {attr} name the mesh @{name}, which the "
+                                  "program does not define with sdy.mesh")
+    else:
+        inline = S.MeshAttr(a.mesh)
+        mesh = A.Mesh(tuple(A.MeshAxis(str(x.name), int(x.size))
+                            for x in (S.MeshAxisAttr(m) for m in inline.axes)),
+                      tuple(int(i) for i in (inline.device_ids or ())))
+    axes = []
+    for element in a.axes:
+        ref = S.AxisRefAttr(element)
+        info = ref.sub_axis_info
+        if info is None:
+            axes.append(A.AxisRef(str(ref.name)))
+        else:
+            info = S.SubAxisInfoAttr(info)
+            axes.append(A.AxisRef(str(ref.name), int(info.pre_size), int(info.size)))
+    return A.MeshAxesReplicaGroups(mesh, tuple(axes))
 
 
 def _is(obj, cls) -> bool:
