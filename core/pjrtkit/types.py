@@ -20,12 +20,16 @@ class PlatformInfo:
     """Who the backend is. ``name`` is the JAX platform (``pjrtkit_cpu``) and must equal the
     PJRT platform name: JAX picks lowering rules by it. ``like_platform`` is the built-in JAX
     platform (``"cpu"``, ``"cuda"``, ``"rocm"``, ``"tpu"``) whose ``lax.platform_dependent``
-    branch the backend takes, or None for the default branch (``pjrtkit.jax_platform_like``)."""
+    branch the backend takes, or None for the default branch (``pjrtkit.jax_platform_like``).
+    ``device_mesh_like`` (``"tpu"`` or None): ``jax.experimental.mesh_utils.create_device_mesh``
+    arranges the devices by their coords and core_on_chip as it does that platform's
+    (``pjrtkit.jax_compat.extend_device_mesh``); None: in device-list order."""
 
     name: str
     version: str
     device_kind: str
     like_platform: str | None = None
+    device_mesh_like: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
