@@ -7,7 +7,10 @@ types (``rules``) and the numerics of float32 contractions (``precision``).
 """
 from __future__ import annotations
 
+import dataclasses
+
 from pjrtkit import hookimpl
+from pjrtkit.stablehlo.cost import estimate_cost
 from pjrtkit.types import Capabilities, PlatformInfo
 
 # Host-memory payloads and JAX rules exactly as the cpu plugin's: its hook implementations,
@@ -21,6 +24,7 @@ from pjrtkit_cpu.plugin import (  # noqa: F401 - hook implementations, collected
 )
 
 from pjrtkit_tpu import __version__
+from pjrtkit_tpu.precision import with_tpu_precision
 from pjrtkit_tpu.topology import configured_layout, parse_layout, slice_topology
 
 PLATFORM = "pjrtkit_tpu"
@@ -55,9 +59,12 @@ def pjrtkit_make_topology(name, options):
 # -- compile ------------------------------------------------------------------------------------
 @hookimpl
 def pjrtkit_compile(program, options, devices):
-    from pjrtkit_tpu.rules import RULES
+    from pjrtkit_tpu.rules import RULES, check_tpu_dtypes
 
-    return compile_with_rules(program, RULES)
+    check_tpu_dtypes(program)
+    compiled = compile_with_rules(with_tpu_precision(program), RULES)
+    # The cost is the program's, not the bf16 passes the kernels run for it.
+    return dataclasses.replace(compiled, cost=estimate_cost(program))
 
 
 # -- capabilities -------------------------------------------------------------------------------
