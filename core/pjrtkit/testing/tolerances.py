@@ -23,6 +23,13 @@ TOLERANCES: dict[np.dtype, tuple[float, float]] = {
 }
 
 
+# A backend whose float32 contractions run on bfloat16 operands (feature "bf16_contractions",
+# a TPU's DEFAULT precision) is compared, for programs with a contraction, at bfloat16's
+# tolerance instead of float32's: one bf16 rounding of each operand is 2**-9 relative.
+REDUCED_PRECISION_LOOSEN = TOLERANCES[np.dtype(ml_dtypes.bfloat16)][0] \
+    / TOLERANCES[np.dtype(np.float32)][0]
+
+
 def tolerance(dtype) -> tuple[float, float]:
     """(rtol, atol) for ``dtype``; (0, 0) means exact."""
     return TOLERANCES.get(np.dtype(dtype), (0.0, 0.0))

@@ -24,6 +24,7 @@ from pjrtkit_cpu.plugin import (  # noqa: F401 - hook implementations, collected
 )
 
 from pjrtkit_tpu import __version__
+from pjrtkit_tpu.hbm import check_fits, program_memory
 from pjrtkit_tpu.precision import with_tpu_precision
 from pjrtkit_tpu.topology import configured_layout, parse_layout, slice_topology
 
@@ -62,9 +63,15 @@ def pjrtkit_compile(program, options, devices):
     from pjrtkit_tpu.rules import RULES, check_tpu_dtypes
 
     check_tpu_dtypes(program)
+    # Before any kernel is built: a program that cannot fit in HBM fails as libtpu's does.
+    memory = program_memory(program)
+    check_fits(memory, devices, f"program {program.entry!r}")
     compiled = compile_with_rules(with_tpu_precision(program), RULES)
     # The cost is the program's, not the bf16 passes the kernels run for it.
-    return dataclasses.replace(compiled, cost=estimate_cost(program))
+    return dataclasses.replace(compiled, cost=estimate_cost(program),
+                               temp_bytes=memory.temp_bytes,
+                               argument_bytes=memory.argument_bytes,
+                               output_bytes=memory.output_bytes)
 
 
 # -- capabilities -------------------------------------------------------------------------------
@@ -76,4 +83,4 @@ def pjrtkit_capabilities():
     return Capabilities(dtypes={dtype.name for dtype in RULES.dtypes}, ops=ops,
                         custom_call_targets=RULES.custom_call_targets,
                         features={"compile_only_topologies", "multiple_devices",
-                                  "partitioned_programs"})
+                                  "partitioned_programs", "bf16_contractions"})

@@ -84,3 +84,13 @@ def test_the_setting_takes_options(monkeypatch):
 def test_bad_names_and_options_are_invalid_argument(name, options, message):
     with pytest.raises(InvalidArgument, match=message):
         parse_layout(name, options)
+
+
+def test_hbm_per_device_is_what_libtpu_says_is_available(reports):
+    """A 200 GiB program is refused by both, naming each generation's HBM per device."""
+    theirs, ours = reports
+    for name in {g for g, _, _ in TOPOLOGY_CASES}:
+        gib, ours_bytes = theirs["hbm"][name], ours["hbm"][name]
+        assert gib.endswith("G") and ours_bytes.endswith(" bytes"), (name, gib, ours_bytes)
+        expected = round(float(gib[:-1]) * (1 << 30))
+        assert generation(name).hbm_bytes == expected == int(ours_bytes.split()[0]), name

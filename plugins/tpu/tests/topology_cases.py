@@ -72,10 +72,9 @@ def report(platform: str) -> dict:
             jax.jit(lambda x: x + 1).lower(arg).compile()
             out["hbm"][generation] = "fits"
         except Exception as exc:  # noqa: BLE001 - the message is the measurement
-            found = re.search(r"exceeds available HBM \(([\d.]+)G\)|(RESOURCE_EXHAUSTED.*)",
-                              str(exc))
-            out["hbm"][generation] = (found.group(1) or found.group(2)[:300]) if found \
-                else str(exc)[:300]
+            # libtpu: "... exceeds available HBM (15.75G)"; pjrtkit_tpu: "(16911433728 bytes"
+            found = re.search(r"exceeds available HBM \(([\d.]+G|\d+ bytes)", str(exc))
+            out["hbm"][generation] = found.group(1) if found else str(exc)[:300]
     return out
 
 
