@@ -166,7 +166,7 @@ FEATURES = frozenset({
     "partitioned_programs",     # programs sharded over several devices (num_partitions > 1)
     # float32 dot/convolution at DEFAULT precision computed from bfloat16 operands (a TPU's
     # one MXU pass): the JAX layer compares the float results of programs with contractions
-    # at bfloat16's tolerance (pjrtkit.testing.tolerances.REDUCED_PRECISION_LOOSEN)
+    # at bfloat16's tolerance (pjrtkit.testing.tolerances.REDUCED_PRECISION_DTYPES)
     "bf16_contractions",
 })
 

@@ -156,7 +156,7 @@ def run_case(case: Case, target: JaxTarget) -> str:
     """Run ``case`` on both devices and compare; raises Failed/Skipped/Unsupported."""
     import jax
 
-    from pjrtkit.testing.tolerances import REDUCED_PRECISION_LOOSEN, assert_close
+    from pjrtkit.testing.tolerances import assert_close
 
     if target.unavailable:
         if target.started_elsewhere:
@@ -202,16 +202,16 @@ def run_case(case: Case, target: JaxTarget) -> str:
     if case.invariants is not None:
         # What must agree where the outputs themselves may differ (signs of eigenvectors, ...).
         actual, expected = case.invariants(actual, args), case.invariants(expected, args)
-    loosen = case.loosen
-    if target.bf16_contractions and _has_contraction(case, args):
-        loosen *= REDUCED_PRECISION_LOOSEN
+    reduced = target.bf16_contractions and _has_contraction(case, args)
     for i, (ours, ref) in enumerate(zip(actual, expected)):
         try:
-            assert_close(ours, ref, what=f"output {i}", loosen=loosen)
+            assert_close(ours, ref, what=f"output {i}", loosen=case.loosen,
+                         reduced_precision=reduced)
         except AssertionError as exc:
             lines = [line for line in str(exc).splitlines() if line.strip()]
             raise Failed(f"output {i} of {case.id} matches XLA's CPU backend within the "
-                         f"{ref.dtype} tolerance: {' | '.join(lines[:6])[:600]}",
+                         f"{ref.dtype} tolerance{' (bf16 contractions)' if reduced else ''}: "
+                         f"{' | '.join(lines[:6])[:600]}",
                          expected=_summary(ref), actual=_summary(ours)) from exc
     if case.donate:
         if not placed[0].is_deleted():
