@@ -99,16 +99,34 @@ def _fusible(op) -> bool:
     return len(shapes) <= 1
 
 
+def _fused_values(ops) -> set[int]:
+    """Ids of the values of a block that XLA's TPU fusion never materializes: results of
+    elementwise-like ops (and of contractions: output fusion) whose every user is
+    elementwise-like, so they live only inside their consumers' fused loops."""
+    consumers: dict[int, list] = {}
+    for op in ops:
+        for v in op.operands:
+            consumers.setdefault(v.id, []).append(op)
+    fused = set()
+    for op in ops:
+        if op.name in TERMINATORS or not (_fusible(op) or op.name in _OUTPUT_FUSIBLE):
+            continue
+        for v in op.results:
+            users = consumers.get(v.id, [])
+            if users and all(_fusible(user) and user.name not in TERMINATORS for user in users):
+                fused.add(v.id)
+    return fused
+
+
 def _peak_temporaries(program: Program) -> int:
     main = program.main
     ops = main.body.entry.ops
     outputs = {v.id for op in ops if op.name in TERMINATORS for v in op.operands}
     arguments = {v.id for v in main.arguments}
-    consumers: dict[int, list] = {}
+    fused = _fused_values(ops)
     last_use: dict[int, int] = {}
     for index, op in enumerate(ops):
         for v in op.operands:
-            consumers.setdefault(v.id, []).append(op)
             last_use[v.id] = index
     live: dict[int, int] = {}
     peak = 0
@@ -116,20 +134,39 @@ def _peak_temporaries(program: Program) -> int:
         if op.name in TERMINATORS:
             break
         for v in op.results:
-            if v.id in outputs or v.id in arguments:
-                continue
-            users = consumers.get(v.id, [])
-            # Elementwise consumers are fused into their producer's loop (a contraction's
-            # too: XLA's output fusion), so such a value is never materialized.
-            if (_fusible(op) or op.name in _OUTPUT_FUSIBLE) and users \
-                    and all(_fusible(user) for user in users):
-                continue
-            live[v.id] = _value_bytes(v)
+            if v.id not in outputs and v.id not in arguments and v.id not in fused:
+                live[v.id] = _value_bytes(v)
         peak = max(peak, sum(live.values()))
         for v in op.operands:
             if last_use.get(v.id) == index:
                 live.pop(v.id, None)
     return peak
+
+
+def fused_bytes_accessed(program: Program) -> int:
+    """Bytes one execution reads and writes in HBM when elementwise chains are fused, as XLA's
+    TPU cost analysis counts them after fusion: each materialized value is written once and
+    read once by every fused computation that uses it, at its padded size."""
+    ops = program.main.body.entry.ops
+    fused = _fused_values(ops)
+    producer = {v.id: op for op in ops for v in op.results}
+    total = 0
+    for op in ops:
+        if op.name in TERMINATORS or all(v.id in fused for v in op.results):
+            continue
+        total += sum(_value_bytes(v) for v in op.results)
+        seen: set[int] = set()
+        stack = list(op.operands)
+        while stack:
+            v = stack.pop()
+            if v.id in seen:
+                continue
+            seen.add(v.id)
+            if v.id in fused:  # computed inside this fusion from its own inputs
+                stack.extend(producer[v.id].operands)
+            else:
+                total += _value_bytes(v)
+    return total
 
 
 def program_memory(program: Program) -> ProgramMemory:

@@ -24,7 +24,7 @@ from pjrtkit_cpu.plugin import (  # noqa: F401 - hook implementations, collected
 )
 
 from pjrtkit_tpu import __version__
-from pjrtkit_tpu.hbm import check_fits, program_memory
+from pjrtkit_tpu.hbm import check_fits, fused_bytes_accessed, program_memory
 from pjrtkit_tpu.precision import with_tpu_precision
 from pjrtkit_tpu.topology import configured_layout, parse_layout, slice_topology
 
@@ -67,8 +67,11 @@ def pjrtkit_compile(program, options, devices):
     memory = program_memory(program)
     check_fits(memory, devices, f"program {program.entry!r}")
     compiled = compile_with_rules(with_tpu_precision(program), RULES)
-    # The cost is the program's, not the bf16 passes the kernels run for it.
-    return dataclasses.replace(compiled, cost=estimate_cost(program),
+    # The cost is the program's, not the bf16 passes the kernels run for it; bytes are counted
+    # after fusion, as XLA's TPU cost analysis counts them.
+    cost = dataclasses.replace(estimate_cost(program),
+                               bytes_accessed=float(fused_bytes_accessed(program)))
+    return dataclasses.replace(compiled, cost=cost,
                                temp_bytes=memory.temp_bytes,
                                argument_bytes=memory.argument_bytes,
                                output_bytes=memory.output_bytes)

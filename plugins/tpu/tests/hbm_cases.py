@@ -68,11 +68,15 @@ def report(platform: str) -> dict:
                     mesh, PartitionSpec("x") if sharded else PartitionSpec()))
                 for dtype, shape, sharded in arguments]
         try:
-            analysis = jax.jit(fn).lower(*args).compile().memory_analysis()
+            compiled = jax.jit(fn).lower(*args).compile()
+            analysis = compiled.memory_analysis()
+            cost = compiled.cost_analysis()
+            cost = cost[0] if isinstance(cost, list) else cost
             out["programs"][label] = {
                 "fits": True, "arguments": int(analysis.argument_size_in_bytes),
                 "outputs": int(analysis.output_size_in_bytes),
-                "temporaries": int(analysis.temp_size_in_bytes)}
+                "temporaries": int(analysis.temp_size_in_bytes),
+                "cost": {k: float(cost.get(k, 0.0)) for k in ("flops", "bytes accessed")}}
         except Exception as exc:  # noqa: BLE001 - the refusal is the measurement
             out["programs"][label] = {"fits": False, "error": str(exc)[:600]}
     return out

@@ -43,6 +43,18 @@ def test_argument_and_output_sizes_are_within_ten_percent_of_libtpu(reports, lab
     assert (ours["temporaries"], theirs["temporaries"]) == (0, 0)
 
 
+@pytest.mark.parametrize("label", [label for label in LABELS if label.endswith("0.85")])
+def test_cost_analysis_is_near_libtpus(reports, label):
+    """Bytes accessed (counted after fusion, padded) within 25% of libtpu's; flops within 1%
+    where a contraction dominates. Elementwise flops are counted per op (x * 2 + 1: two per
+    element), libtpu's differently (one for f32, two for bf16), so within a factor of 2."""
+    theirs, ours = (r["programs"][label]["cost"] for r in reports)
+    close = 0.01 if label.startswith("matmul") else 1.0
+    assert abs(ours["flops"] - theirs["flops"]) <= close * theirs["flops"], (theirs, ours)
+    assert abs(ours["bytes accessed"] - theirs["bytes accessed"]) \
+        <= 0.25 * theirs["bytes accessed"], (theirs, ours)
+
+
 @pytest.mark.parametrize("label", [label for label in LABELS if label.endswith("1.15")])
 def test_a_program_that_does_not_fit_names_the_sizes(reports, label):
     theirs, ours = (r["programs"][label] for r in reports)
