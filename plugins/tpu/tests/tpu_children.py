@@ -21,6 +21,9 @@ def child_env(**extra) -> dict:
     env = {k: v for k, v in os.environ.items()
            if k not in ("JAX_PLATFORMS", "PJRTKIT_BACKENDS", "PJRTKIT_TPU_TOPOLOGY")}
     env["PYTHONPATH"] = str(HERE) + os.pathsep + env.get("PYTHONPATH", "")
+    # libtpu takes a lockfile (/tmp/libtpu_lockfile) per process unless told that several
+    # processes load it; the tests' libtpu children may run side by side (pytest -n 2).
+    env["ALLOW_MULTIPLE_LIBTPU_LOAD"] = "1"
     env.update(extra)
     return env
 
