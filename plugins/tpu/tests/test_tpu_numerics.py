@@ -1,8 +1,9 @@
 """TPU numerics on pjrtkit_tpu (measured in a child process, numerics_cases.py): float32 dot
 and convolution at DEFAULT (one bf16 pass), HIGH (bf16x3) and HIGHEST (bf16x6) agree with XLA's
 CPU backend computing the same passes explicitly, and are as far from float64 as each scheme
-is; non-float32 contractions are the cpu's; 64-bit types fail at compile time naming op and
-type. Plus the rewrite itself, on real programs, without JAX's backends."""
+is; non-float32 contractions are the cpu's; float64 and complex128 fail at compile time naming
+op and type, 64-bit integers run (libtpu compiles them). Plus the rewrite itself, on real
+programs, without JAX's backends."""
 from __future__ import annotations
 
 import numpy as np
@@ -47,14 +48,20 @@ def test_bfloat16_contractions_are_the_cpus(report):
 
 @pytest.mark.parametrize("label, op, dtype", [
     ("float64 add", "stablehlo.broadcast_in_dim", "float64"),
-    ("int64 mul", "stablehlo.broadcast_in_dim", "int64"),
     ("complex128 exp", "stablehlo.real", "complex128"),
-    ("uint64 sum", "stablehlo.reduce", "uint64"),
 ])
-def test_64_bit_types_fail_at_compile_time_naming_op_and_type(report, label, op, dtype):
+def test_float64_and_complex128_fail_at_compile_time_naming_op_and_type(report, label, op, dtype):
     message = report["refusals"][label]
     assert message.startswith("UNIMPLEMENTED"), message
     assert f"{op} on {dtype} is not supported" in message, message
+
+
+def test_64_bit_integers_run_exactly_as_libtpu_compiles_them(report):
+    assert report["int64 exact"] and report["uint64 exact"]
+
+
+def test_random_runs_though_it_makes_uint64_iotas_with_x64_off(report):
+    assert report["random_normal_equal"]
 
 
 def _contractions(program):
