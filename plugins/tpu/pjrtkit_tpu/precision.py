@@ -39,9 +39,12 @@ _ALGORITHM = re.compile(r"(\w+)\s*=\s*(\w+)")
 
 
 def passes_of(op: Op) -> int | None:
-    """How many bfloat16 passes a TPU makes for ``op``; None when its operands are not both
-    float32 (those keep the cpu's arithmetic). Unimplemented for a dot algorithm a TPU lacks."""
-    if any(not isinstance(v.type, TensorType) or v.type.dtype != F32 for v in op.operands[:2]):
+    """How many bfloat16 passes a TPU makes for ``op``; None unless its operands are float32,
+    or float32 and bfloat16 (``jax.nn.dot_product_attention``'s mix; a bfloat16 operand is its
+    own single piece): other types keep the cpu's arithmetic. Unimplemented for a dot
+    algorithm a TPU lacks."""
+    dtypes = [v.type.dtype if isinstance(v.type, TensorType) else None for v in op.operands[:2]]
+    if F32 not in dtypes or any(d not in (F32, BF16) for d in dtypes):
         return None
     algorithm = op.attributes.get("algorithm")
     if algorithm is not None:
@@ -71,9 +74,13 @@ def _binary(name: str, lhs: Value, rhs: Value) -> tuple[Op, Value]:
     return Op(name, (lhs, rhs), (result,), {}), result
 
 
-def _pieces(value: Value, count: int, ops: list[Op]) -> list[Value]:
+def _pieces(value: Value, count: int, ops: list[Op]) -> list[Value | None]:
     """``value`` as ``count`` float32 values holding bfloat16 numbers, largest first, whose sum
-    is ``value`` to ``8 * count`` significant bits."""
+    is ``value`` to ``8 * count`` significant bits (None: a piece known to be zero)."""
+    if value.type.dtype == BF16:  # exact in one piece; the others would be zeros
+        op, wide = _unary("stablehlo.convert", value, F32)
+        ops.append(op)
+        return [wide] + [None] * (count - 1)
     pieces, rest = [], value
     for index in range(count):
         op, narrow = _unary("stablehlo.convert", rest, BF16)
@@ -96,7 +103,8 @@ def tpu_contraction(op: Op, passes: int) -> list[Op]:
     attributes = {k: v for k, v in op.attributes.items()
                   if k not in ("precision_config", "algorithm")}
     # Products of pieces whose ranks add up to < count, smallest (highest rank sum) first.
-    pairs = sorted(((i, j) for i in range(count) for j in range(count) if i + j < count),
+    pairs = sorted(((i, j) for i in range(count) for j in range(count)
+                    if i + j < count and lhs[i] is not None and rhs[j] is not None),
                    key=lambda p: -(p[0] + p[1]))
     total = None
     for index, (i, j) in enumerate(pairs):

@@ -102,3 +102,23 @@ def test_an_algorithm_a_tpu_lacks_is_unimplemented():
                                 "num_primitive_operations = 1, allow_imprecise_accumulation = false>")
     with pytest.raises(Unimplemented, match="dot algorithm"):
         passes_of(dataclasses.replace(dot, attributes={**dot.attributes, "algorithm": tf32}))
+
+
+def test_float32_by_bfloat16_is_a_tpu_pass_too():
+    """jax.nn.dot_product_attention's mix (a dot_general of float32 by bfloat16 with a bf16
+    algorithm): a bfloat16 operand is exact in one piece."""
+    import dataclasses
+
+    import ml_dtypes
+
+    from pjrtkit.stablehlo.ir import TensorType, Value
+    from pjrtkit_tpu.precision import tpu_contraction
+
+    a, b = np.ones((4, 8), np.float32), np.ones((8, 3), np.float32)
+    program = lower_program(lambda x, y: lax.dot(x, y, precision=lax.Precision.HIGH), a, b)
+    (dot,) = _contractions(program)
+    narrow = Value(dot.operands[1].id, TensorType((8, 3), np.dtype(ml_dtypes.bfloat16)))
+    mixed = dataclasses.replace(dot, operands=(dot.operands[0], narrow))
+    assert passes_of(mixed) == 3
+    # hi*hi and lo*hi: the bfloat16 operand has no low piece.
+    assert sum(op.name == "stablehlo.dot_general" for op in tpu_contraction(mixed, 3)) == 2
