@@ -357,3 +357,60 @@ def configured_cpu_device_count() -> int | None:
     except (AttributeError, TypeError, ValueError):
         return None
     return value if value > 0 else None
+
+
+# -- jax.experimental.mesh_utils: physical device meshes --------------------------------------
+# JAX arranges devices by their physical coordinates (coords, core_on_chip) only when
+# ``devices[-1].platform == "tpu"`` (jax/_src/mesh_utils.py create_device_mesh); any other
+# platform gets its devices in list order. A platform whose devices are laid out like TPUs
+# (``PlatformInfo.device_mesh_like == "tpu"``) is given the same arrangement: the devices are
+# handed to JAX's own function behind a view that reports the like platform, and the mesh it
+# returns holds the real devices again. Written against jax 0.10.2-0.12.
+
+_DEVICE_MESH_LIKE: dict[str, str] = {}
+
+
+class _DeviceAsPlatform:
+    """A device that reports another platform name; everything else is the device's."""
+
+    __slots__ = ("device", "platform")
+
+    def __init__(self, device, platform: str):
+        self.device = device
+        self.platform = platform
+
+    def __getattr__(self, name):
+        return getattr(self.device, name)
+
+
+def _physical_mesh_wrapper(original):
+    import numpy as np
+
+    def create_device_mesh(mesh_shape, devices=None, *args, **kwargs):
+        if devices is None:
+            import jax
+
+            devices = jax.devices()
+        like = _DEVICE_MESH_LIKE.get(devices[-1].platform) if len(devices) else None
+        if like is None:
+            return original(mesh_shape, devices, *args, **kwargs)
+        views = [_DeviceAsPlatform(d, like) for d in devices]
+        mesh = original(mesh_shape, views, *args, **kwargs)
+        return np.vectorize(lambda view: view.device, otypes=[object])(mesh)
+
+    create_device_mesh.__wrapped__ = original
+    create_device_mesh.__doc__ = original.__doc__
+    return create_device_mesh
+
+
+def extend_device_mesh(platform: str, like: str) -> None:
+    """Let ``mesh_utils.create_device_mesh`` (and ``create_hybrid_device_mesh``, ``jax.make_mesh``,
+    which call it) lay out ``platform``'s devices as it lays out ``like``'s (idempotent)."""
+    from jax._src import mesh_utils as private_mesh_utils
+    from jax.experimental import mesh_utils
+
+    _DEVICE_MESH_LIKE[platform] = like
+    if not hasattr(private_mesh_utils.create_device_mesh, "__wrapped__"):
+        wrapper = _physical_mesh_wrapper(private_mesh_utils.create_device_mesh)
+        private_mesh_utils.create_device_mesh = wrapper
+        mesh_utils.create_device_mesh = wrapper

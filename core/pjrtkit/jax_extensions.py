@@ -3,11 +3,13 @@
 - lowering rules (``pjrtkit.jax_lowering``): host callbacks and ``lax.platform_dependent``,
   and the rules the plugin contributes (``pjrtkit_jax_lowering_rules``: eigh, svd, ...);
 - DLPack (``pjrtkit.jax_dlpack``) for platforms whose buffers live in host memory, i.e. those
-  that declare themselves like JAX's cpu.
+  that declare themselves like JAX's cpu;
+- physical device meshes (``jax_compat.extend_device_mesh``) for platforms whose devices are
+  laid out like TPUs (``PlatformInfo.device_mesh_like``).
 """
 from __future__ import annotations
 
-from pjrtkit import jax_dlpack, jax_lowering
+from pjrtkit import jax_compat, jax_dlpack, jax_lowering
 
 
 def extend_jax_for(backend) -> None:
@@ -18,3 +20,5 @@ def extend_jax_for(backend) -> None:
     jax_lowering.register_platform_lowering_rules(backend)
     if info.like_platform == "cpu":
         jax_dlpack.extend_dlpack(info.name)
+    if info.device_mesh_like is not None:
+        jax_compat.extend_device_mesh(info.name, info.device_mesh_like)

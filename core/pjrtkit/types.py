@@ -20,12 +20,16 @@ class PlatformInfo:
     """Who the backend is. ``name`` is the JAX platform (``pjrtkit_cpu``) and must equal the
     PJRT platform name: JAX picks lowering rules by it. ``like_platform`` is the built-in JAX
     platform (``"cpu"``, ``"cuda"``, ``"rocm"``, ``"tpu"``) whose ``lax.platform_dependent``
-    branch the backend takes, or None for the default branch (``pjrtkit.jax_platform_like``)."""
+    branch the backend takes, or None for the default branch (``pjrtkit.jax_platform_like``).
+    ``device_mesh_like`` (``"tpu"`` or None): ``jax.experimental.mesh_utils.create_device_mesh``
+    arranges the devices by their coords and core_on_chip as it does that platform's
+    (``pjrtkit.jax_compat.extend_device_mesh``); None: in device-list order."""
 
     name: str
     version: str
     device_kind: str
     like_platform: str | None = None
+    device_mesh_like: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,13 +145,17 @@ class CompiledProgram:
     ``executable`` is the plugin's own object (a ``PluginExecutable``: the core calls its
     ``execute`` and otherwise never looks inside). ``cost`` feeds
     PJRT_Executable_GetCostAnalysis and the core's choice of running a cheap program inline on
-    the caller's thread. ``temp_bytes`` feeds PJRT_Executable_GetCompiledMemoryStats.
+    the caller's thread. ``temp_bytes`` feeds PJRT_Executable_GetCompiledMemoryStats, and so do
+    ``argument_bytes`` / ``output_bytes`` when the plugin counts them itself (a TPU's tile
+    padding); None: the core counts the arrays' bytes.
     """
 
     executable: PluginExecutable
     cost: CostEstimate = CostEstimate()
     code_size_bytes: int = 0
     temp_bytes: int = 0
+    argument_bytes: int | None = None
+    output_bytes: int | None = None
 
 
 # Optional features a plugin may declare in ``Capabilities.features``; the conformance suite
@@ -156,6 +164,10 @@ FEATURES = frozenset({
     "compile_only_topologies",  # pjrtkit_make_topology answers for named AOT topologies
     "multiple_devices",         # a client may have more than one device
     "partitioned_programs",     # programs sharded over several devices (num_partitions > 1)
+    # float32 dot/convolution at DEFAULT precision computed from bfloat16 operands (a TPU's
+    # one MXU pass): the JAX layer compares the float results of programs with contractions
+    # at bfloat16's tolerance (pjrtkit.testing.tolerances.REDUCED_PRECISION_DTYPES)
+    "bf16_contractions",
 })
 
 

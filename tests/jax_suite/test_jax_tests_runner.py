@@ -117,3 +117,22 @@ def test_settings_come_from_the_list_header(tmp_path):
     listed = expected.read_expected(path)
     assert (listed.nodeids, listed.cases, listed.x64) == (["tests/a.py::t"], 5, True)
     assert cli_args().cases == 3
+
+
+def test_a_tpu_backend_is_compared_with_xla_cpu_tested_as_tpu_too(tmp_path):
+    """Issue 11: JAX's tests pick tests and tolerances by the device tag, so a virtual TPU and
+    its XLA cpu reference both run as ``tpu``; cpu backends keep the cpu tag on both sides."""
+    from pjrtkit.testing.jax_tests.command import settings_from
+    from pjrtkit.testing.jax_tests.runner import DUT_VARIABLE, environment
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    tree = tmp_path / "tree"
+    (tree / "tests").mkdir(parents=True)
+    for backend, tag in (("tpu", "tpu"), ("cpu", "cpu")):
+        s = settings_from(parser.parse_args(["--jax-tests", str(tree), "--backend", backend]))
+        assert environment(s, "reference", tmp_path / "r.jsonl")[DUT_VARIABLE] == tag
+        assert environment(s, "backend", tmp_path / "b.jsonl")[DUT_VARIABLE] == tag
+    s = settings_from(parser.parse_args(["--jax-tests", str(tree), "--backend", "tpu",
+                                         "--reference-device-tag", "cpu"]))
+    assert environment(s, "reference", tmp_path / "r.jsonl")[DUT_VARIABLE] == "cpu"

@@ -118,8 +118,11 @@ class Executable:
             return int(sum(np.dtype(d).itemsize * int(np.prod(s, dtype=np.int64))
                            for d, s in zip(dtypes, shapes)))
 
-        return {"argument_size_in_bytes": nbytes(self.parameter_dtypes, self.parameter_shapes),
-                "output_size_in_bytes": nbytes(self.output_dtypes, self.output_shapes),
+        arguments, outputs = self.compiled.argument_bytes, self.compiled.output_bytes
+        return {"argument_size_in_bytes": int(arguments) if arguments is not None
+                else nbytes(self.parameter_dtypes, self.parameter_shapes),
+                "output_size_in_bytes": int(outputs) if outputs is not None
+                else nbytes(self.output_dtypes, self.output_shapes),
                 "alias_size_in_bytes": 0, "temp_size_in_bytes": int(self.compiled.temp_bytes),
                 "generated_code_size_in_bytes": self.size_of_generated_code}
 

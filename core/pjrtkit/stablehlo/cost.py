@@ -38,6 +38,9 @@ def _op_cost(op: Op, program: Program, seen: set[str]) -> tuple[float, float, fl
         lhs = op.operands[0].type.shape
         contract = math.prod(lhs[d] for d in dims.lhs_contracting_dimensions)
         flops = 2.0 * out_elems * contract
+    elif op.name == "stablehlo.dot":
+        # The legacy dot XLA's partitioner hands back: contracts lhs's last dimension.
+        flops = 2.0 * out_elems * op.operands[0].type.shape[-1]
     elif op.name == "stablehlo.convolution":
         kernel = op.operands[1].type
         dims = op.attributes["dimension_numbers"]

@@ -23,21 +23,33 @@ TOLERANCES: dict[np.dtype, tuple[float, float]] = {
 }
 
 
+# A backend whose float32 contractions run on bfloat16 operands (feature "bf16_contractions",
+# a TPU's DEFAULT precision) is compared, for programs with a contraction, at bfloat16's
+# tolerance instead of float32's (and complex64's): each operand is rounded to bf16's 8 bits.
+REDUCED_PRECISION_DTYPES = {np.dtype(np.float32): np.dtype(ml_dtypes.bfloat16),
+                            np.dtype(np.complex64): np.dtype(ml_dtypes.bfloat16)}
+
+
 def tolerance(dtype) -> tuple[float, float]:
     """(rtol, atol) for ``dtype``; (0, 0) means exact."""
     return TOLERANCES.get(np.dtype(dtype), (0.0, 0.0))
 
 
-def assert_close(actual, expected, *, what: str = "result", loosen: float = 1.0) -> None:
+def assert_close(actual, expected, *, what: str = "result", loosen: float = 1.0,
+                 reduced_precision: bool = False) -> None:
     """Assert ``actual`` matches ``expected`` (the XLA CPU result) in dtype, shape and value.
 
     ``loosen`` multiplies the tolerance; callers that pass it say why in a comment.
+    ``reduced_precision``: the result came from contractions on bfloat16 operands (a TPU's
+    DEFAULT precision); float32 and complex64 are compared at bfloat16's tolerance.
     """
     actual = np.asarray(actual)
     expected = np.asarray(expected)
     assert actual.dtype == expected.dtype, f"{what}: dtype {actual.dtype} != {expected.dtype}"
     assert actual.shape == expected.shape, f"{what}: shape {actual.shape} != {expected.shape}"
-    rtol, atol = tolerance(expected.dtype)
+    compared_as = REDUCED_PRECISION_DTYPES.get(expected.dtype, expected.dtype) \
+        if reduced_precision else expected.dtype
+    rtol, atol = tolerance(compared_as)
     if rtol == 0 and atol == 0:
         if expected.dtype.kind == "f" or expected.dtype.name.startswith(("bfloat", "float")):
             same = actual.view(np.dtype(f"u{actual.dtype.itemsize}")) == expected.view(

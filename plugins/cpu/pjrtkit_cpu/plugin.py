@@ -56,7 +56,14 @@ def pjrtkit_copy_buffer(payload, src_device, src_memory_kind, dst_device, dst_me
 def pjrtkit_compile(program, options, devices):
     from pjrtkit_cpu.lowering import RULES
 
-    plan = build_plan(maybe_fuse(program), RULES)
+    return compile_with_rules(program, RULES)
+
+
+def compile_with_rules(program, rules) -> CompiledProgram:
+    """``program`` fused and planned with ``rules`` (the cpu's ``RULES`` or a registry merged
+    from them), as a ``CpuExecutable`` with its cost. Public on purpose: the tpu plugin compiles
+    with the cpu's kernels through it (its own dtypes and numerics on top)."""
+    plan = build_plan(maybe_fuse(program), rules)
     uses_blas = any(op.name in _BLAS_OPS for op in walk_ops(program))
     return CompiledProgram(executable=CpuExecutable(plan, uses_blas),
                            cost=estimate_cost(program))

@@ -30,6 +30,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device-tag", choices=("cpu", "gpu", "tpu"),
                         help="jax_test_dut of the backend run (default: the backend's own, "
                              "see pjrtkit.testing.jax_tests.device_tag)")
+    parser.add_argument("--reference-device-tag", choices=("cpu", "gpu", "tpu"),
+                        help="jax_test_dut of the XLA cpu run (default: tpu for a backend "
+                             "tested as tpu, so both runs pick the same tests and TPU "
+                             "tolerances; else cpu)")
     parser.add_argument("--files", help="comma-separated test files (default: the 12 of issue 9)")
     parser.add_argument("-k", dest="keyword", help="pytest -k expression")
     parser.add_argument("--cases", type=int, default=3,
@@ -57,8 +61,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def settings_from(args) -> RunSettings:
+    device_tag = device_tag_for(args.backend, args.device_tag)
+    reference_tag = getattr(args, "reference_device_tag", None) or \
+        ("tpu" if device_tag == "tpu" else "cpu")
     return RunSettings(tests_dir=find_jax_tests_dir(args.jax_tests), backend=args.backend,
-                       device_tag=device_tag_for(args.backend, args.device_tag),
+                       device_tag=device_tag, reference_device_tag=reference_tag,
                        out_dir=Path(args.out), cases=args.cases, x64=args.x64,
                        workers=args.workers, keyword=args.keyword,
                        time_limit=args.time_limit or None)
@@ -66,7 +73,9 @@ def settings_from(args) -> RunSettings:
 
 def describe(settings: RunSettings) -> dict:
     return {"tests_dir": str(settings.tests_dir), "backend": settings.platform,
-            "device_tag": settings.device_tag, "JAX_NUM_GENERATED_CASES": settings.cases,
+            "device_tag": settings.device_tag,
+            "reference_device_tag": settings.reference_device_tag,
+            "JAX_NUM_GENERATED_CASES": settings.cases,
             "JAX_ENABLE_X64": int(settings.x64), "workers": settings.workers,
             "keyword": settings.keyword}
 
@@ -74,7 +83,8 @@ def describe(settings: RunSettings) -> dict:
 def run_comparison(settings: RunSettings, args) -> int:
     files = args.files.split(",") if args.files else list(DEFAULT_FILES)
     print(f"JAX tests in {settings.tests_dir} on {settings.platform} (device tag "
-          f"{settings.device_tag}) and on XLA's cpu; JAX_NUM_GENERATED_CASES={settings.cases}, "
+          f"{settings.device_tag}) and on XLA's cpu (device tag "
+          f"{settings.reference_device_tag}); JAX_NUM_GENERATED_CASES={settings.cases}, "
           f"JAX_ENABLE_X64={int(settings.x64)}; logs in {settings.out_dir}", flush=True)
     comparisons = []
     for name in files:

@@ -57,6 +57,8 @@ class RunSettings:
     keyword: str | None = None  # pytest -k
     python: str = sys.executable
     time_limit: float | None = 3600.0  # seconds per pytest run
+    reference_device_tag: str = "cpu"  # jax_test_dut of the XLA cpu run
+
 
     @property
     def platform(self) -> str:
@@ -85,7 +87,8 @@ def test_file_path(settings: RunSettings, name: str) -> str:
 def environment(settings: RunSettings, side: str, record: Path) -> dict[str, str]:
     env = dict(os.environ)
     env["JAX_PLATFORMS"] = f"{settings.platform},cpu" if side == "backend" else "cpu"
-    env[DUT_VARIABLE] = settings.device_tag if side == "backend" else "cpu"
+    env[DUT_VARIABLE] = settings.device_tag if side == "backend" else \
+        settings.reference_device_tag
     env["JAX_NUM_GENERATED_CASES"] = str(settings.cases)
     env["JAX_ENABLE_X64"] = "1" if settings.x64 else "0"
     env[RECORD_VARIABLE] = str(record)

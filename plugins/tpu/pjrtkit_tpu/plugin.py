@@ -1,0 +1,89 @@
+"""The tpu backend's hook implementations (entry point ``pjrtkit.backends: tpu``).
+
+Payloads are NumPy arrays in host memory, as on the cpu plugin, whose transfer hooks, kernels
+and JAX lowering rules this module imports; what is the TPU's own is the topology
+(``topology``), the HBM of each device (declared in the topology's memory spaces), the element
+types (``rules``) and the numerics of float32 contractions (``precision``).
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from pjrtkit import hookimpl
+from pjrtkit.stablehlo.cost import estimate_cost
+from pjrtkit.types import Capabilities, PlatformInfo
+
+# Host-memory payloads and JAX rules exactly as the cpu plugin's: its hook implementations,
+# registered here by import.
+from pjrtkit_cpu.plugin import (  # noqa: F401 - hook implementations, collected by pluggy
+    compile_with_rules,
+    pjrtkit_copy_buffer,
+    pjrtkit_jax_lowering_rules,
+    pjrtkit_transfer_to_device,
+    pjrtkit_transfer_to_host,
+)
+
+from pjrtkit_tpu import __version__
+from pjrtkit_tpu.hbm import check_fits, fused_bytes_accessed, program_memory
+from pjrtkit_tpu.precision import with_tpu_precision
+from pjrtkit_tpu.topology import configured_layout, parse_layout, slice_topology
+
+PLATFORM = "pjrtkit_tpu"
+
+
+@hookimpl
+def pjrtkit_platform():
+    # like_platform None: lax.platform_dependent's tpu branches may hold Mosaic kernels and
+    # TPU-only custom calls that no pjrtkit kernel runs; the default branch is taken.
+    return PlatformInfo(name=PLATFORM, version=f"pjrtkit-tpu {__version__}",
+                        device_kind=configured_layout().generation.device_kind,
+                        like_platform=None, device_mesh_like="tpu")
+
+
+# -- topology -----------------------------------------------------------------------------------
+@hookimpl
+def pjrtkit_client_topology(options):
+    return slice_topology(configured_layout(), live=True)
+
+
+@hookimpl
+def pjrtkit_make_topology(name, options):
+    if name in ("", "tpu", PLATFORM):
+        layout = configured_layout()
+        return slice_topology(parse_layout(layout.name, options) if options else layout,
+                              live=False)
+    if ":" not in name:
+        return None
+    return slice_topology(parse_layout(name, options), live=False)
+
+
+# -- compile ------------------------------------------------------------------------------------
+@hookimpl
+def pjrtkit_compile(program, options, devices):
+    from pjrtkit_tpu.rules import RULES, check_tpu_dtypes
+
+    check_tpu_dtypes(program)
+    # Before any kernel is built: a program that cannot fit in HBM fails as libtpu's does.
+    memory = program_memory(program)
+    check_fits(memory, devices, f"program {program.entry!r}")
+    compiled = compile_with_rules(with_tpu_precision(program), RULES)
+    # The cost is the program's, not the bf16 passes the kernels run for it; bytes are counted
+    # after fusion, as XLA's TPU cost analysis counts them.
+    cost = dataclasses.replace(estimate_cost(program),
+                               bytes_accessed=float(fused_bytes_accessed(program)))
+    return dataclasses.replace(compiled, cost=cost,
+                               temp_bytes=memory.temp_bytes,
+                               argument_bytes=memory.argument_bytes,
+                               output_bytes=memory.output_bytes)
+
+
+# -- capabilities -------------------------------------------------------------------------------
+@hookimpl
+def pjrtkit_capabilities():
+    from pjrtkit_tpu.rules import RULES
+
+    ops = {name for name in RULES.op_names if not name.startswith("pjrtkit_cpu.")}
+    return Capabilities(dtypes={dtype.name for dtype in RULES.dtypes}, ops=ops,
+                        custom_call_targets=RULES.custom_call_targets,
+                        features={"compile_only_topologies", "multiple_devices",
+                                  "partitioned_programs", "bf16_contractions"})

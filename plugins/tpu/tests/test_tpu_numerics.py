@@ -1,0 +1,124 @@
+"""TPU numerics on pjrtkit_tpu (measured in a child process, numerics_cases.py): float32 dot
+and convolution at DEFAULT (one bf16 pass), HIGH (bf16x3) and HIGHEST (bf16x6) agree with XLA's
+CPU backend computing the same passes explicitly, and are as far from float64 as each scheme
+is; non-float32 contractions are the cpu's; float64 and complex128 fail at compile time naming
+op and type, 64-bit integers run (libtpu compiles them). Plus the rewrite itself, on real
+programs, without JAX's backends."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from jax import lax
+from tpu_children import HERE, report_of, start
+
+from pjrtkit.errors import Unimplemented
+from pjrtkit.stablehlo.ir import walk_ops
+from pjrtkit.testing.programs import lower_program
+from pjrtkit_tpu.precision import passes_of, with_tpu_precision
+
+# float32 accumulation of bf16 products: the emulation and ours sum the same exact products in
+# different orders, so they agree to a few float32 ulps of the result's scale.
+SAME_PASSES = 2e-6
+
+
+@pytest.fixture(scope="module")
+def report():
+    return report_of(start([str(HERE / "numerics_cases.py")]))
+
+
+@pytest.mark.parametrize("op", ["dot", "conv"])
+@pytest.mark.parametrize("precision", ["None", "HIGH", "HIGHEST"])
+def test_contractions_are_the_tpu_passes(report, op, precision):
+    measured = report[f"{op}/{precision}"]
+    assert measured["vs_emulated"] < SAME_PASSES, measured
+
+
+@pytest.mark.parametrize("op", ["dot", "conv"])
+def test_each_precision_is_as_accurate_as_its_passes(report, op):
+    default, high, highest = (report[f"{op}/{p}"]["vs_exact"] for p in ("None", "HIGH", "HIGHEST"))
+    f32 = report[f"{op}/HIGHEST"]["xla_f32_vs_exact"]
+    assert 1e-4 < default < 3e-2, default       # bfloat16's 8 bits
+    assert 5e-7 < high < 1e-4 and high < default / 50, high   # about 16 bits
+    assert highest < 2 * f32 + 1e-7, (highest, f32)           # float32's
+
+
+def test_bfloat16_contractions_are_the_cpus(report):
+    assert report["bf16_dot_equal"]
+
+
+@pytest.mark.parametrize("label, op, dtype", [
+    ("float64 add", "stablehlo.broadcast_in_dim", "float64"),
+    ("complex128 exp", "stablehlo.real", "complex128"),
+])
+def test_float64_and_complex128_fail_at_compile_time_naming_op_and_type(report, label, op, dtype):
+    message = report["refusals"][label]
+    assert message.startswith("UNIMPLEMENTED"), message
+    assert f"{op} on {dtype} is not supported" in message, message
+
+
+def test_64_bit_integers_run_exactly_as_libtpu_compiles_them(report):
+    assert report["int64 exact"] and report["uint64 exact"]
+
+
+def test_random_runs_though_it_makes_uint64_iotas_with_x64_off(report):
+    assert report["random_normal_equal"]
+
+
+def _contractions(program):
+    return [op for op in walk_ops(program)
+            if op.name in ("stablehlo.dot_general", "stablehlo.convolution")]
+
+
+@pytest.mark.parametrize("precision, expected", [(None, 1), (lax.Precision.HIGH, 3),
+                                                  (lax.Precision.HIGHEST, 6)])
+def test_the_rewrite_makes_one_contraction_per_pass(precision, expected):
+    a, b = np.ones((4, 8), np.float32), np.ones((8, 3), np.float32)
+    program = lower_program(lambda x, y: lax.dot(x, y, precision=precision), a, b)
+    (original,) = _contractions(program)
+    assert passes_of(original) == expected
+    rewritten = with_tpu_precision(program)
+    assert len(_contractions(rewritten)) == expected
+    assert len(_contractions(program)) == 1  # the loaded program is shared: never changed
+
+
+def test_mixed_operand_precisions_take_the_higher():
+    a, b = np.ones((4, 8), np.float32), np.ones((8, 3), np.float32)
+    program = lower_program(lambda x, y: lax.dot(
+        x, y, precision=(lax.Precision.DEFAULT, lax.Precision.HIGH)), a, b)
+    assert passes_of(_contractions(program)[0]) == 3
+
+
+def test_an_algorithm_a_tpu_lacks_is_unimplemented():
+    import dataclasses
+
+    from pjrtkit.stablehlo.attributes import OpaqueAttribute
+
+    a, b = np.ones((4, 8), np.float32), np.ones((8, 3), np.float32)
+    (dot,) = _contractions(lower_program(lambda x, y: lax.dot(x, y), a, b))
+    # XLA's CPU lowering refuses TF32 itself, so the op is given the attribute JAX writes.
+    tf32 = OpaqueAttribute(text="#stablehlo.dot_algorithm<lhs_precision_type = tf32, "
+                                "rhs_precision_type = tf32, accumulation_type = f32, "
+                                "lhs_component_count = 1, rhs_component_count = 1, "
+                                "num_primitive_operations = 1, allow_imprecise_accumulation = false>")
+    with pytest.raises(Unimplemented, match="dot algorithm"):
+        passes_of(dataclasses.replace(dot, attributes={**dot.attributes, "algorithm": tf32}))
+
+
+def test_float32_by_bfloat16_is_a_tpu_pass_too():
+    """jax.nn.dot_product_attention's mix (a dot_general of float32 by bfloat16 with a bf16
+    algorithm): a bfloat16 operand is exact in one piece."""
+    import dataclasses
+
+    import ml_dtypes
+
+    from pjrtkit.stablehlo.ir import TensorType, Value
+    from pjrtkit_tpu.precision import tpu_contraction
+
+    a, b = np.ones((4, 8), np.float32), np.ones((8, 3), np.float32)
+    program = lower_program(lambda x, y: lax.dot(x, y, precision=lax.Precision.HIGH), a, b)
+    (dot,) = _contractions(program)
+    narrow = Value(dot.operands[1].id, TensorType((8, 3), np.dtype(ml_dtypes.bfloat16)))
+    mixed = dataclasses.replace(dot, operands=(dot.operands[0], narrow))
+    assert passes_of(mixed) == 3
+    # hi*hi and lo*hi: the bfloat16 operand has no low piece.
+    assert sum(op.name == "stablehlo.dot_general" for op in tpu_contraction(mixed, 3)) == 2
