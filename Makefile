@@ -50,11 +50,13 @@ demo: $(STAMP)
 # instead of running the suite a second time.
 # pytest on TEST_WORKERS processes (pytest-xdist; 2 = the CI machine's cores, 0 = one process).
 TEST_WORKERS ?= 2
-# The GPU plugins' JAX layer runs on Triton's interpreter (minutes each): make test checks their
-# C ABI and hook layers and the training programs; `make conformance` (its own CI step) runs it all.
+# make test runs the whole conformance suite on the cpu plugin (tests read its report) and, on the
+# other plugins, their C ABI and hook layers and the JAX layer's training programs
+# (CONFORMANCE_NARROW_ARGS): the tpu suite takes minutes and the GPU plugins' JAX layer runs on
+# Triton's interpreter. `make conformance` (its own CI step) runs every plugin whole.
 test: $(STAMP)
 	$(MAKE) --no-print-directory lint
-	$(MAKE) --no-print-directory conformance GPU_CONFORMANCE_ARGS="$(GPU_CONFORMANCE_IN_TEST)"
+	$(MAKE) --no-print-directory conformance CONFORMANCE_NARROWED="$(filter-out cpu,$(PLUGINS))"
 	PJRTKIT_TEST_CONFORMANCE_REPORTS=$(CURDIR)/build/conformance \
 		$(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS)
 
@@ -63,27 +65,29 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
-# The conformance suite on every plugin in the repository; reports in build/conformance/
+# The conformance suite on every plugin in the repository, CONFORMANCE_JOBS plugins at a time;
+# reports in build/conformance/<plugin>.json, .md, .out (the printed summary) and .err
 # (git-ignored). Fails when any check FAILs. The GPU plugins (cuda, rocm) run emulated
 # (PJRTKIT_GPU_EMULATE=1: Triton's interpreter on host memory) unless GPU_EMULATE=0 is given,
-# for a machine with the GPU.
-# GPU_CONFORMANCE_ARGS: extra arguments for the GPU plugins' runs (make test narrows them).
+# for a machine with the GPU. The plugins in CONFORMANCE_NARROWED run only
+# CONFORMANCE_NARROW_ARGS (make test narrows every plugin but cpu).
 GPU_PLUGINS := cuda rocm
 GPU_EMULATE ?= 1
-GPU_CONFORMANCE_ARGS ?=
-GPU_CONFORMANCE_IN_TEST ?= --check abi. hooks. jax.program.
+CONFORMANCE_JOBS ?= 2
+CONFORMANCE_NARROWED ?=
+CONFORMANCE_NARROW_ARGS ?= --check abi. hooks. jax.program.
 conformance: $(STAMP)
 	@mkdir -p build/conformance
-	@for plugin in $(PLUGINS); do \
-		echo "conformance suite: $$plugin"; \
-		case " $(GPU_PLUGINS) " in *" $$plugin "*) emulate=$(GPU_EMULATE); extra='$(GPU_CONFORMANCE_ARGS)';; \
-			*) emulate=0; extra=;; esac; \
-		PJRTKIT_GPU_EMULATE=$$emulate \
-			$(BIN)/pjrtkit conformance $$plugin --quiet --json build/conformance/$$plugin.json \
-			--markdown build/conformance/$$plugin.md $$extra > build/conformance/$$plugin.out \
-			|| { cat build/conformance/$$plugin.out; exit 1; }; \
-		cat build/conformance/$$plugin.out; \
-	done
+	@$(MAKE) --no-print-directory -j$(CONFORMANCE_JOBS) $(addprefix conformance-,$(PLUGINS))
+
+conformance-%: $(STAMP)
+	@case " $(GPU_PLUGINS) " in *" $* "*) emulate=$(GPU_EMULATE);; *) emulate=0;; esac; \
+	case " $(CONFORMANCE_NARROWED) " in *" $* "*) extra='$(CONFORMANCE_NARROW_ARGS)';; *) extra=;; esac; \
+	PJRTKIT_GPU_EMULATE=$$emulate $(BIN)/pjrtkit conformance $* --quiet \
+		--json build/conformance/$*.json --markdown build/conformance/$*.md $$extra \
+		> build/conformance/$*.out 2> build/conformance/$*.err \
+		|| { echo "conformance suite: $* FAILED"; cat build/conformance/$*.out build/conformance/$*.err; exit 1; }; \
+	echo "conformance suite: $*$${extra:+ ($$extra)}"; cat build/conformance/$*.out
 
 # Every kernel the GPU lowering can emit, for each dtype it takes, compiled ahead of time for
 # sm_80, sm_90, sm_100, gfx90a, gfx942 and gfx1100 with its binary size (no GPU needed; CI runs
