@@ -26,3 +26,13 @@ def agrees_with_xla():
         return ours
 
     return check
+
+
+@pytest.fixture(autouse=True)
+def _x64_off():
+    """These tests build their programs with x64 off, as JAX defaults; the cpu plugin's test
+    conftest turns x64 on for its whole process, and pytest-xdist can put both in one worker."""
+    import jax
+
+    with jax.enable_x64(False):
+        yield

@@ -26,7 +26,7 @@ API_MAJOR = 0
 API_MINOR = 90
 # One PJRT_Api table per registered backend; the trampolines are generated per slot, so this is
 # a hard limit (api.register_backend raises ResourceExhausted beyond it).
-MAX_BACKENDS = 8
+MAX_BACKENDS = 16
 
 # Functions whose Args carry no handle from which the backend could be recovered.
 SLOT_ROUTED = (
