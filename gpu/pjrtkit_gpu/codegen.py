@@ -98,7 +98,8 @@ def {name}(x, init, out, M, K, BM: tl.constexpr, BK: tl.constexpr):
         tile = tl.load(x + rows[:, None] * K + k[None, :], mask=mask)
         tile = tl.where(mask, {load.format(v="tile")}, {identity})
         part = {row.format(v="tile", combine=f"{name}_combine")}
-        acc = {name}_combine(acc, part)
+        # .to(): Triton widens 8- and 16-bit integer sums; a loop-carried value keeps one type
+        acc = {name}_combine(acc, part).to(tl.{accumulator})
     init_value = {load.format(v="tl.load(init)")}
     tl.store(out + rows, {finish.format(v=f"{name}_combine(init_value, acc)")}, mask=rows < M)
 """
