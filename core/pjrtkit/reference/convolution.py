@@ -25,6 +25,7 @@ from pjrtkit.reference.conv_scratch import Scratch
 from pjrtkit.reference.dot import ThreadPolicy
 from pjrtkit.reference.reduce import placement
 from pjrtkit.reference.registry import REFERENCE
+from pjrtkit.stablehlo.attributes import padding_pairs
 
 _LOW_PRECISION = (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
 
@@ -54,9 +55,7 @@ def _lower(op, ctx, threads: ThreadPolicy | None):
     strides = tuple(attrs.get("window_strides") or ones)
     lhs_dil = tuple(attrs.get("lhs_dilation") or ones)
     rhs_dil = tuple(attrs.get("rhs_dilation") or ones)
-    padding = attrs.get("padding")
-    padding = ((0, 0),) * k if padding is None else tuple(
-        (int(lo), int(hi)) for lo, hi in np.asarray(padding).reshape(k, 2))
+    padding = padding_pairs(attrs.get("padding"), k)
     if any(attrs.get("window_reversal") or ()):
         raise ctx.unimplemented(op, "window_reversal is not supported")
     fg = int(attrs.get("feature_group_count", 1))

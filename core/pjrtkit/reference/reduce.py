@@ -17,6 +17,7 @@ from pjrtkit.errors import Unimplemented
 from pjrtkit.stablehlo.ir import Block, Op, Region, TensorType, Value
 from pjrtkit.reference import dtypes
 from pjrtkit.reference.registry import REFERENCE
+from pjrtkit.stablehlo.attributes import padding_pairs
 
 
 _FLOAT4 = np.dtype(ml_dtypes.float4_e2m1fn)
@@ -190,9 +191,7 @@ def window_attributes(op, rank):
     strides = tuple(attrs.get("window_strides") or ones)
     base_dil = tuple(attrs.get("base_dilations") or ones)
     win_dil = tuple(attrs.get("window_dilations") or ones)
-    padding = attrs.get("padding")
-    padding = ((0, 0),) * rank if padding is None else tuple(
-        (int(lo), int(hi)) for lo, hi in np.asarray(padding).reshape(rank, 2))
+    padding = padding_pairs(attrs.get("padding"), rank)
     return window, strides, base_dil, win_dil, padding
 
 
@@ -364,9 +363,7 @@ def select_and_scatter_rule(op, ctx):
     attrs = op.attributes
     window = tuple(attrs.get("window_dimensions") or (1,) * rank)
     strides = tuple(attrs.get("window_strides") or (1,) * rank)
-    padding = attrs.get("padding")
-    padding = ((0, 0),) * rank if padding is None else tuple(
-        (int(lo), int(hi)) for lo, hi in np.asarray(padding).reshape(rank, 2))
+    padding = padding_pairs(attrs.get("padding"), rank)
     ones = (1,) * rank
     pad = make_padder(operand_t.shape, ones, padding)
     out_shape, slices = window_slices(padded_shape(operand_t.shape, ones, padding),

@@ -27,6 +27,16 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
+
+
+def padding_pairs(padding, rank: int) -> tuple[tuple[int, int], ...]:
+    """A window op's ``padding`` attribute (a (rank, 2) array, or None when absent) as
+    (low, high) pairs per dimension."""
+    if padding is None:
+        return ((0, 0),) * rank
+    return tuple((int(lo), int(hi)) for lo, hi in np.asarray(padding).reshape(rank, 2))
+
 
 @dataclasses.dataclass(frozen=True)
 class DotDimensionNumbers:

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
-
+from pjrtkit.stablehlo.attributes import padding_pairs
 from pjrtkit_gpu import codegen, dtypes as D, kernels
 from pjrtkit_gpu.lowering.launching import blocks, row_major_strides
 from pjrtkit_gpu.lowering.reduce import body_op_name, combine_expression
@@ -23,9 +22,7 @@ CONV_TILES_BROADCAST = (16, 16, 8)
 def _window_attributes(op, rank):
     attrs = op.attributes
     ones = (1,) * rank
-    padding = attrs.get("padding")
-    padding = ((0, 0),) * rank if padding is None else tuple(
-        (int(lo), int(hi)) for lo, hi in np.asarray(padding).reshape(rank, 2))
+    padding = padding_pairs(attrs.get("padding"), rank)
     return (tuple(attrs.get("window_dimensions") or ones), tuple(attrs.get("window_strides") or ones),
             tuple(attrs.get("base_dilations") or ones), tuple(attrs.get("window_dilations") or ones),
             padding)
@@ -100,9 +97,7 @@ def convolution(op, ctx):
     strides = tuple(attrs.get("window_strides") or ones)
     lhs_dilation = tuple(attrs.get("lhs_dilation") or ones)
     rhs_dilation = tuple(attrs.get("rhs_dilation") or ones)
-    padding = attrs.get("padding")
-    padding = ((0, 0),) * k if padding is None else tuple(
-        (int(lo), int(hi)) for lo, hi in np.asarray(padding).reshape(k, 2))
+    padding = padding_pairs(attrs.get("padding"), k)
     reversal = tuple(bool(r) for r in (attrs.get("window_reversal") or (False,) * k))
     batch, features = x_t.shape[dn.input_batch_dimension], x_t.shape[dn.input_feature_dimension]
     out_features = w_t.shape[dn.kernel_output_feature_dimension]
