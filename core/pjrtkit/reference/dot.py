@@ -130,8 +130,7 @@ def _lower(op, ctx, dims: DotDimensionNumbers, threads: ThreadPolicy | None):
     result_t = op.results[0].type
     lb, rb = list(dims.lhs_batching_dimensions), list(dims.rhs_batching_dimensions)
     lc, rc = list(dims.lhs_contracting_dimensions), list(dims.rhs_contracting_dimensions)
-    lf = [d for d in range(lhs_t.rank) if d not in lb and d not in lc]
-    rf = [d for d in range(rhs_t.rank) if d not in rb and d not in rc]
+    lf, rf = dims.free_dimensions(lhs_t.rank, rhs_t.rank)
 
     def size(shape, ds):
         return math.prod(shape[d] for d in ds)

@@ -45,6 +45,13 @@ class DotDimensionNumbers:
     lhs_contracting_dimensions: tuple[int, ...]
     rhs_contracting_dimensions: tuple[int, ...]
 
+    def free_dimensions(self, lhs_rank: int, rhs_rank: int) -> tuple[list[int], list[int]]:
+        """The lhs and rhs dimensions that are neither batch nor contracting, in order."""
+        lhs_bound = {*self.lhs_batching_dimensions, *self.lhs_contracting_dimensions}
+        rhs_bound = {*self.rhs_batching_dimensions, *self.rhs_contracting_dimensions}
+        return ([d for d in range(lhs_rank) if d not in lhs_bound],
+                [d for d in range(rhs_rank) if d not in rhs_bound])
+
 
 @dataclasses.dataclass(frozen=True)
 class ConvDimensionNumbers:

@@ -32,8 +32,7 @@ def _lower(op, ctx, numbers: DotDimensionNumbers):
                                     f"-> {out.dtype.name}")
     lb, rb = numbers.lhs_batching_dimensions, numbers.rhs_batching_dimensions
     lc, rc = numbers.lhs_contracting_dimensions, numbers.rhs_contracting_dimensions
-    lf = [d for d in range(lhs_t.rank) if d not in lb and d not in lc]
-    rf = [d for d in range(rhs_t.rank) if d not in rb and d not in rc]
+    lf, rf = numbers.free_dimensions(lhs_t.rank, rhs_t.rank)
     z = math.prod(lhs_t.shape[d] for d in lb)
     m = math.prod(lhs_t.shape[d] for d in lf)
     k = math.prod(lhs_t.shape[d] for d in lc)

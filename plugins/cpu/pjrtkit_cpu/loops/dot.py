@@ -100,8 +100,7 @@ def dot_general(src: LoopSource, op: Op, lines: list[str]) -> None:
     dims = op.attributes["dot_dimension_numbers"]
     lb, rb = list(dims.lhs_batching_dimensions), list(dims.rhs_batching_dimensions)
     lc, rc = list(dims.lhs_contracting_dimensions), list(dims.rhs_contracting_dimensions)
-    lf = [d for d in range(lt.rank) if d not in lb and d not in lc]
-    rf = [d for d in range(rt.rank) if d not in rb and d not in rc]
+    lf, rf = dims.free_dimensions(lt.rank, rt.rank)
     batch = math.prod(lt.shape[d] for d in lb)
     m = math.prod(lt.shape[d] for d in lf)
     n = math.prod(rt.shape[d] for d in rf)
