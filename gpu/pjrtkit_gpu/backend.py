@@ -76,6 +76,12 @@ class GpuBackend:
                         attributes={"device_count": len(devices), "vendor": self.vendor})
 
     @hookimpl
+    def pjrtkit_jax_lowering_rules(self):
+        from pjrtkit_gpu.jax_pallas import pallas_lowering_rules
+
+        return pallas_lowering_rules(self.vendor)
+
+    @hookimpl
     def pjrtkit_client_topology(self, options):
         return self._topology(self.plugin)
 

@@ -1,0 +1,31 @@
+"""The JAX lowering rule that lets ``pl.pallas_call`` lower on pjrtkit_cuda / pjrtkit_rocm.
+
+JAX's rule for ``pallas_call`` picks its GPU lowering by platform name (``cuda``, ``rocm``;
+``mlir.lower_per_platform``) and has none for other platforms. This rule, registered for our
+platforms through ``pjrtkit_jax_lowering_rules``, runs JAX's own rule as if lowering for the
+vendor's JAX platform (``cuda`` for pjrtkit_cuda, ``rocm`` for pjrtkit_rocm: Pallas's Triton
+lowering picks libdevice or ocml math by that name), so a kernel with Triton compiler params
+becomes the custom call ``lowering.pallas`` compiles, and ``interpret=True`` keeps lowering to
+ordinary ops. JAX-private (``jax._src.pallas``): listed in tests/test_jax_compat.py.
+"""
+from __future__ import annotations
+
+from pjrtkit.types import JaxLoweringRule
+
+# The JAX platform whose Pallas lowering each vendor's kernels take.
+JAX_PLATFORM = {"cuda": "cuda", "hip": "rocm"}
+
+
+def pallas_lowering_rules(vendor: str) -> list[JaxLoweringRule]:
+    """``[JaxLoweringRule(pallas_call_p, rule)]``; empty when this JAX has no Pallas."""
+    try:
+        from jax._src.pallas import pallas_call
+    except ImportError:
+        return []
+    platform = JAX_PLATFORM[vendor]
+
+    def lower_pallas_call_as_vendor(ctx, *args, **params):
+        rule = pallas_call._pallas_call_lowering  # noqa: SLF001 - JAX's own rule, no public name
+        return rule(ctx.replace(platforms=(platform,)), *args, **params)
+
+    return [JaxLoweringRule(pallas_call.pallas_call_p, lower_pallas_call_as_vendor)]
