@@ -211,7 +211,8 @@ def _prepare(only) -> None:
 
 def _compile(task):
     """One (case index, target): the report's row."""
-    from pjrtkit_gpu.drivers.compiled_kernels import BINARY, TARGETS, compile_kernel
+    from pjrtkit_gpu.drivers.compiled_kernels import compile_kernel
+    from pjrtkit_gpu.targets import BINARY, TARGETS
 
     index, target = task
     name, dtype, shape, kernel, signature, constexprs, what = _CASES[index]
@@ -238,7 +239,7 @@ def main(argv=None) -> int:
     parser.add_argument("--markdown")
     args = parser.parse_args(argv)
 
-    from pjrtkit_gpu.drivers.compiled_kernels import TARGETS
+    from pjrtkit_gpu.targets import TARGETS
 
     targets = [t for t in args.targets.split(",") if t]
     unknown = [t for t in targets if t not in TARGETS]

@@ -21,6 +21,9 @@ import dataclasses
 import hashlib
 import os
 
+from pjrtkit_gpu import codegen
+from pjrtkit_gpu.targets import TARGETS
+
 # backend_config keys of Pallas's Triton custom call (jaxlib 0.10.2)
 PALLAS_TRITON_TARGET = "__gpu$xla.gpu.triton"
 
@@ -76,9 +79,6 @@ def compile_triton_ir(kernel: TritonIrKernel, target: str):
     ``kernel`` for ``target`` (``"sm_90"``, ``"gfx942"``, ...). No device needed."""
     import triton
     from triton.backends.compiler import GPUTarget
-
-    from pjrtkit_gpu import codegen
-    from pjrtkit_gpu.drivers.compiled_kernels import TARGETS
 
     backend, arch, warp = TARGETS[target]
     directory = codegen.kernel_directory()

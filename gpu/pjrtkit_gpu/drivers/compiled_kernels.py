@@ -16,14 +16,9 @@ from typing import Any
 
 from pjrtkit_gpu import dtypes
 from pjrtkit_gpu.device_array import DeviceArray
+from pjrtkit_gpu.targets import BINARY, TARGETS
+from pjrtkit_gpu.triton_ir import TritonIrKernel, compile_triton_ir
 
-# Triton GPUTarget arguments per target name.
-TARGETS = {
-    "sm_80": ("cuda", 80, 32), "sm_90": ("cuda", 90, 32), "sm_100": ("cuda", 100, 32),
-    "gfx90a": ("hip", "gfx90a", 64), "gfx942": ("hip", "gfx942", 64),
-    "gfx1100": ("hip", "gfx1100", 32),
-}
-BINARY = {"cuda": "cubin", "hip": "hsaco"}
 
 
 def kernel_function(kernel):
@@ -101,8 +96,6 @@ class CompiledKernels:
     def get(self, device_index: int, kernel, args, constexprs) -> LoadedKernel:
         """``kernel``: a ``@triton.jit`` function, or a ``triton_ir.TritonIrKernel`` (a Pallas
         kernel: Triton IR whose parameters are all pointers)."""
-        from pjrtkit_gpu.triton_ir import TritonIrKernel, compile_triton_ir
-
         if isinstance(kernel, TritonIrKernel):
             signature = {}
             key = (device_index, kernel.key)

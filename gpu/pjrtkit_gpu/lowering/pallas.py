@@ -21,7 +21,8 @@ def pallas_triton_call(op, ctx):
     name = config.get("name", "?") if isinstance(config, dict) else "?"
     if driver.interprets:
         raise ctx.unimplemented(
-            op, f"Pallas Triton kernel '{name}' under emulation (PJRTKIT_GPU_EMULATE=1): it "
+            op, f"Pallas Triton kernel '{name}' (custom call {PALLAS_TRITON_TARGET}) under "
+                f"emulation (PJRTKIT_GPU_EMULATE=1): it "
                 f"arrives as compiled Triton IR, which Triton's interpreter cannot run (it runs "
                 f"Python kernels); run it on a GPU, or use pl.pallas_call(..., interpret=True)")
     if not isinstance(config, dict):
