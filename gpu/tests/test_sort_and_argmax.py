@@ -67,3 +67,8 @@ def test_a_multi_op_single_operand_reduce_body(agrees_with_xla):
     # max(a, b) + 1 is not one op: the sequential fold runs it, in XLA's order
     agrees_with_xla(lambda x: jax.lax.reduce(x, np.float32(0), lambda a, b: jnp.maximum(a, b) + 1,
                                              (1,)), x)
+
+
+def test_top_k_through_its_composite_decomposition(agrees_with_xla):
+    x = with_specials("topk", (4, 19), F32)
+    agrees_with_xla(lambda x: jax.lax.top_k(x, 5), x)
