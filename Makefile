@@ -18,7 +18,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.pjrtkit-installed
 SETS := $(patsubst constraints-jax%.txt,%,$(wildcard constraints-jax*.txt))
 
-.PHONY: demo test lint install bench accuracy dtype-sweep conformance gpu-compile-report fuzz soak clean jax-tests-env jax-tests jax-tests-ci
+.PHONY: test-long demo test lint install bench accuracy dtype-sweep conformance gpu-compile-report fuzz soak clean jax-tests-env jax-tests jax-tests-ci
 
 # Every plugin in the repository (a directory under plugins/ with a pyproject.toml) is installed
 # and measured by `make conformance`; the cpu plugin first, since others may import it. The
@@ -54,11 +54,18 @@ TEST_WORKERS ?= 2
 # other plugins, their C ABI and hook layers and the JAX layer's training programs
 # (CONFORMANCE_NARROW_ARGS): the tpu suite takes minutes and the GPU plugins' JAX layer runs on
 # Triton's interpreter. `make conformance` (its own CI step) runs every plugin whole.
+# Tests marked `long` (whole example trainings, the faulty-backend conformance run, the benchmark
+# smoke run, short soak and fuzz campaigns) are left to `make test-long`, which CI runs.
+# `--dist loadgroup`: a module marked with an xdist_group runs on one worker (its module fixture
+# starts child interpreters once).
+PYTEST_RUN = $(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup
 test: $(STAMP)
 	$(MAKE) --no-print-directory lint
 	$(MAKE) --no-print-directory conformance CONFORMANCE_NARROWED="$(filter-out cpu,$(PLUGINS))"
-	PJRTKIT_TEST_CONFORMANCE_REPORTS=$(CURDIR)/build/conformance \
-		$(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS)
+	PJRTKIT_TEST_CONFORMANCE_REPORTS=$(CURDIR)/build/conformance $(PYTEST_RUN) -m "not long"
+
+test-long: $(STAMP)
+	$(PYTEST_RUN) -m long
 
 # The lint floor: ruff with the rules in pyproject.toml (import cycles and private imports are
 # tests/test_import_graph.py, run with the tests).

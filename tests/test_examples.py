@@ -76,6 +76,7 @@ def assert_passed(result: subprocess.CompletedProcess, *, backend: str, steps: i
     assert "FAIL" not in out, explain(result)
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_example_matches_xla_cpu(script):
     result = run_example(script, "--backend", BACKEND, "--steps", str(STEPS))

@@ -15,6 +15,10 @@ HERE = os.path.dirname(__file__)
 sys.path.insert(0, HERE)
 from many_device_programs import PROGRAMS  # noqa: E402 - the script beside this file
 
+# One xdist worker runs this module (make test passes `--dist loadgroup`): its module fixture
+# starts child interpreters, and each worker given some of its tests would start them all again.
+pytestmark = pytest.mark.xdist_group("test_many_devices")
+
 DEVICE_COUNTS = (1, 2, 4, 8)
 
 

@@ -5,7 +5,10 @@ import os
 import subprocess
 import sys
 
+import pytest
 
+
+@pytest.mark.long
 def test_a_short_soak_reports_handles_and_bounded_caches(tmp_path):
     report = tmp_path / "soak.json"
     env = {k: v for k, v in os.environ.items() if k != "JAX_PLATFORMS"}
