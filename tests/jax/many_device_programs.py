@@ -122,6 +122,24 @@ def _(devices):
     return jax.jit(f)(x)
 
 
+@program("jit-2d-uneven-both-axes")
+def _(devices):
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import NamedSharding, PartitionSpec as P
+
+    mesh = _mesh(devices, _two_axes(len(devices)), ("x", "y"))
+    x = _put(_data(4, 2 * len(devices), seed=17), mesh, "x", "y")
+
+    def f(a):
+        # 5 x (2N + 1) over the (2, N/2) mesh: uneven along both axes from N = 4 on
+        b = jax.lax.with_sharding_constraint(jnp.pad(a, ((0, 1), (0, 1)), constant_values=0.5),
+                                             NamedSharding(mesh, P("x", "y")))
+        return b @ b.T, jnp.cumsum(b, axis=0), jnp.max(b, axis=1), jnp.flip(b, axis=1)
+
+    return jax.jit(f)(x)
+
+
 @program("jit-gather-scatter-dus")
 def _(devices):
     import jax
@@ -212,7 +230,24 @@ def _shard_map_case(name, body):
     program(f"shard_map-{name}")(lambda devices: _shard_map(devices, body))
 
 
+def _ragged_all_to_all(a):
+    # Each device's block, flat, is cut into one slot per device of "y"; device j gets
+    # 1 + (me + j) % slot values of slot j, written into its own slot `me` of a zero output.
+    import jax.numpy as jnp
+    from jax import lax
+
+    size, me = _axis_size("y"), lax.axis_index("y")
+    flat = a.reshape(-1)
+    slot = flat.shape[0] // size
+    peers = jnp.arange(size, dtype=jnp.int32)
+    received = lax.ragged_all_to_all(
+        flat, jnp.zeros_like(flat), peers * slot, 1 + (me + peers) % slot,
+        jnp.full((size,), me * slot, jnp.int32), 1 + (peers + me) % slot, axis_name="y")
+    return received.reshape(a.shape)
+
+
 def _register_shard_map_cases():
+    import jax.numpy as jnp
     from jax import lax
 
     cases = {
@@ -229,6 +264,14 @@ def _register_shard_map_cases():
         "psum_scatter": lambda a: lax.psum_scatter(a, "y", scatter_dimension=1, tiled=True),
         "axis_index": lambda a: a + lax.axis_index("x") * 10 + lax.axis_index("y"),
         "psum-in-loop": lambda a: lax.fori_loop(0, 3, lambda i, c: lax.psum(c, "y") * 0.5, a),
+        "all_to_all-untiled": lambda a: lax.all_to_all(
+            a.reshape(_axis_size("x"), -1), "x", 0, 0).reshape(a.shape),
+        "psum_scatter-untiled": lambda a: jnp.tile(lax.psum_scatter(
+            a.reshape(_axis_size("y"), -1), "y"), _axis_size("y")).reshape(a.shape),
+        "pshuffle": lambda a: lax.pshuffle(a, "y", list(reversed(range(_axis_size("y"))))),
+        "pswapaxes": lambda a: lax.pswapaxes(
+            a.reshape(_axis_size("x"), -1), "x", 0).reshape(a.shape),
+        "ragged_all_to_all": _ragged_all_to_all,
     }
     for name, body in cases.items():
         _shard_map_case(name, body)
@@ -272,6 +315,12 @@ def _register_pmap_cases():
         "axis_index": lambda a: a * lax.axis_index("i"),
         "psum-int": lambda a: lax.psum((a * 10).astype(np.int32), "i"),
         "pmax-tuple": lambda a: lax.pmax((a, -a), "i"),
+        "psum_scatter-untiled": lambda a: lax.psum_scatter(a.reshape(size(), -1), "i"),
+        "all_to_all-tiled": lambda a: lax.all_to_all(a, "i", 1, 1, tiled=True),
+        "psum-axis_index_groups": lambda a: lax.psum(
+            a, "i", axis_index_groups=[list(range(0, size(), 2)), list(range(1, size(), 2))]
+            if size() % 2 == 0 else None),
+        "pmin-int": lambda a: lax.pmin((a * 10).astype(np.int32), "i"),
     }
     for name, body in cases.items():
         program(f"pmap-{name}")(lambda devices, body=body: _pmap(devices, body))
@@ -343,6 +392,73 @@ def compare(name, under_test, reference) -> str:
     return "ok"
 
 
+# Programs XLA's CPU backend refuses: pjrtkit must refuse them too, UNIMPLEMENTED naming the op
+# (JAX has no cpu lowering of lax.pbroadcast at all, so it is not among them).
+REFUSED_AS_ON_XLA = {"shard_map-ragged_all_to_all": "ragged_all_to_all"}
+
+
+def refusal(name, fn, devices) -> str:
+    """"ok" when ``fn(devices)`` raises UNIMPLEMENTED naming ``REFUSED_AS_ON_XLA[name]``."""
+    try:
+        fn(devices)
+    except Exception as exc:  # noqa: BLE001 - the refusal is the outcome
+        message = str(exc)
+        if "UNIMPLEMENTED" in message and REFUSED_AS_ON_XLA[name] in message:
+            return "ok"
+        return f"refused, but not as UNIMPLEMENTED naming {REFUSED_AS_ON_XLA[name]}: {message}"
+    return "ran, but XLA's CPU backend refuses it (expected UNIMPLEMENTED)"
+
+
+# -- each device holds only its shard: per-device memory ----------------------------------------
+
+def shard_bytes_per_device(devices) -> str:
+    """Per-device ``memory_stats()["bytes_in_use"]`` grows by exactly the bytes of that device's
+    shards when a sharded array is put and a sharded jit returns (XLA's CPU backend reports no
+    memory statistics, so this is pjrtkit's own account, checked against the shard shapes JAX
+    sees, which compare() matches with XLA's)."""
+    import gc
+
+    import jax
+    from jax.sharding import NamedSharding, PartitionSpec as P
+
+    mesh = _mesh(devices, _two_axes(len(devices)), ("x", "y"))
+
+    def used():
+        gc.collect()
+        return [d.memory_stats()["bytes_in_use"] for d in devices]
+
+    def expected(*arrays):
+        held = {d: 0 for d in devices}
+        for array in arrays:
+            for shard in array.addressable_shards:
+                held[shard.device] += shard.data.nbytes
+        return [held[d] for d in devices]
+
+    f = jax.jit(lambda a: ((a * 2).T, a.sum(axis=0)),
+                out_shardings=(NamedSharding(mesh, P("y", None)), NamedSharding(mesh, P())))
+    warm = f(_put(_data(64, 32), mesh, "x", "y"))
+    del warm
+    before = used()
+    x = _put(_data(64, 32, seed=16), mesh, "x", "y")
+    x.block_until_ready()
+    after_put = used()
+    outputs = f(x)
+    jax.block_until_ready(outputs)
+    after_jit = used()
+    put_delta = [b - a for a, b in zip(before, after_put)]
+    jit_delta = [b - a for a, b in zip(after_put, after_jit)]
+    if put_delta != expected(x):
+        return f"device_put: bytes_in_use grew by {put_delta}, shards hold {expected(x)}"
+    if jit_delta != expected(*outputs):
+        return f"jit outputs: bytes_in_use grew by {jit_delta}, shards hold {expected(*outputs)}"
+    if len(devices) > 1 and max(put_delta) >= x.nbytes:
+        return f"device_put: a device holds {max(put_delta)} bytes of a {x.nbytes}-byte array"
+    return "ok"
+
+
+OWN_CHECKS = {"memory-each-device-holds-only-its-shard": shard_bytes_per_device}
+
+
 def main() -> None:
     import jax
 
@@ -355,11 +471,21 @@ def main() -> None:
         try:
             reference = fn(xla)
         except Exception as exc:  # noqa: BLE001 - a case XLA itself refuses at this N
-            print(json.dumps({"name": name, "outcome": f"xla-refuses: {exc}"[:300]}), flush=True)
+            outcome = (refusal(name, fn, ours) if name in REFUSED_AS_ON_XLA
+                       else f"xla-refuses: {exc}"[:300])
+            print(json.dumps({"name": name, "outcome": outcome}), flush=True)
             continue
         try:
             outcome = compare(name, fn(ours), reference)
         except Exception:  # noqa: BLE001 - reported as the program's outcome
+            outcome = traceback.format_exc()[-3000:]
+        print(json.dumps({"name": name, "outcome": outcome}), flush=True)
+    for name, check in OWN_CHECKS.items():
+        if only and name not in only:
+            continue
+        try:
+            outcome = check(ours)
+        except Exception:  # noqa: BLE001 - reported as the check's outcome
             outcome = traceback.format_exc()[-3000:]
         print(json.dumps({"name": name, "outcome": outcome}), flush=True)
 
