@@ -324,6 +324,52 @@ def _register_pmap_cases():
     }
     for name, body in cases.items():
         program(f"pmap-{name}")(lambda devices, body=body: _pmap(devices, body))
+    # Sums across devices of types XLA's CPU backend widens for the whole collective (rounded
+    # once, not after every device's term); float16 is added as it is.
+    for dtype in ("bfloat16", "float8_e4m3fn", "float8_e5m2", "float4_e2m1fn", "float16"):
+        for name, body in {"psum": lambda a: lax.psum(a, "i"),
+                           "psum_scatter": lambda a: lax.psum_scatter(a, "i", tiled=True)}.items():
+            program(f"pmap-{name}-{dtype}")(
+                lambda devices, body=body, dtype=dtype: _pmap_narrow(devices, body, dtype))
+
+
+def _pmap_narrow(devices, body, dtype):
+    import jax
+    import ml_dtypes
+
+    x = _data(len(devices), 64, 3, seed=18) * 3
+    # no value rounds to -0: XLA's one-device reduce_scatter returns +0 for it, pjrtkit -0
+    # (README, "Many devices"); signed zeros across devices are pmap-psum-signed-zeros'
+    x = (x + np.copysign(0.5, x)).astype(getattr(ml_dtypes, dtype, dtype))
+    return jax.pmap(body, axis_name="i", devices=devices)(x)
+
+
+@program("pmap-psum-signed-zeros")
+def _(devices):
+    # XLA's sums across devices start from +0: all -0 sums to +0 (signbit compared exactly)
+    import jax
+    import jax.numpy as jnp
+    from jax import lax
+
+    x = np.zeros((len(devices), 4, 3), np.float32)
+    x[:, 0] = -0.0
+    x[:, 1, 0] = 1.0
+    x[:, 2] = np.where(np.arange(len(devices))[:, None] % 2 == 0, -0.0, 0.0)
+    x[:, 3] = -1.0
+    return jax.pmap(lambda a: jnp.signbit(lax.psum(a, "i")), axis_name="i", devices=devices)(
+        x.astype(np.float32))
+
+
+@program("jit-bfloat16-sum-over-sharded-axis")
+def _(devices):
+    # the partitioner's own all_reduce of a bfloat16 sum
+    import jax
+    import jax.numpy as jnp
+    import ml_dtypes
+
+    mesh = _mesh(devices, (len(devices),), ("x",))
+    x = _put((_data(8 * len(devices), 16, seed=19) * 3).astype(ml_dtypes.bfloat16), mesh, "x")
+    return jax.jit(lambda a: (jnp.sum(a, axis=0), jnp.max(a, axis=0)))(x)
 
 
 @program("shard_map-partial-manual")
