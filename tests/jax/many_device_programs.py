@@ -140,6 +140,50 @@ def _(devices):
     return jax.jit(f)(x)
 
 
+@program("jit-memory-kinds")
+def _(devices):
+    # arguments and outputs in each memory kind (XLA's partitioner drops the outputs' kinds)
+    import jax
+    from jax.sharding import NamedSharding, PartitionSpec as P
+
+    mesh = _mesh(devices, _two_axes(len(devices)), ("x", "y"))
+
+    def put(x, kind, *spec):
+        return jax.device_put(x, NamedSharding(mesh, P(*spec), memory_kind=kind))
+
+    a = put(_data(4, 2 * len(devices), seed=20), "pinned_host", "x", "y")
+    b = put(_data(4, 2 * len(devices), seed=21), "unpinned_host", "x")
+    c = put(_data(4, 2 * len(devices), seed=22), "device", None, "y")
+    kinds = ("pinned_host", "device", "unpinned_host")
+
+    def f(a, b, c):
+        on_device = NamedSharding(mesh, P("x", "y"), memory_kind="device")
+        a, b = jax.device_put(a, on_device), jax.device_put(b, on_device)
+        return a * 2, a + b + c, c.T
+
+    shardings = tuple(NamedSharding(mesh, spec, memory_kind=kind) for spec, kind
+                      in zip((P("x", "y"), P(None, "y"), P("y")), kinds))
+    return jax.jit(f, out_shardings=shardings)(a, b, c), a, b, c
+
+
+@program("jit-compute_on-device_host")
+def _(devices):
+    import jax
+    import jax.numpy as jnp
+    from jax.experimental.compute_on import compute_on
+
+    mesh = _mesh(devices, (len(devices),), ("x",))
+    x = _put(_data(2 * len(devices), 3, seed=23), mesh, "x")
+
+    @jax.jit
+    def f(a):
+        with compute_on("device_host"):
+            b = jnp.sin(a) * 3
+        return b + a
+
+    return f(x)
+
+
 @program("jit-gather-scatter-dus")
 def _(devices):
     import jax
@@ -418,6 +462,8 @@ def compare(name, under_test, reference) -> str:
     for k, (g, w) in enumerate(zip(got, want)):
         if g.shape != w.shape or g.dtype != w.dtype:
             return f"output {k}: {g.dtype}{g.shape}, XLA {w.dtype}{w.shape}"
+        if g.sharding.memory_kind != w.sharding.memory_kind:
+            return f"output {k}: in {g.sharding.memory_kind} memory, XLA's in {w.sharding.memory_kind}"
         try:
             assert_close(np.asarray(g), np.asarray(w), what=f"{name} output {k}")
         except AssertionError as exc:
