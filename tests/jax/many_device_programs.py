@@ -5,7 +5,9 @@ N: JAX fixes its device count at start-up). It sets ``PJRTKIT_CPU_DEVICES=N`` an
 ``--xla_force_host_platform_device_count=N`` before importing JAX, runs every program in
 PROGRAMS on the first N devices of each backend, and prints one JSON line per program:
 ``{"name", "outcome"}`` with outcome "ok" or what differed. Each output must match XLA's result
-(per-dtype tolerances) and be sharded as XLA shards it, every device holding only its shard.
+(per-dtype tolerances), be in XLA's memory kind and be sharded as XLA shards it, every device
+holding only its shard; a program XLA refuses must be refused as REFUSED_AS_ON_XLA says.
+OWN_CHECKS are pjrtkit-only checks (per-device memory statistics, which XLA's CPU lacks).
 """
 from __future__ import annotations
 
