@@ -37,6 +37,25 @@ _HEALTHY_CLONE = """
         return PlatformInfo(name="pjrtkit_{name}", version="0", device_kind="throwaway")
 """
 
+
+
+def _after_the_start_check(breakage: str) -> str:
+    """A healthy clone whose client hook runs ``breakage`` (one line) from its second call on:
+    discovery's start check is the first call, JAX creating the client the second."""
+    return _HEALTHY_CLONE + f"""
+
+    _calls = []
+
+
+    @hookimpl
+    def pjrtkit_client_topology(options):
+        _calls.append(options)
+        if len(_calls) > 1:
+            {breakage}
+        return _topology("throwaway")
+    """
+
+
 PLUGINS = {
     "raises_on_import": "raise RuntimeError('broken on purpose at import')\n",
     "hangs_on_import": "import time\ntime.sleep(3600)\n",
@@ -55,33 +74,10 @@ PLUGINS = {
         import time
         time.sleep(3600)
     """,
-    # Passes discovery's start check, then fails when JAX creates its client.
-    "client_fails_in_jax": _HEALTHY_CLONE + """
-
-    _calls = []
-
-
-    @hookimpl
-    def pjrtkit_client_topology(options):
-        _calls.append(options)
-        if len(_calls) > 1:
-            raise RuntimeError("client broken on purpose after the start check")
-        return _topology("throwaway")
-    """,
-    # Passes discovery's start check, then hangs when JAX creates its client.
-    "client_hangs_in_jax": _HEALTHY_CLONE + """
-
-    _calls = []
-
-
-    @hookimpl
-    def pjrtkit_client_topology(options):
-        _calls.append(options)
-        if len(_calls) > 1:
-            import time
-            time.sleep(3600)
-        return _topology("throwaway")
-    """,
+    # Pass discovery's start check, then fail or hang when JAX creates their client.
+    "client_fails_in_jax": _after_the_start_check(
+        'raise RuntimeError("client broken on purpose after the start check")'),
+    "client_hangs_in_jax": _after_the_start_check("import time; time.sleep(3600)"),
     # Registers and runs programs; its compile-only topology hook never returns.
     "aot_hangs": _HEALTHY_CLONE + """
 

@@ -108,6 +108,8 @@ def keep_entry_marks(program: Program, marks) -> Program:
     buffers JAX donated, and the results' ``mhlo.memory_kind``, without which an output JAX
     placed in ``pinned_host`` would be reported in ``device`` memory (and JAX refuses the
     executable)."""
+    from pjrtkit.stablehlo.loader import MEMORY_KIND_ATTRIBUTE
+
     main = program.main
     attributes = main.arg_attributes
     for position in marks.donated:
@@ -117,7 +119,7 @@ def keep_entry_marks(program: Program, marks) -> Program:
     if any(kind is not None for kind in kinds) and len(kinds) == len(main.result_types):
         results = main.result_attributes or [{} for _ in kinds]
         main.result_attributes = tuple(
-            {**attrs, "mhlo.memory_kind": kind} if kind is not None else attrs
+            {**attrs, MEMORY_KIND_ATTRIBUTE: kind} if kind is not None else attrs
             for attrs, kind in zip(results, kinds))
     return program
 
