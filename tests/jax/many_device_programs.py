@@ -172,15 +172,15 @@ def _(devices):
 def _(devices):
     import jax
     import jax.numpy as jnp
-    from jax.experimental.compute_on import compute_on
+
+    from pjrtkit.jax_compat import compute_on_device_host
 
     mesh = _mesh(devices, (len(devices),), ("x",))
     x = _put(_data(2 * len(devices), 3, seed=23), mesh, "x")
 
     @jax.jit
     def f(a):
-        with compute_on("device_host"):
-            b = jnp.sin(a) * 3
+        b = compute_on_device_host(lambda v: jnp.sin(v) * 3)(a)
         return b + a
 
     return f(x)
