@@ -28,7 +28,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.pjrtkit-installed
 SETS := $(patsubst constraints-jax%.txt,%,$(wildcard constraints-jax*.txt))
 
-.PHONY: demo test lint install bench accuracy dtype-sweep conformance gpu-compile-report fuzz soak clean jax-tests-env jax-tests jax-tests-ci
+.PHONY: test-long demo test lint install bench accuracy dtype-sweep conformance gpu-compile-report fuzz soak clean jax-tests-env jax-tests jax-tests-ci
 
 # Every plugin in the repository (a directory under plugins/ with a pyproject.toml) is installed
 # and measured by `make conformance`; the cpu plugin first, since others may import it. The
@@ -65,11 +65,18 @@ TEST_WORKERS ?= 2
 # other plugins, their C ABI and hook layers and the JAX layer's training programs
 # (CONFORMANCE_NARROW_ARGS): the tpu suite takes minutes and the GPU plugins' JAX layer runs on
 # Triton's interpreter. `make conformance` (its own CI step) runs every plugin whole.
+# Tests marked `long` (whole example trainings, the faulty-backend conformance run, the benchmark
+# smoke run, short soak and fuzz campaigns) are left to `make test-long`, which CI runs.
+# `--dist loadgroup`: a module marked with an xdist_group runs on one worker (its module fixture
+# starts child interpreters once).
+PYTEST_RUN = $(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup
 test: $(STAMP)
 	$(MAKE) --no-print-directory lint
 	$(MAKE) --no-print-directory conformance CONFORMANCE_NARROWED="$(filter-out cpu,$(PLUGINS))"
-	PJRTKIT_TEST_CONFORMANCE_REPORTS=$(CURDIR)/build/conformance \
-		$(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS)
+	PJRTKIT_TEST_CONFORMANCE_REPORTS=$(CURDIR)/build/conformance $(PYTEST_RUN) -m "not long"
+
+test-long: $(STAMP)
+	$(PYTEST_RUN) -m long
 
 # The lint floor: ruff with the rules in pyproject.toml (import cycles and private imports are
 # tests/test_import_graph.py, run with the tests).
@@ -126,11 +133,11 @@ dtype-sweep: $(STAMP)
 # The fuzz harnesses, each batch of cases in a child process (an abort is counted, not fatal);
 # each prints cases, aborts and bugs per target and fails on any abort or bug.
 # Programs: FUZZ_CASES per target (damaged artifacts, mutated ops, random constants; about a
-# minute per 500). The C ABI: FUZZ_ABI_CASES per target (random Args, handle lifetimes; about
-# 3 minutes per 10,000), 10,000 unless FUZZ_CASES is given on the command line, so CI's
-# `make fuzz FUZZ_CASES=500` is the short form of both.
-FUZZ_CASES ?= 500
-FUZZ_ABI_CASES ?= $(if $(filter command line,$(origin FUZZ_CASES)),$(FUZZ_CASES),10000)
+# minute per 500 on this 2-core machine, so the default 10,000 is about 20 minutes a target).
+# The C ABI: FUZZ_ABI_CASES per target (random Args, handle lifetimes), FUZZ_CASES unless given.
+# CI's `make fuzz FUZZ_CASES=500` is the short form of both.
+FUZZ_CASES ?= 10000
+FUZZ_ABI_CASES ?= $(FUZZ_CASES)
 FUZZ_SEED ?= 0
 fuzz: $(STAMP)
 	@mkdir -p build

@@ -57,6 +57,7 @@ def smoke(tmp_path_factory):
     return proc, out
 
 
+@pytest.mark.long
 def test_smoke_runs_every_workload_and_matches_xla(smoke):
     proc, _ = smoke
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -67,6 +68,7 @@ def test_smoke_runs_every_workload_and_matches_xla(smoke):
     assert "mlp_train_step_dp4" in after_geomean and "one-time partitioning" in after_geomean
 
 
+@pytest.mark.long
 def test_json_has_the_agreed_fields(smoke):
     proc, out = smoke
     doc = json.loads((out / "r.json").read_text())
@@ -97,6 +99,7 @@ def test_json_has_the_agreed_fields(smoke):
     assert blas["overrides_removed"] == ""
 
 
+@pytest.mark.long
 def test_plot_is_a_valid_png(smoke):
     _, out = smoke
     width, height, raw = read_png(out / "r.png")

@@ -4,9 +4,10 @@ Real throwaway plugins, installed the way a wheel installs them: a module beside
 ``*.dist-info`` whose ``entry_points.txt`` names it in the group ``pjrtkit.backends``, on the
 ``PYTHONPATH`` of a fresh interpreter, so stevedore and importlib.metadata find them exactly as
 they find pjrtkit-cpu. Each one breaks one step of starting: its import raises or hangs, its
-``pjrtkit_platform`` raises, its ``pjrtkit_client_topology`` hangs, its client fails only when
-JAX creates it, its JAX lowering rules and compile-only topologies raise. The cpu backend, XLA's
-cpu and ``import jax`` must be unaffected; ``pjrtkit list`` names each failure and its reason.
+``pjrtkit_platform`` raises, its ``pjrtkit_client_topology`` hangs, its client fails or hangs
+only when JAX creates it, its JAX lowering rules and compile-only topologies raise or hang. The
+cpu backend, XLA's cpu and ``import jax`` must be unaffected; ``pjrtkit list`` names each
+failure and its reason; a hang costs one ``PJRTKIT_BACKEND_START_TIMEOUT_S``.
 """
 from __future__ import annotations
 
@@ -36,6 +37,25 @@ _HEALTHY_CLONE = """
         return PlatformInfo(name="pjrtkit_{name}", version="0", device_kind="throwaway")
 """
 
+
+
+def _after_the_start_check(breakage: str) -> str:
+    """A healthy clone whose client hook runs ``breakage`` (one line) from its second call on:
+    discovery's start check is the first call, JAX creating the client the second."""
+    return _HEALTHY_CLONE + f"""
+
+    _calls = []
+
+
+    @hookimpl
+    def pjrtkit_client_topology(options):
+        _calls.append(options)
+        if len(_calls) > 1:
+            {breakage}
+        return _topology("throwaway")
+    """
+
+
 PLUGINS = {
     "raises_on_import": "raise RuntimeError('broken on purpose at import')\n",
     "hangs_on_import": "import time\ntime.sleep(3600)\n",
@@ -54,18 +74,17 @@ PLUGINS = {
         import time
         time.sleep(3600)
     """,
-    # Passes discovery's start check, then fails when JAX creates its client.
-    "client_fails_in_jax": _HEALTHY_CLONE + """
-
-    _calls = []
-
+    # Pass discovery's start check, then fail or hang when JAX creates their client.
+    "client_fails_in_jax": _after_the_start_check(
+        'raise RuntimeError("client broken on purpose after the start check")'),
+    "client_hangs_in_jax": _after_the_start_check("import time; time.sleep(3600)"),
+    # Registers and runs programs; its compile-only topology hook never returns.
+    "aot_hangs": _HEALTHY_CLONE + """
 
     @hookimpl
-    def pjrtkit_client_topology(options):
-        _calls.append(options)
-        if len(_calls) > 1:
-            raise RuntimeError("client broken on purpose after the start check")
-        return _topology("throwaway")
+    def pjrtkit_make_topology(name, options):
+        import time
+        time.sleep(3600)
     """,
     # Registers and runs programs; its optional hooks raise.
     "rules_and_aot_raise": _HEALTHY_CLONE + """
@@ -144,11 +163,18 @@ JAX_PROGRAM = textwrap.dedent("""
         topologies.get_topology_desc("", platform="pjrtkit_rules_and_aot_raise")
     except Exception as exc:
         print("aot", type(exc).__name__, "make_topology broken on purpose" in str(exc))
-    for platform in ("pjrtkit_client_fails_in_jax", "pjrtkit_topology_hangs"):
+    try:
+        topologies.get_topology_desc("", platform="pjrtkit_aot_hangs")
+    except Exception as exc:
+        print("aot hangs", type(exc).__name__, "DEADLINE_EXCEEDED" in str(exc),
+              "(pjrtkit_make_topology)" in str(exc))
+    for platform in ("pjrtkit_client_fails_in_jax", "pjrtkit_topology_hangs",
+                     "pjrtkit_client_hangs_in_jax"):
         try:
             jax.devices(platform)
         except Exception as exc:
-            print("absent", platform, type(exc).__name__)
+            print("absent", platform, type(exc).__name__,
+                  "DEADLINE_EXCEEDED" in str(exc) and "did not finish within" in str(exc))
     print("still", float(jnp.ones(3, device=cpu).sum()), jax.devices("cpu")[0].platform)
 """)
 
@@ -189,10 +215,14 @@ def test_jax_and_the_cpu_backend_work_beside_broken_backends(with_hanging_backen
     out = with_hanging_backends["jax"].result()
     assert out.returncode == 0, out.stderr[-3000:]
     lines = out.stdout.splitlines()
-    assert lines[:4] == ["default cpu", "pjrtkit_cpu 14.0", "clone [2.0, 2.0]",
-                         "aot JaxRuntimeError True"], out.stdout
-    assert lines[4:] == ["absent pjrtkit_client_fails_in_jax RuntimeError",
-                         "absent pjrtkit_topology_hangs RuntimeError", "still 3.0 cpu"], out.stdout
+    assert lines[:5] == ["default cpu", "pjrtkit_cpu 14.0", "clone [2.0, 2.0]",
+                         "aot JaxRuntimeError True", "aot hangs JaxRuntimeError True True"], \
+        out.stdout
+    # The hanging client cost one start timeout (bounded_calls) and is absent, saying why.
+    assert lines[5:] == ["absent pjrtkit_client_fails_in_jax RuntimeError False",
+                         "absent pjrtkit_topology_hangs RuntimeError False",
+                         "absent pjrtkit_client_hangs_in_jax RuntimeError True",
+                         "still 3.0 cpu"], out.stdout
     # Why each is missing is in the log; the client that failed inside JAX is JAX's own
     # "failed to initialize" error, recorded instead of raised for every program.
     assert "client broken on purpose after the start check" not in out.stdout

@@ -1,7 +1,8 @@
 """The example training programs run on the backend under test and match XLA's CPU backend.
 
 Each example runs as a subprocess (it must own JAX's platform setup, which a test process has
-usually fixed already) with the venv's python. The backend comes from PJRTKIT_EXAMPLE_BACKEND
+usually fixed already) with the interpreter running the tests, so each pinned set (make
+JAX=...) runs the examples on its own JAX. The backend comes from PJRTKIT_EXAMPLE_BACKEND
 (default ``pjrtkit_cpu``); ``PJRTKIT_EXAMPLE_BACKEND=cpu`` checks the examples themselves by
 comparing XLA's CPU backend with itself.
 """
@@ -19,8 +20,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "examples"
-VENV_PYTHON = REPO / ".venv" / "bin" / "python"
-PYTHON = str(VENV_PYTHON) if VENV_PYTHON.exists() else sys.executable
+PYTHON = sys.executable
 BACKEND = os.environ.get("PJRTKIT_EXAMPLE_BACKEND", "pjrtkit_cpu")
 STEPS = 3
 # Generous: a backend written in Python may take a while to compile and run a training step.
@@ -76,6 +76,7 @@ def assert_passed(result: subprocess.CompletedProcess, *, backend: str, steps: i
     assert "FAIL" not in out, explain(result)
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_example_matches_xla_cpu(script):
     result = run_example(script, "--backend", BACKEND, "--steps", str(STEPS))

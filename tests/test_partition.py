@@ -48,6 +48,44 @@ def test_a_global_program_becomes_the_per_device_program_with_its_shardings():
     assert bytecode.startswith(b"ML\xefR")  # MLIR bytecode, what OptimizedProgram answers
 
 
+# What JAX lowers for jit(lambda a: (a * 2, a + 1), donate_argnums=0, out_shardings=(... in
+# pinned_host, ... in device)) over 4 devices.
+MARKED_PROGRAM = """
+module @jit_f attributes {mhlo.num_partitions = 4 : i32, mhlo.num_replicas = 1 : i32} {
+  sdy.mesh @mesh = <["x"=4]>
+  func.func public @main(%arg0: tensor<8x3xf32> {mhlo.memory_kind = "device",
+      sdy.sharding = #sdy.sharding<@mesh, [{"x"}, {}]>, tf.aliasing_output = 1 : i32})
+      -> (tensor<8x3xf32> {jax.result_info = "result[0]", mhlo.memory_kind = "pinned_host",
+                           sdy.sharding = #sdy.sharding<@mesh, [{"x"}, {}]>},
+          tensor<8x3xf32> {jax.result_info = "result[1]", mhlo.memory_kind = "device",
+                           sdy.sharding = #sdy.sharding<@mesh, [{"x"}, {}]>}) {
+    %cst = stablehlo.constant dense<2.000000e+00> : tensor<8x3xf32>
+    %0 = stablehlo.multiply %arg0, %cst : tensor<8x3xf32>
+    %1 = stablehlo.add %arg0, %cst : tensor<8x3xf32>
+    %2 = stablehlo.custom_call @annotate_device_placement(%0) {backend_config = "",
+        has_side_effect = true, mhlo.frontend_attributes = {_xla_buffer_placement = "pinned_host"}}
+        : (tensor<8x3xf32>) -> tensor<8x3xf32>
+    %3 = stablehlo.custom_call @annotate_device_placement(%1) {backend_config = "",
+        has_side_effect = true, mhlo.frontend_attributes = {_xla_buffer_placement = "device"}}
+        : (tensor<8x3xf32>) -> tensor<8x3xf32>
+    return %2, %3 : tensor<8x3xf32>, tensor<8x3xf32>
+  }
+}
+"""
+
+
+def test_the_per_device_program_keeps_donations_and_output_memory_kinds():
+    # XLA's partitioner drops both from its output; the runtime reads them from the program
+    code = jax_compat.serialize_portable_artifact(MARKED_PROGRAM)
+    program, _ = partition.partitioned_program(code, _options(4), num_replicas=1,
+                                               num_partitions=4, isolated=False)
+    main = program.main
+    assert [a.type.shape for a in main.arguments] == [(2, 3)]
+    assert main.arg_attributes[0].get("jax.buffer_donor") is True
+    assert [attrs.get("mhlo.memory_kind") for attrs in main.result_attributes] == [
+        "pinned_host", "device"]
+
+
 def test_a_second_partitioning_of_the_same_program_is_served_from_the_cache(monkeypatch):
     code = jax_compat.serialize_portable_artifact(GLOBAL_PROGRAM.replace("8x3", "12x3"))
     compiles = []

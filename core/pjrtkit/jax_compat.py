@@ -359,6 +359,32 @@ def configured_cpu_device_count() -> int | None:
     return value if value > 0 else None
 
 
+# -- jax.experimental.compute_on: a region computed on the device's host ----------------------
+# jax 0.10.2 and 0.11 have a context manager, ``with compute_on("device_host"):``; jax 0.12 made
+# it a function transform, ``compute_on(f, compute_type=..., out_memory_spaces=...)``.
+
+def compute_on_device_host(fn):
+    """``fn`` computed on the device's host (JAX's ``compute_on("device_host")``), its results
+    placed in device memory, on every supported JAX release."""
+    import functools
+    import inspect
+
+    from jax.experimental.compute_on import compute_on
+
+    if "out_memory_spaces" in inspect.signature(compute_on).parameters:
+        import jax
+
+        return compute_on(fn, compute_type="device_host",
+                          out_memory_spaces=jax.memory.Space.Device)
+
+    @functools.wraps(fn)
+    def on_host(*args, **kwargs):
+        with compute_on("device_host"):
+            return fn(*args, **kwargs)
+
+    return on_host
+
+
 # -- jax.experimental.mesh_utils: physical device meshes --------------------------------------
 # JAX arranges devices by their physical coordinates (coords, core_on_chip) only when
 # ``devices[-1].platform == "tpu"`` (jax/_src/mesh_utils.py create_device_mesh); any other

@@ -180,6 +180,28 @@ def test_to_host_buffer_rejects_column_major(table, client):
     _call(table, "PJRT_Buffer_Destroy", buffer=buffer)
 
 
+
+@pytest.mark.parametrize("garbage", [0, 3, 1 << 40])
+def test_to_host_buffer_reads_a_layout_whose_struct_size_jaxlib_left_unset(table, client, garbage):
+    # jaxlib's ConvertToBufferMemoryLayoutData fills a layout's type and member but never its
+    # struct_size, so whatever the stack held arrives: the layout must be read by its type.
+    fake, ptr = client
+    device = _call(table, "PJRT_Client_Devices", client=ptr).devices[0]
+    host = np.arange(6, dtype=np.float32).reshape(2, 3)
+    buffer = _from_host(table, ptr, device, host).buffer
+    layout = ffi.new("PJRT_Buffer_MemoryLayout*")
+    order = ffi.new("int64_t[]", [1, 0])
+    layout.struct_size = garbage
+    layout.type = lib.PJRT_Buffer_MemoryLayout_Type_Tiled
+    layout.tiled.minor_to_major, layout.tiled.minor_to_major_size = order, 2
+    dst = ffi.new("char[]", 24)
+    args = _call(table, "PJRT_Buffer_ToHostBuffer", src=buffer, host_layout=layout, dst=dst,
+                 dst_size=24)
+    _call(table, "PJRT_Event_Await", event=args.event)
+    np.testing.assert_array_equal(np.frombuffer(ffi.buffer(dst, 24), np.float32).reshape(2, 3), host)
+    _call(table, "PJRT_Event_Destroy", event=args.event)
+    _call(table, "PJRT_Buffer_Destroy", buffer=buffer)
+
 # ---- executables ------------------------------------------------------------------------------
 
 @pytest.fixture

@@ -14,6 +14,8 @@ import pathlib
 import subprocess
 import sys
 
+import pytest
+
 HERE = pathlib.Path(__file__).parent
 
 # Fault 1, wrong results in stablehlo.atan2: every layer-3 case of jnp.arctan2 (and only those).
@@ -42,6 +44,7 @@ def _clean_env() -> dict[str, str]:
             if k not in ("JAX_PLATFORMS", "PJRTKIT_BACKENDS", "PJRTKIT_CPU_DEVICES")}
 
 
+@pytest.mark.long
 def test_the_faulty_toy_backend_fails_exactly_its_known_faults(tmp_path):
     report = tmp_path / "toy.json"
     markdown = tmp_path / "toy.md"

@@ -5,7 +5,9 @@ N: JAX fixes its device count at start-up). It sets ``PJRTKIT_CPU_DEVICES=N`` an
 ``--xla_force_host_platform_device_count=N`` before importing JAX, runs every program in
 PROGRAMS on the first N devices of each backend, and prints one JSON line per program:
 ``{"name", "outcome"}`` with outcome "ok" or what differed. Each output must match XLA's result
-(per-dtype tolerances) and be sharded as XLA shards it, every device holding only its shard.
+(per-dtype tolerances), be in XLA's memory kind and be sharded as XLA shards it, every device
+holding only its shard; a program XLA refuses must be refused as REFUSED_AS_ON_XLA says.
+OWN_CHECKS are pjrtkit-only checks (per-device memory statistics, which XLA's CPU lacks).
 """
 from __future__ import annotations
 
@@ -122,6 +124,68 @@ def _(devices):
     return jax.jit(f)(x)
 
 
+@program("jit-2d-uneven-both-axes")
+def _(devices):
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import NamedSharding, PartitionSpec as P
+
+    mesh = _mesh(devices, _two_axes(len(devices)), ("x", "y"))
+    x = _put(_data(4, 2 * len(devices), seed=17), mesh, "x", "y")
+
+    def f(a):
+        # 5 x (2N + 1) over the (2, N/2) mesh: uneven along both axes from N = 4 on
+        b = jax.lax.with_sharding_constraint(jnp.pad(a, ((0, 1), (0, 1)), constant_values=0.5),
+                                             NamedSharding(mesh, P("x", "y")))
+        return b @ b.T, jnp.cumsum(b, axis=0), jnp.max(b, axis=1), jnp.flip(b, axis=1)
+
+    return jax.jit(f)(x)
+
+
+@program("jit-memory-kinds")
+def _(devices):
+    # arguments and outputs in each memory kind (XLA's partitioner drops the outputs' kinds)
+    import jax
+    from jax.sharding import NamedSharding, PartitionSpec as P
+
+    mesh = _mesh(devices, _two_axes(len(devices)), ("x", "y"))
+
+    def put(x, kind, *spec):
+        return jax.device_put(x, NamedSharding(mesh, P(*spec), memory_kind=kind))
+
+    a = put(_data(4, 2 * len(devices), seed=20), "pinned_host", "x", "y")
+    b = put(_data(4, 2 * len(devices), seed=21), "unpinned_host", "x")
+    c = put(_data(4, 2 * len(devices), seed=22), "device", None, "y")
+    kinds = ("pinned_host", "device", "unpinned_host")
+
+    def f(a, b, c):
+        on_device = NamedSharding(mesh, P("x", "y"), memory_kind="device")
+        a, b = jax.device_put(a, on_device), jax.device_put(b, on_device)
+        return a * 2, a + b + c, c.T
+
+    shardings = tuple(NamedSharding(mesh, spec, memory_kind=kind) for spec, kind
+                      in zip((P("x", "y"), P(None, "y"), P("y")), kinds))
+    return jax.jit(f, out_shardings=shardings)(a, b, c), a, b, c
+
+
+@program("jit-compute_on-device_host")
+def _(devices):
+    import jax
+    import jax.numpy as jnp
+
+    from pjrtkit.jax_compat import compute_on_device_host
+
+    mesh = _mesh(devices, (len(devices),), ("x",))
+    x = _put(_data(2 * len(devices), 3, seed=23), mesh, "x")
+
+    @jax.jit
+    def f(a):
+        b = compute_on_device_host(lambda v: jnp.sin(v) * 3)(a)
+        return b + a
+
+    return f(x)
+
+
 @program("jit-gather-scatter-dus")
 def _(devices):
     import jax
@@ -212,7 +276,24 @@ def _shard_map_case(name, body):
     program(f"shard_map-{name}")(lambda devices: _shard_map(devices, body))
 
 
+def _ragged_all_to_all(a):
+    # Each device's block, flat, is cut into one slot per device of "y"; device j gets
+    # 1 + (me + j) % slot values of slot j, written into its own slot `me` of a zero output.
+    import jax.numpy as jnp
+    from jax import lax
+
+    size, me = _axis_size("y"), lax.axis_index("y")
+    flat = a.reshape(-1)
+    slot = flat.shape[0] // size
+    peers = jnp.arange(size, dtype=jnp.int32)
+    received = lax.ragged_all_to_all(
+        flat, jnp.zeros_like(flat), peers * slot, 1 + (me + peers) % slot,
+        jnp.full((size,), me * slot, jnp.int32), 1 + (peers + me) % slot, axis_name="y")
+    return received.reshape(a.shape)
+
+
 def _register_shard_map_cases():
+    import jax.numpy as jnp
     from jax import lax
 
     cases = {
@@ -229,6 +310,14 @@ def _register_shard_map_cases():
         "psum_scatter": lambda a: lax.psum_scatter(a, "y", scatter_dimension=1, tiled=True),
         "axis_index": lambda a: a + lax.axis_index("x") * 10 + lax.axis_index("y"),
         "psum-in-loop": lambda a: lax.fori_loop(0, 3, lambda i, c: lax.psum(c, "y") * 0.5, a),
+        "all_to_all-untiled": lambda a: lax.all_to_all(
+            a.reshape(_axis_size("x"), -1), "x", 0, 0).reshape(a.shape),
+        "psum_scatter-untiled": lambda a: jnp.tile(lax.psum_scatter(
+            a.reshape(_axis_size("y"), -1), "y"), _axis_size("y")).reshape(a.shape),
+        "pshuffle": lambda a: lax.pshuffle(a, "y", list(reversed(range(_axis_size("y"))))),
+        "pswapaxes": lambda a: lax.pswapaxes(
+            a.reshape(_axis_size("x"), -1), "x", 0).reshape(a.shape),
+        "ragged_all_to_all": _ragged_all_to_all,
     }
     for name, body in cases.items():
         _shard_map_case(name, body)
@@ -272,9 +361,61 @@ def _register_pmap_cases():
         "axis_index": lambda a: a * lax.axis_index("i"),
         "psum-int": lambda a: lax.psum((a * 10).astype(np.int32), "i"),
         "pmax-tuple": lambda a: lax.pmax((a, -a), "i"),
+        "psum_scatter-untiled": lambda a: lax.psum_scatter(a.reshape(size(), -1), "i"),
+        "all_to_all-tiled": lambda a: lax.all_to_all(a, "i", 1, 1, tiled=True),
+        "psum-axis_index_groups": lambda a: lax.psum(
+            a, "i", axis_index_groups=[list(range(0, size(), 2)), list(range(1, size(), 2))]
+            if size() % 2 == 0 else None),
+        "pmin-int": lambda a: lax.pmin((a * 10).astype(np.int32), "i"),
     }
     for name, body in cases.items():
         program(f"pmap-{name}")(lambda devices, body=body: _pmap(devices, body))
+    # Sums across devices of types XLA's CPU backend widens for the whole collective (rounded
+    # once, not after every device's term); float16 is added as it is.
+    for dtype in ("bfloat16", "float8_e4m3fn", "float8_e5m2", "float4_e2m1fn", "float16"):
+        for name, body in {"psum": lambda a: lax.psum(a, "i"),
+                           "psum_scatter": lambda a: lax.psum_scatter(a, "i", tiled=True)}.items():
+            program(f"pmap-{name}-{dtype}")(
+                lambda devices, body=body, dtype=dtype: _pmap_narrow(devices, body, dtype))
+
+
+def _pmap_narrow(devices, body, dtype):
+    import jax
+    import ml_dtypes
+
+    x = _data(len(devices), 64, 3, seed=18) * 3
+    # no value rounds to -0: XLA's one-device reduce_scatter returns +0 for it, pjrtkit -0
+    # (README, "Many devices"); signed zeros across devices are pmap-psum-signed-zeros'
+    x = (x + np.copysign(0.5, x)).astype(getattr(ml_dtypes, dtype, dtype))
+    return jax.pmap(body, axis_name="i", devices=devices)(x)
+
+
+@program("pmap-psum-signed-zeros")
+def _(devices):
+    # XLA's sums across devices start from +0: all -0 sums to +0 (signbit compared exactly)
+    import jax
+    import jax.numpy as jnp
+    from jax import lax
+
+    x = np.zeros((len(devices), 4, 3), np.float32)
+    x[:, 0] = -0.0
+    x[:, 1, 0] = 1.0
+    x[:, 2] = np.where(np.arange(len(devices))[:, None] % 2 == 0, -0.0, 0.0)
+    x[:, 3] = -1.0
+    return jax.pmap(lambda a: jnp.signbit(lax.psum(a, "i")), axis_name="i", devices=devices)(
+        x.astype(np.float32))
+
+
+@program("jit-bfloat16-sum-over-sharded-axis")
+def _(devices):
+    # the partitioner's own all_reduce of a bfloat16 sum
+    import jax
+    import jax.numpy as jnp
+    import ml_dtypes
+
+    mesh = _mesh(devices, (len(devices),), ("x",))
+    x = _put((_data(8 * len(devices), 16, seed=19) * 3).astype(ml_dtypes.bfloat16), mesh, "x")
+    return jax.jit(lambda a: (jnp.sum(a, axis=0), jnp.max(a, axis=0)))(x)
 
 
 @program("shard_map-partial-manual")
@@ -323,6 +464,8 @@ def compare(name, under_test, reference) -> str:
     for k, (g, w) in enumerate(zip(got, want)):
         if g.shape != w.shape or g.dtype != w.dtype:
             return f"output {k}: {g.dtype}{g.shape}, XLA {w.dtype}{w.shape}"
+        if g.sharding.memory_kind != w.sharding.memory_kind:
+            return f"output {k}: in {g.sharding.memory_kind} memory, XLA's in {w.sharding.memory_kind}"
         try:
             assert_close(np.asarray(g), np.asarray(w), what=f"{name} output {k}")
         except AssertionError as exc:
@@ -343,6 +486,73 @@ def compare(name, under_test, reference) -> str:
     return "ok"
 
 
+# Programs XLA's CPU backend refuses: pjrtkit must refuse them too, UNIMPLEMENTED naming the op
+# (JAX has no cpu lowering of lax.pbroadcast at all, so it is not among them).
+REFUSED_AS_ON_XLA = {"shard_map-ragged_all_to_all": "ragged_all_to_all"}
+
+
+def refusal(name, fn, devices) -> str:
+    """"ok" when ``fn(devices)`` raises UNIMPLEMENTED naming ``REFUSED_AS_ON_XLA[name]``."""
+    try:
+        fn(devices)
+    except Exception as exc:  # noqa: BLE001 - the refusal is the outcome
+        message = str(exc)
+        if "UNIMPLEMENTED" in message and REFUSED_AS_ON_XLA[name] in message:
+            return "ok"
+        return f"refused, but not as UNIMPLEMENTED naming {REFUSED_AS_ON_XLA[name]}: {message}"
+    return "ran, but XLA's CPU backend refuses it (expected UNIMPLEMENTED)"
+
+
+# -- each device holds only its shard: per-device memory ----------------------------------------
+
+def shard_bytes_per_device(devices) -> str:
+    """Per-device ``memory_stats()["bytes_in_use"]`` grows by exactly the bytes of that device's
+    shards when a sharded array is put and a sharded jit returns (XLA's CPU backend reports no
+    memory statistics, so this is pjrtkit's own account, checked against the shard shapes JAX
+    sees, which compare() matches with XLA's)."""
+    import gc
+
+    import jax
+    from jax.sharding import NamedSharding, PartitionSpec as P
+
+    mesh = _mesh(devices, _two_axes(len(devices)), ("x", "y"))
+
+    def used():
+        gc.collect()
+        return [d.memory_stats()["bytes_in_use"] for d in devices]
+
+    def expected(*arrays):
+        held = {d: 0 for d in devices}
+        for array in arrays:
+            for shard in array.addressable_shards:
+                held[shard.device] += shard.data.nbytes
+        return [held[d] for d in devices]
+
+    f = jax.jit(lambda a: ((a * 2).T, a.sum(axis=0)),
+                out_shardings=(NamedSharding(mesh, P("y", None)), NamedSharding(mesh, P())))
+    warm = f(_put(_data(64, 32), mesh, "x", "y"))
+    del warm
+    before = used()
+    x = _put(_data(64, 32, seed=16), mesh, "x", "y")
+    x.block_until_ready()
+    after_put = used()
+    outputs = f(x)
+    jax.block_until_ready(outputs)
+    after_jit = used()
+    put_delta = [b - a for a, b in zip(before, after_put)]
+    jit_delta = [b - a for a, b in zip(after_put, after_jit)]
+    if put_delta != expected(x):
+        return f"device_put: bytes_in_use grew by {put_delta}, shards hold {expected(x)}"
+    if jit_delta != expected(*outputs):
+        return f"jit outputs: bytes_in_use grew by {jit_delta}, shards hold {expected(*outputs)}"
+    if len(devices) > 1 and max(put_delta) >= x.nbytes:
+        return f"device_put: a device holds {max(put_delta)} bytes of a {x.nbytes}-byte array"
+    return "ok"
+
+
+OWN_CHECKS = {"memory-each-device-holds-only-its-shard": shard_bytes_per_device}
+
+
 def main() -> None:
     import jax
 
@@ -355,11 +565,21 @@ def main() -> None:
         try:
             reference = fn(xla)
         except Exception as exc:  # noqa: BLE001 - a case XLA itself refuses at this N
-            print(json.dumps({"name": name, "outcome": f"xla-refuses: {exc}"[:300]}), flush=True)
+            outcome = (refusal(name, fn, ours) if name in REFUSED_AS_ON_XLA
+                       else f"xla-refuses: {exc}"[:300])
+            print(json.dumps({"name": name, "outcome": outcome}), flush=True)
             continue
         try:
             outcome = compare(name, fn(ours), reference)
         except Exception:  # noqa: BLE001 - reported as the program's outcome
+            outcome = traceback.format_exc()[-3000:]
+        print(json.dumps({"name": name, "outcome": outcome}), flush=True)
+    for name, check in OWN_CHECKS.items():
+        if only and name not in only:
+            continue
+        try:
+            outcome = check(ours)
+        except Exception:  # noqa: BLE001 - reported as the check's outcome
             outcome = traceback.format_exc()[-3000:]
         print(json.dumps({"name": name, "outcome": outcome}), flush=True)
 

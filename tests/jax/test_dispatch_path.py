@@ -3,6 +3,8 @@ C, the execution takes the inline path, and the switches that must see every cal
 profiler) still see them. Fresh interpreters, as JAX fixes its platforms at first use."""
 import json
 
+import numpy as np
+
 # Runs 50 calls of a cheap jitted function and reports which pjrtkit.abi functions were
 # entered (a profile function on the calling thread), plus the results.
 _PROBE = """
@@ -63,3 +65,60 @@ def test_with_the_profiler_on_every_call_reaches_python_and_the_result_is_the_sa
         assert seen.get(name, 0) >= 50, (name, seen)
     assert "execute_inline_from_c" not in seen
     assert seen.get("_run_inline") == 50, seen
+
+
+# Where each call of a program with a 1000-trip loop (priced above INLINE_WORK_LIMIT, but a
+# native loop runs it in microseconds) and of a 768x768 matmul chain (milliseconds) ran: the
+# C functions entered per call, counted as in _PROBE, after the loop's native compile.
+_TIMED_PROBE = """
+    import collections, json, pathlib, sys
+    import numpy as np, jax
+    from jax import lax
+    import pjrtkit.abi.handles
+    from pjrtkit.runtime import executable
+    from pjrtkit_cpu.fusion import cache
+    abi = str(pathlib.Path(pjrtkit.abi.handles.__file__).parent)
+    jax.config.update("jax_platforms", "pjrtkit_cpu,cpu")
+    dev = jax.devices("pjrtkit_cpu")[0]
+    loop = jax.jit(lambda v: lax.fori_loop(0, 1000, lambda i, c: c * 0.999 + 1e-3, v))
+    chain = jax.jit(lambda m: (m @ m @ m @ m).sum())
+    x = jax.device_put(np.linspace(-1, 1, 128, dtype=np.float32), dev)
+    m = jax.device_put(np.full((768, 768), 1e-3, np.float32), dev)
+    jax.block_until_ready((loop(x), chain(m)))
+    cache.wait_all(timeout=300)
+    out = {}
+    for name, f, a in (("loop", loop, x), ("chain", chain, m)):
+        for _ in range(3):
+            jax.block_until_ready(f(a))
+        seen = collections.Counter()
+        def profile(frame, event, arg):
+            if event == "call" and frame.f_code.co_filename.startswith(abi):
+                seen[frame.f_code.co_name] += 1
+        sys.setprofile(profile)
+        for _ in range(20):
+            y = f(a)
+        y.block_until_ready()
+        sys.setprofile(None)
+        out[name] = seen
+    out["loop_y"] = np.asarray(loop(x)).tolist()[:2]
+    out["limits"] = [executable.INLINE_WORK_LIMIT, executable.INLINE_TIME_LIMIT_S]
+    print(json.dumps(out))
+"""
+
+
+def test_what_runs_inline_follows_measured_time_not_the_estimate(run_python):
+    out = run_python(_TIMED_PROBE)
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    # The loop, priced as 1000 trips of its body, runs in microseconds: every call inline.
+    loop = result["loop"]
+    assert loop.get("execute_inline_from_c") == 20, loop
+    assert "loaded_executable_execute" not in loop, loop
+    # The matmul chain (1.4 GFLOP) takes milliseconds: every call declined by the inline path
+    # and queued on the worker by the general one.
+    chain = result["chain"]
+    assert chain.get("loaded_executable_execute") == 20, chain
+    expected = np.linspace(-1, 1, 128, dtype=np.float32)[:2]
+    for _ in range(1000):
+        expected = expected * np.float32(0.999) + np.float32(1e-3)
+    np.testing.assert_allclose(result["loop_y"], expected, rtol=1e-5)

@@ -13,7 +13,11 @@ import pytest
 
 HERE = os.path.dirname(__file__)
 sys.path.insert(0, HERE)
-from many_device_programs import PROGRAMS  # noqa: E402 - the script beside this file
+from many_device_programs import OWN_CHECKS, PROGRAMS  # noqa: E402 - the script beside this file
+
+# One xdist worker runs this module (make test passes `--dist loadgroup`): its module fixture
+# starts child interpreters, and each worker given some of its tests would start them all again.
+pytestmark = pytest.mark.xdist_group("test_many_devices")
 
 DEVICE_COUNTS = (1, 2, 4, 8)
 
@@ -44,7 +48,7 @@ def outcomes() -> dict[int, dict[str, str]]:
 
 
 @pytest.mark.parametrize("n", DEVICE_COUNTS)
-@pytest.mark.parametrize("name", list(PROGRAMS))
+@pytest.mark.parametrize("name", [*PROGRAMS, *OWN_CHECKS])
 def test_program_matches_xla_cpu_on_n_devices(outcomes, n, name):
     outcome = outcomes[n].get(name, "program did not run")
     assert outcome == "ok", outcome

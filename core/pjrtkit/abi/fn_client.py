@@ -9,6 +9,7 @@ from pjrtkit.abi.errors import pjrt_function
 from pjrtkit.abi.fn_executable import new_loaded_executable
 from pjrtkit.abi.handles import CLIENTS, NULL, ClientRef, deref
 from pjrtkit.abi.slots import backend_for_slot
+from pjrtkit.bounded_calls import call_within
 from pjrtkit.errors import InvalidArgument
 
 
@@ -26,7 +27,9 @@ def client_create(slot: int, args: Any) -> None:
     # single-process, so the callbacks are accepted and not used.
     backend = backend_for_slot(slot)
     from pjrtkit.runtime.client import Client  # runtime is imported lazily: abi must load alone
-    client = Client(backend, options)
+    # The plugin's client hook may never return; JAX would wait for ever (bounded_calls).
+    client = call_within(lambda: Client(backend, options),
+                         f"creating a {backend.platform_name} client (pjrtkit_client_topology)")
     a.set("client", CLIENTS.new(ClientRef(client, backend)))
 
 

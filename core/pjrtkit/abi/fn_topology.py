@@ -11,6 +11,7 @@ from pjrtkit.abi.fn_executable import blob_out
 from pjrtkit.abi.handles import EXECUTABLES, TOPOLOGIES, ExecutableRef, TopologyRef, deref
 from pjrtkit.abi.named_values import NamedValues
 from pjrtkit.abi.slots import backend_for_slot
+from pjrtkit.bounded_calls import call_within
 
 
 def topology_of(a: Args) -> TopologyRef:
@@ -24,7 +25,10 @@ def topology_create(slot: int, args: Any) -> None:
     name = string(a.req("topology_name"), a.req("topology_name_size"), f"{a.name}.topology_name")
     options = named_values.read(a.req("create_options"), a.req("num_options"),
                                 f"{a.name}.create_options")
-    topology = backend_for_slot(slot).topology_description(name, options)
+    backend = backend_for_slot(slot)
+    topology = call_within(  # the plugin's hook may never return (bounded_calls)
+        lambda: backend.topology_description(name, options),
+        f"making the {backend.platform_name} topology {name!r} (pjrtkit_make_topology)")
     a.set("topology", TOPOLOGIES.new(TopologyRef(topology)))
 
 

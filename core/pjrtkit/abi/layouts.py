@@ -7,7 +7,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from pjrtkit.abi._cffi import ffi, lib
-from pjrtkit.abi.args import Args, int_list
+from pjrtkit.abi.args import int_list
 from pjrtkit.errors import InvalidArgument, Unimplemented
 
 
@@ -23,20 +23,22 @@ def require_dense(ptr: Any, shape: Sequence[int], itemsize: int, what: str) -> N
     """Accept NULL or a layout equal to dense row-major; anything else is UNIMPLEMENTED."""
     if ptr == ffi.NULL:
         return
-    layout = Args(ptr, what)
-    kind = layout.req("type")
+    # jaxlib never sets this struct's struct_size, nor those of its union members: its
+    # ConvertToBufferMemoryLayoutData fills only ``type`` and the member, leaving struct_size
+    # as whatever the stack held (often 0, sometimes not). So the struct is read whole, as
+    # XLA's own plugins read it; the caller's Args struct_size already vouched for the pointer.
+    layout = ffi.cast("PJRT_Buffer_MemoryLayout*", ptr)
+    kind = layout.type
     n = len(shape)
-    # The union members carry a struct_size of their own that jaxlib leaves 0; the outer
-    # struct_size already covers them, so they are read directly.
     if kind == lib.PJRT_Buffer_MemoryLayout_Type_Tiled:
-        tiled = layout.req("tiled")
+        tiled = layout.tiled
         order = int_list(tiled.minor_to_major, tiled.minor_to_major_size,
                          f"{what}.tiled.minor_to_major")
         if order in ([], list(range(n - 1, -1, -1))) and tiled.num_tiles == 0:
             return
         detail = f"tiled layout minor_to_major={order} with {tiled.num_tiles} tile(s)"
     elif kind == lib.PJRT_Buffer_MemoryLayout_Type_Strides:
-        strides = layout.req("strides")
+        strides = layout.strides
         got = int_list(strides.byte_strides, strides.num_byte_strides,
                        f"{what}.strides.byte_strides")
         if got == row_major_strides(shape, itemsize):

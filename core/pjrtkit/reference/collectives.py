@@ -8,14 +8,25 @@ another device's arrays (a device may update its arrays in place later).
 
 A kernel running outside a launch (a program on one device) is a launch of one device: its
 group is itself, its ids are 0.
+
+Reductions across devices run in the type XLA's CPU backend runs the whole collective in: its
+float normalization widens an all_reduce or reduce_scatter of bfloat16, float8, float4 or a
+narrow integer (``dtypes.compute_dtype``: float32, float16, int8) and narrows the result once,
+so a float8 sum over 4 devices is rounded to float8 once, not after every device's term.
+float16 is not widened (XLA's collectives add float16 directly, rounding every step). A sum
+starts from +0, as XLA's does: devices that all hold -0 sum to +0.
 """
 from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
 
 import numpy as np
 
 from pjrtkit.collectives import groups as G
 from pjrtkit.collectives.launch import current_device
 from pjrtkit.errors import InvalidArgument
+from pjrtkit.reference import dtypes as D
 from pjrtkit.reference.reduce import binary_body, body_ufunc, vectorized_region
 from pjrtkit.reference.registry import REFERENCE
 
@@ -39,27 +50,52 @@ def _exchange(mode, replica_groups, payload):
     return device.exchange(group, payload), group.index(device.position)
 
 
-def _reducer(op, ctx):
-    """``combine(a, b) -> a (op) b`` for the op's binary computation region, per operand."""
+def _collective_dtype(dtype) -> np.dtype:
+    """The type XLA's CPU backend runs an all_reduce or reduce_scatter of ``dtype`` in."""
+    dtype = np.dtype(dtype)
+    if dtype in D.ML_FLOATS or dtype in D.NARROW_INTS:
+        return D.compute_dtype(dtype)
+    return dtype
+
+
+@dataclasses.dataclass(frozen=True)
+class _Combiner:
+    """How one operand of a reducing collective is folded across the devices of a group."""
+
+    combine: Callable[[np.ndarray, np.ndarray], np.ndarray]   # a (op) b
+    dtype: np.dtype                                            # the type it folds in
+    from_zero: bool = False                                    # a float sum: starts at +0
+
+
+def _reducer(op, ctx) -> list[_Combiner]:
+    """A combiner per operand: a one-op body folds in the collective's widened type, any
+    other region in the operand's own type (it was compiled for it)."""
     region = op.regions[0]
     body = binary_body(region)
     combiners = []
     for value in op.results:
+        dtype = np.dtype(value.type.dtype)
         if body is not None:
-            combiners.append(body_ufunc(body, value.type.dtype))
+            combiners.append(_Combiner(
+                body_ufunc(body, dtype), _collective_dtype(dtype),
+                from_zero=body == "stablehlo.add" and (D.is_float(dtype) or D.is_complex(dtype))))
         else:
             # Any elementwise computation: the region compiled once for whole operands.
             shape = tuple(op.operands[len(combiners)].type.shape)
             plan = vectorized_region(ctx, region, shape)
-            combiners.append(lambda a, b, plan=plan: plan(a, b)[0])
+            combiners.append(_Combiner(lambda a, b, plan=plan: plan(a, b)[0], dtype))
     return combiners
 
 
-def _fold(values, combine, dtype):
-    result = np.array(values[0], dtype=dtype, copy=True)
+def _fold(values, combiner: _Combiner, dtype):
+    """``values`` combined in order in the combiner's type, narrowed to ``dtype`` once."""
+    wide = combiner.dtype
+    result = np.array(values[0], dtype=wide, copy=True)
+    if combiner.from_zero:
+        result = np.asarray(result + wide.type(0), dtype=wide)  # -0 + +0 is +0; else unchanged
     for value in values[1:]:
-        result = np.asarray(combine(result, value), dtype=dtype)
-    return result
+        result = np.asarray(combiner.combine(result, np.asarray(value, dtype=wide)), dtype=wide)
+    return result.astype(dtype, copy=False)
 
 
 @REFERENCE.register("stablehlo.all_reduce")
@@ -93,12 +129,12 @@ def all_gather(op, ctx):
 def reduce_scatter(op, ctx):
     mode, replica_groups = _group_rule(op)
     axis = int(op.attributes["scatter_dimension"])
-    (combine,) = _reducer(op, ctx)
+    (combiner,) = _reducer(op, ctx)
     dtype = op.results[0].type.dtype
 
     def reduce_scatter_kernel(operand):
         values, index = _exchange(mode, replica_groups, operand)
-        reduced = _fold(values, combine, dtype)
+        reduced = _fold(values, combiner, dtype)
         return (np.array(np.split(reduced, len(values), axis=axis)[index], copy=True),)
 
     return reduce_scatter_kernel

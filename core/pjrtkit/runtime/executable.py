@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+from time import perf_counter
 
 import numpy as np
 
@@ -23,6 +24,15 @@ from pjrtkit.types import CompiledProgram, CompileOptions
 # worker is idle and its inputs are ready): a thread hand-off costs tens of microseconds,
 # more than such a program takes. Units: flops + bytes accessed (see ARCHITECTURE.md).
 INLINE_WORK_LIMIT = 2_000_000
+# The estimate is a guess (a while loop is priced as 1000 trips of its body; a native loop runs
+# them in microseconds), so every execution is timed (wall clock: a thread's CPU clock costs a
+# microsecond to read): a program whose last execution took less than this runs inline from
+# then on; one whose last INLINE_SLOW_RUNS executions each took more than INLINE_TIME_LIMIT_S *
+# INLINE_TIME_HYSTERESIS goes to the worker (one slow run can be the scheduler's doing, not
+# the program's). See ``LoadedExecutable._timed``.
+INLINE_TIME_LIMIT_S = 0.001
+INLINE_TIME_HYSTERESIS = 4.0
+INLINE_SLOW_RUNS = 3
 
 # Completion of every inline execution that succeeded: a completed event never changes, so one
 # serves them all.
@@ -159,14 +169,31 @@ class LoadedExecutable:
             self.device_assignment = [[d.id] for d in devices]
         self._deleted = False
         self._inline = self._inline_plan()
+        # Whether the program is quick enough to run on the caller's thread: the cost estimate
+        # first, then the measured time of each execution (``_timed``).
+        cost = executable.compiled.cost
+        self._quick = cost.flops + cost.bytes_accessed <= INLINE_WORK_LIMIT
+        self._slow_runs = 0  # consecutive executions slower than the hysteresis bound
+
+    def _timed(self, started: float) -> None:
+        """Records how long an execution that began at ``started`` took (see
+        INLINE_TIME_LIMIT_S)."""
+        elapsed = perf_counter() - started
+        if elapsed < INLINE_TIME_LIMIT_S:
+            self._quick = True
+            self._slow_runs = 0
+        elif elapsed > INLINE_TIME_LIMIT_S * INLINE_TIME_HYSTERESIS:
+            self._slow_runs += 1
+            if self._slow_runs >= INLINE_SLOW_RUNS:
+                self._quick = False
+        else:
+            self._slow_runs = 0
 
     def _inline_plan(self):
         """What ``execute_inline`` needs, decided once: None unless the program runs on one
-        device, donates nothing and is cheap enough to run on the caller's thread."""
+        device and donates nothing."""
         exe = self.executable
-        cost = exe.compiled.cost
-        if (len(self.addressable_devices) != 1 or exe.donated_parameters
-                or cost.flops + cost.bytes_accessed > INLINE_WORK_LIMIT):
+        if len(self.addressable_devices) != 1 or exe.donated_parameters:
             return None
         device = self.addressable_devices[0]
         outputs = []
@@ -193,7 +220,7 @@ class LoadedExecutable:
         reads are referenced here meanwhile, so a concurrent delete cannot take them away.
         """
         plan = self._inline
-        if plan is None or self._deleted:
+        if plan is None or not self._quick or self._deleted:
             return None
         (device, specs, outputs, executor, execute, num_parameters, allocations,
          argument_types) = plan
@@ -210,8 +237,10 @@ class LoadedExecutable:
                 return None  # the general path says what is wrong
             payloads.append(buf.payload)
         count_allocations(allocations)  # past a memory limit: RESOURCE_EXHAUSTED, nothing run
+        started = perf_counter()
         try:
             results = execute([payloads], specs)
+            self._timed(started)
             if len(results) != 1 or len(results[0]) != len(outputs):
                 raise _wrong_output_count(self.executable)
         except Exception as exc:  # noqa: BLE001 - delivered through the outputs' events
@@ -275,7 +304,9 @@ class LoadedExecutable:
             if error is None:
                 try:
                     payloads = [[buf.payload for buf in args] for args in sources]
+                    started = perf_counter()
                     results = run_devices(exe, payloads, [dev.spec for dev in devices])
+                    self._timed(started)
                     if len(results) != len(devices) or any(
                             len(r) != exe.num_outputs for r in results):
                         raise _wrong_output_count(exe)
@@ -292,9 +323,8 @@ class LoadedExecutable:
                     buf.ready.set(error)
                 event.set(error)
 
-        work = exe.compiled.cost.flops + exe.compiled.cost.bytes_accessed
         executor = self.client.executor
-        if (work <= INLINE_WORK_LIMIT and executor.idle
+        if (self._quick and executor.idle
                 and all(e.is_ready() for e in inputs_ready)):
             when_all(inputs_ready, run)
         else:

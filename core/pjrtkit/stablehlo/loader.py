@@ -6,6 +6,7 @@ returns, no MLIR object is referenced from the result.
 """
 from __future__ import annotations
 
+import dataclasses
 import threading
 from typing import Any
 
@@ -66,15 +67,26 @@ def parse_program(code: bytes | str) -> Program:
 
 # The argument attributes by which JAX marks a donated parameter.
 DONATION_ATTRIBUTES = ("tf.aliasing_output", "jax.buffer_donor")
+# The result attribute by which JAX places an output in a memory kind (out_shardings).
+MEMORY_KIND_ATTRIBUTE = "mhlo.memory_kind"
 
 
-def donated_arguments(code: bytes | str) -> frozenset[int]:
-    """Positions of the entry function's parameters the program donates, read without
-    walking the whole program (XLA's partitioner drops these marks from its output)."""
-    return _parsed(code, _donated_arguments_of)
+@dataclasses.dataclass(frozen=True)
+class EntryMarks:
+    """What JAX marks on the entry function's parameters and results that XLA's partitioner
+    drops from the per-device program it makes."""
+
+    donated: frozenset[int]                        # parameters JAX donates
+    result_memory_kinds: tuple[str | None, ...]    # each result's ``mhlo.memory_kind``
 
 
-def _donated_arguments_of(module) -> frozenset[int]:
+def entry_marks(code: bytes | str) -> EntryMarks:
+    """The entry function's donation and result memory-kind marks, read without walking the
+    whole program."""
+    return _parsed(code, _entry_marks_of)
+
+
+def _entry_marks_of(module) -> EntryMarks:
     from jaxlib.mlir import ir
 
     functions = [op.operation for op in module.body.operations
@@ -83,16 +95,23 @@ def _donated_arguments_of(module) -> frozenset[int]:
     entry = functions[names.index("main")] if "main" in names else next(
         (f for f in functions if "sym_visibility" not in f.attributes
          or ir.StringAttr(f.attributes["sym_visibility"]).value == "public"), None)
-    if entry is None or "arg_attrs" not in entry.attributes:
-        return frozenset()
+    if entry is None:
+        return EntryMarks(frozenset(), ())
     donated = set()
-    for position, attrs in enumerate(ir.ArrayAttr(entry.attributes["arg_attrs"])):
-        attrs = ir.DictAttr(attrs)
-        for name in DONATION_ATTRIBUTES:
-            if name in attrs and not (isinstance(attrs[name], ir.BoolAttr)
-                                      and not ir.BoolAttr(attrs[name]).value):
-                donated.add(position)
-    return frozenset(donated)
+    if "arg_attrs" in entry.attributes:
+        for position, attrs in enumerate(ir.ArrayAttr(entry.attributes["arg_attrs"])):
+            attrs = ir.DictAttr(attrs)
+            for name in DONATION_ATTRIBUTES:
+                if name in attrs and not (isinstance(attrs[name], ir.BoolAttr)
+                                          and not ir.BoolAttr(attrs[name]).value):
+                    donated.add(position)
+    kinds = []
+    if "res_attrs" in entry.attributes:
+        for attrs in ir.ArrayAttr(entry.attributes["res_attrs"]):
+            attrs = ir.DictAttr(attrs)
+            kinds.append(ir.StringAttr(attrs[MEMORY_KIND_ATTRIBUTE]).value
+                         if MEMORY_KIND_ATTRIBUTE in attrs else None)
+    return EntryMarks(frozenset(donated), tuple(kinds))
 
 
 def _parsed(code: bytes | str, read):

@@ -93,23 +93,34 @@ def partitioned_program(code: bytes, compile_options: bytes, *, num_replicas: in
 def partition_and_parse(code: bytes, compile_options: bytes, *, num_replicas: int,
                         num_partitions: int) -> tuple[Program, bytes]:
     """Partition with XLA and parse the result (what the parser child runs)."""
-    from pjrtkit.stablehlo.loader import donated_arguments, parse_program
+    from pjrtkit.stablehlo.loader import entry_marks, parse_program
 
     bytecode = spmd_partition(code, compile_options, num_replicas=num_replicas,
                               num_partitions=num_partitions)
     program = untuple_custom_calls(rename_host_callbacks(parse_program(bytecode)))
-    return keep_donations(program, donated_arguments(code)), bytecode
+    return keep_entry_marks(program, entry_marks(code)), bytecode
 
 
-def keep_donations(program: Program, donated: frozenset[int]) -> Program:
-    """Mark the per-device program's parameters at ``donated`` as donated (``jax.buffer_donor``):
-    XLA's partitioner keeps the parameters in order but drops JAX's donation marks
-    (``tf.aliasing_output``, ``jax.buffer_donor``), and without them the runtime would keep
-    buffers JAX donated."""
-    attributes = program.main.arg_attributes
-    for position in donated:
+def keep_entry_marks(program: Program, marks) -> Program:
+    """Put the global program's entry marks (``loader.EntryMarks``) back on the per-device
+    program: XLA's partitioner keeps parameters and results in order but drops JAX's donation
+    marks (``tf.aliasing_output``, ``jax.buffer_donor``), without which the runtime would keep
+    buffers JAX donated, and the results' ``mhlo.memory_kind``, without which an output JAX
+    placed in ``pinned_host`` would be reported in ``device`` memory (and JAX refuses the
+    executable)."""
+    from pjrtkit.stablehlo.loader import MEMORY_KIND_ATTRIBUTE
+
+    main = program.main
+    attributes = main.arg_attributes
+    for position in marks.donated:
         if position < len(attributes):
             attributes[position]["jax.buffer_donor"] = True
+    kinds = marks.result_memory_kinds
+    if any(kind is not None for kind in kinds) and len(kinds) == len(main.result_types):
+        results = main.result_attributes or [{} for _ in kinds]
+        main.result_attributes = tuple(
+            {**attrs, MEMORY_KIND_ATTRIBUTE: kind} if kind is not None else attrs
+            for attrs, kind in zip(results, kinds))
     return program
 
 

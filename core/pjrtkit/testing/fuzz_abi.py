@@ -557,8 +557,7 @@ def run_campaign(target: str, cases: int, seed: int = 0, batch: int = 2000) -> d
         return [sys.executable, "-m", "pjrtkit.testing.fuzz_abi", "--child", target, str(seed),
                 str(start), str(stop)]
 
-    outcomes, aborts = run_in_children(command_for, cases, env, batch)
-    return summarize(outcomes, aborts, target=target, seed=seed)
+    return summarize(run_in_children(command_for, cases, env, batch), target=target, seed=seed)
 
 
 def main(argv: list[str] | None = None) -> int:

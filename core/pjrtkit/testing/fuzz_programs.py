@@ -283,8 +283,8 @@ def run_campaign(target: str, cases: int, seed: int = 0, isolated: bool = True,
         return ([sys.executable, "-m", "pjrtkit.testing.fuzz_programs", "--child", target,
                  str(seed), str(start), str(stop)] + ([] if isolated else ["--in-process"]))
 
-    outcomes, aborts = run_in_children(command_for, cases, env, batch)
-    return summarize(outcomes, aborts, target=target, seed=seed, isolated=isolated)
+    return summarize(run_in_children(command_for, cases, env, batch), target=target, seed=seed,
+                     isolated=isolated)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -7,10 +7,12 @@ executables, ...) before and after; they must come back to where they started. I
 under 1 MiB per 10k operations over 100k executes, 100k transfers and 10k compiles.
 
 The arrays have 2**14 elements, so pjrtkit_cpu fuses the programs (run it with fusion on, as
-users do), and each distinct program carries a new constant, so each needs a new fused kernel:
-the phase also reports the caches that must stay bounded (``cache_sizes``: the partitioner's
-programs, fused kernels in memory and waiting for the compile thread, their modules, remembered
-splat constants, kernel sources on disk) and fails when one grows past its bound.
+users do), and each distinct program carries a new constant: a new program for JAX, the
+partitioner and the fusion rewrite, while its fused kernel (constants are kernel arguments) is
+shared with the others. The phase also reports the caches that must stay bounded
+(``cache_sizes``: the partitioner's programs, fused kernels in memory and waiting for the
+compile thread, their modules, remembered splat constants, kernel sources on disk) and fails
+when one grows past its bound.
 
     python -m pjrtkit.testing.soak [--executes N] [--transfers N] [--compiles N] [--json P]
 """

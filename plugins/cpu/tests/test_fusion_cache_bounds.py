@@ -1,8 +1,9 @@
 """The fused-kernel caches stay bounded under a stream of distinct programs (issue 13).
 
-Every program below fuses (2**14 elements) and carries a new constant, so each needs a new
-Numba kernel, the case where Numba's never-freed machine code would grow the process without
-end. Run in a fresh interpreter, with small bounds, so the counts are this test's alone.
+Every program below fuses (at least 2**14 elements) and has a new shape, so each needs a new
+Numba kernel (a new constant alone does not: constants are kernel arguments, see
+test_fusion_constants.py), the case where Numba's never-freed machine code would grow the
+process without end. Run in a fresh interpreter, with small bounds, so the counts are this test's alone.
 """
 import json
 import os
@@ -22,9 +23,9 @@ SCRIPT = textwrap.dedent(f"""
 
     cache.KERNELS_KEPT = {KEPT}
     dev, cpu = jax.devices("pjrtkit_cpu")[0], jax.devices("cpu")[0]
-    x = np.linspace(-2, 2, 128 * 128, dtype=np.float32).reshape(128, 128)
     worst = 0.0
     for i in range({PROGRAMS}):
+        x = np.linspace(-2, 2, 128 * (128 + i), dtype=np.float32).reshape(128, 128 + i)
         f = jax.jit(lambda a, k=float(i) + 0.5: jnp.tanh(a) * k + 1)
         f(jax.device_put(x, dev)).block_until_ready()
         cache.wait_all(120)  # the next call runs the compiled kernel, if there is one

@@ -386,3 +386,49 @@ def test_fused_groups_in_the_body_compile_natively(registry, rng, monkeypatch, c
     program, fused = _fused_bodies(fn, x, w)
     assert fused, "fusion made no group in the loop body"
     _run_both(build_plan(program, registry), [x, w], run_on_xla_cpu(fn, (x, w)), True)
+
+
+def _loop_sources(monkeypatch):
+    sources = []
+    original = native.LoopSpec.__init__
+
+    def recording(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        sources.append(self.source)
+
+    monkeypatch.setattr(native.LoopSpec, "__init__", recording)
+    return sources
+
+
+def test_an_elementwise_chain_in_the_body_is_one_pass_over_the_carry(check_native, monkeypatch):
+    """``x * 0.999 + i * 1e-6``: the multiply's result is read once, by the add, so the add's
+    loop computes it (one pass, no buffer for it); the carry is then copied back once."""
+    sources = _loop_sources(monkeypatch)
+    x = np.linspace(-1, 1, 128, dtype=np.float32)
+    check_native(lambda x: lax.fori_loop(
+        0, 100, lambda i, x: x * 0.999 + i.astype(jnp.float32) * 1e-6, x), x)
+    (source,) = sources
+    assert source.count("for q in range(128):") == 2, source  # the chain, the carry copy
+    assert source.count("np.empty(128") == 1, source
+
+
+def test_values_read_twice_or_across_an_in_place_update_are_not_chained(check_native, rng,
+                                                                        monkeypatch):
+    """A value read by two ops is stored once (both read the buffer); an elementwise value of
+    a scan step read after the in-place update of the stacked output still sees its operands
+    as they were (and matches XLA either way)."""
+    sources = _loop_sources(monkeypatch)
+    xs = rng.standard_normal((5, 16)).astype(np.float32)
+    h0 = rng.standard_normal(16).astype(np.float32)
+
+    def step(h, x):
+        a = h * 0.5 + x
+        return jnp.tanh(a) + a * a, a * 2.0
+
+    check_native(lambda h0, xs: lax.scan(step, h0, xs), h0, xs)
+    (source,) = sources
+    # Three passes, each ending in a buffer: ``a`` (its multiply chained into its add; read by
+    # tanh, a * a and a * 2, so stored), ``tanh(a) + a * a`` (one chain) and ``a * 2``; then
+    # the carry's copy.
+    assert source.count("for q in range(16):") == 4, source
+    assert source.count("np.empty(16") == 3, source

@@ -5,11 +5,14 @@ import os
 import subprocess
 import sys
 
+import pytest
 
+
+@pytest.mark.long
 def test_a_short_soak_reports_handles_and_bounded_caches(tmp_path):
     report = tmp_path / "soak.json"
-    env = {k: v for k, v in os.environ.items() if k != "JAX_PLATFORMS"}
-    env.update(PJRTKIT_CPU_FUSED_KERNEL_LIMIT="3")
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("JAX_PLATFORMS", "PJRTKIT_CPU_FUSED_KERNEL_LIMIT")}
     out = subprocess.run([sys.executable, "-m", "pjrtkit.testing.soak", "--executes", "300",
                           "--transfers", "300", "--compiles", "20", "--json", str(report)],
                          capture_output=True, text=True, env=env, timeout=600)
@@ -21,5 +24,6 @@ def test_a_short_soak_reports_handles_and_bounded_caches(tmp_path):
         assert phase["caches_bounded"], phase
         assert {"partition_programs", "fused_kernels", "fused_compiles_pending",
                 "fused_compiles_started", "splat_constants"} <= set(phase["caches_largest"])
-    # 20 distinct fusion-sized programs: the limit, not the program count, caps the compiles.
-    assert phases[-1]["caches_largest"]["fused_compiles_started"] <= 3
+    # 20 fusion-sized programs differing only in a constant share one kernel (constants are
+    # kernel arguments): with no kernel limit, a few kernels in all (3 measured), not 20.
+    assert phases[-1]["caches_largest"]["fused_compiles_started"] <= 3, phases[-1]

@@ -9,10 +9,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tpu_children import child_env
 
 from pjrtkit_tpu.generations import generation
 from pjrtkit_tpu.roofline import estimate
+
+pytestmark = pytest.mark.long  # trains the example on 8 virtual devices and on XLA
 
 REPO = Path(__file__).resolve().parents[3]
 EXAMPLE = REPO / "examples" / "tpu_transformer.py"

@@ -13,6 +13,10 @@ from tpu_children import HERE, report_of, require_libtpu, start
 
 from pjrtkit_tpu.hbm import padded_bytes
 
+# One xdist worker runs this module (make test passes `--dist loadgroup`): its module fixture
+# starts child interpreters, and each worker given some of its tests would start them all again.
+pytestmark = pytest.mark.xdist_group("test_tpu_hbm")
+
 LABELS = [f"{kind} {fraction}" for fraction in ("0.85", "1.15")
           for kind in ("elementwise f32", "matmul f32", "padded bf16")]
 

@@ -9,13 +9,14 @@ share one Future within a process. Numba itself is imported on the caller's thre
 ``_prepare_background_compiles``).
 
 Bounded. Numba never frees a compiled function's machine code (about 1 MiB of RSS per kernel,
-measured by ``make soak``), and a constant in a fused group is a literal of its kernel, so a
-stream of distinct programs (a new constant in each) would grow the process without end. So a
-process compiles at most ``PJRTKIT_CPU_FUSED_KERNEL_LIMIT`` distinct kernels (default 1024);
-past it, and while ``PENDING_LIMIT`` compiles already wait for the compile thread, a new kernel
-is not compiled and its group keeps running the unfused kernels (same results, slower). At
-most ``KERNELS_KEPT`` compiled kernels stay in this table for sharing (least recently asked for
-go first; an executable that holds one keeps it alive). On disk, at most ``DISK_KERNELS_KEPT``
+measured by ``make soak``). Constants are kernel arguments (``kernel.baked_literals``), so
+programs that differ only in constants share one kernel, but a stream of programs of distinct
+structure (new shapes, say) would still grow the process without end. So a process compiles at
+most ``PJRTKIT_CPU_FUSED_KERNEL_LIMIT`` distinct kernels (default 1024); past it, and while
+``PENDING_LIMIT`` compiles already wait for the compile thread, a new kernel is not compiled
+and its group keeps running the unfused kernels (same results, slower). At most
+``KERNELS_KEPT`` compiled kernels stay in this table for sharing (least recently asked for go
+first; an executable that holds one keeps it alive). On disk, at most ``DISK_KERNELS_KEPT``
 kernel sources (with their Numba and Python cache files) stay: every ``PRUNE_EVERY`` new
 sources, the oldest past that number and older than ``PRUNE_MIN_AGE_S`` are deleted (another
 process that still wanted one compiles it again).

@@ -12,8 +12,8 @@ A group may end in reductions (``codegen.reduction_kind``: add/max/min over the 
 dimension of a member or input of the group's shape); their results are always outputs (of the
 smaller shape), never read by members, so ops using them go to other groups.
 
-Splat constants of the group's shape used by members are not inputs: ``rewrite`` copies them
-into the group as scalars.
+Splat constants of the group's shape used by members are not read as arrays: ``rewrite`` makes
+each a rank-0 input of the group.
 
 The group's inputs are values defined outside it; its outputs are member results used outside
 it (by other ops, nested regions or the terminator).
@@ -56,7 +56,7 @@ class Group:
     members: list[Op]  # in block order
     shape: tuple[int, ...]
     # constants members read that are one repeated element, rank 0 or of the group's shape
-    # (value id -> the element, 0-d): copied into the loop as literals
+    # (value id -> the element, 0-d): rank-0 inputs of the fused op (see rewrite)
     splats: dict = dataclasses.field(default_factory=dict)
 
     @property

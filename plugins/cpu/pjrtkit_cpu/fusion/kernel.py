@@ -8,7 +8,7 @@ from pjrtkit.stablehlo.ir import TERMINATORS, Op
 
 from pjrtkit_cpu.fusion import cache, codegen
 from pjrtkit_cpu.loopnest import optable
-from pjrtkit_cpu.loopnest.values import literal
+from pjrtkit_cpu.loopnest.values import INT_DTYPES, literal
 
 # Calls served by the fused loop vs by the unfused plan (tests and profiling read these).
 STATS = {"fused": 0, "unfused": 0}
@@ -32,8 +32,10 @@ def stage_parts(op: Op, tag: str = ""):
         local[arg.id] = f"{tag}x{i}"
         input_locals.append(f"{tag}x{i}")
     body: list[str] = []
-    # Inputs that are constants (see rewrite): the loop uses the value itself.
-    for i, value in op.attributes.get("literals", ()):
+    # Inputs that are constants (see rewrite) arrive as arguments like any rank-0 input, so
+    # programs that differ only in their constants share one kernel; only an integer divisor
+    # is written into the source (see ``baked_literals``).
+    for i, value in baked_literals(op):
         arg = block.arguments[i]
         body.append(f"{local[arg.id]} = {literal(value, arg.type.dtype)}")
     results: list[str] = []
@@ -59,6 +61,32 @@ def stage_parts(op: Op, tag: str = ""):
         body.extend(lines)
         local[inner.results[0].id] = name
     return kinds, body, results, input_locals, reductions
+
+
+# Ops whose second operand LLVM strength-reduces when it is a known integer (a multiply and
+# shifts instead of one hardware division per element, which does not vectorize).
+_DIVISIONS = frozenset({"stablehlo.divide", "stablehlo.remainder"})
+
+
+def baked_literals(op: Op) -> list[tuple[int, object]]:
+    """The (input index, value) pairs of the fused op's constant inputs (attribute
+    ``literals``) that its kernel source holds as literals: those read as the divisor of an
+    integer division or remainder, directly or through an absorbed broadcast. Every other
+    constant is read from its argument, so the kernel's text (its cache key, see ``cache``)
+    does not depend on it."""
+    literals = op.attributes.get("literals", ())
+    if not literals:
+        return []
+    block = op.regions[0].entry
+    source = {arg.id: i for i, arg in enumerate(block.arguments)}  # value id -> input index
+    divisors = set()
+    for inner in block.ops:
+        if inner.name in codegen.ABSORBED and inner.operands[0].id in source:
+            source[inner.results[0].id] = source[inner.operands[0].id]
+        elif (inner.name in _DIVISIONS and inner.results[0].type.dtype in INT_DTYPES
+              and inner.operands[1].id in source):
+            divisors.add(source[inner.operands[1].id])
+    return [(i, value) for i, value in literals if i in divisors]
 
 
 class FusedKernel(cache.BackgroundCompiled):

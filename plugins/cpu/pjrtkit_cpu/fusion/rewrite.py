@@ -7,10 +7,12 @@ stays plain records, and the region alone is a complete unfused program of the g
 lowering rule plans it as the fallback). Attribute ``input_kinds`` says how the fused loop reads
 each input (see ``codegen.InputKind``). A constant of one repeated element a member reads
 becomes a rank-0 input (a new rank-0 constant for a bigger one, which is dropped when nothing
-else uses it), broadcast inside the region, and attribute ``literals`` gives its value: the
-loop uses a literal LLVM can fold (shift amounts, polynomial coefficients), while the region
-keeps computing on an argument (a constant there would be folded into a full-size array at
-every compile).
+else uses it), broadcast inside the region, and attribute ``literals`` gives its value. The
+fused loop reads it from its argument like any rank-0 input, so programs that differ only in
+constants share one compiled kernel; ``kernel.baked_literals`` says which few it writes into
+the source instead (integer divisors, which LLVM turns into multiplies). The region keeps
+computing on an argument too (a constant there would be folded into a full-size array at
+every compile); native loops (``pjrtkit_cpu.loops.fused``) use the literals.
 
 Ops are re-emitted in a topological order that keeps the original order wherever it can (and
 always among effectful ops); nested regions (while/if/case bodies, called functions) are
@@ -112,7 +114,7 @@ class _Rewriter:
                     and users.get(op.results[0].id, {None}) <= fused_groups
                     and any(op.results[0].id in g.splats for g in groups
                             if id(g) in fused_groups)):
-                continue  # a splat constant every user now reads as a literal
+                continue  # a splat constant every user now reads as a rank-0 input
             if id(op) not in group_of_op or id(op) in kept_broadcasts:
                 nodes.append(op)
         ordered = topological_order(nodes, EFFECTFUL)

@@ -23,8 +23,10 @@ from pjrtkit.stablehlo.ir import TERMINATORS, Block, Op
 
 from pjrtkit_cpu.fusion import cache
 from pjrtkit_cpu.loopnest import module
-from pjrtkit_cpu.loops.emitter import INDENT, LoopSource, Unsupported, Val, tensor_type
-from pjrtkit_cpu.loops.ops import OP_TABLE, emit_op
+from pjrtkit_cpu.loops.emitter import (INDENT, LoopSource, Unsupported, Val, chainable,
+                                        tensor_type)
+from pjrtkit_cpu.loops.ops import OP_TABLE, emit_op, is_elementwise
+from pjrtkit_cpu.loops.ownership import IN_PLACE_UPDATE
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +85,7 @@ class LoopSpec:
                 src.prologue.append(f"s_x{j} = x{j}[0]")
                 src.bind(v, Val("scalar", f"s_x{j}", (), t.dtype))
             src.invariant.add(v.id)
+        src.chainable = chainable((cond, body), is_elementwise, IN_PLACE_UPDATE)
         cond_lines: list[str] = []
         for inner in cond.ops[:-1]:
             emit_op(src, inner, cond_lines)

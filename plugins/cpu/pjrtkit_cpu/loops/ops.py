@@ -55,21 +55,29 @@ def elementwise(src: LoopSource, op: Op, lines: list[str]) -> None:
     for v in op.operands:
         tensor_type(v)
     result = src.name("t")
-    if all(o.kind != "array" for o in operands):
+    if all(o.kind not in ("array", "chained") for o in operands):
         lines.extend(element_lines(op, [o.expr for o in operands], result))
         src.bind(op.results[0], Val.uniform(result, t))
         return
-    out = src.buffer(t.shape, t.dtype)
     names = []
     loads = []
     for i, o in enumerate(operands):
         if o.kind == "array":
             names.append(f"{result}_{i}")
             loads.append(f"{result}_{i} = {o.expr}[q]")
+        elif o.kind == "chained":
+            names.append(o.expr)
+            loads.extend(src.chained_code.pop(o.expr))
         else:
             names.append(o.expr)
+    code = loads + element_lines(op, names, result)
+    if op.results[0].id in src.chainable:  # its reader's loop computes it
+        src.chained_code[result] = code
+        src.bind(op.results[0], Val("chained", result, t.shape, t.dtype))
+        return
+    out = src.buffer(t.shape, t.dtype)
     lines.append(f"for q in range({t.size}):")
-    lines.extend(INDENT + line for line in loads + element_lines(op, names, result))
+    lines.extend(INDENT + line for line in code)
     lines.append(f"{INDENT}{out}[q] = {result}")
     src.bind(op.results[0], Val("array", out, t.shape, t.dtype))
 
@@ -147,6 +155,11 @@ LOOP_NEST_RULES = {
 }
 _WITH_REGIONS = frozenset({"stablehlo.reduce", "stablehlo.if", "stablehlo.case", FUSED_OP,
                            ROWS_OP})
+
+
+def is_elementwise(op: Op) -> bool:
+    """True when ``emit_op`` emits ``op`` with ``elementwise`` (the op table's rule)."""
+    return op.name not in LOOP_NEST_RULES and not op.regions and op.name in OP_TABLE
 
 
 def emit_op(src: LoopSource, op: Op, lines: list[str]) -> None:
