@@ -12,6 +12,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 LOWER_AND_RUN_EMULATED = r"""
 import json, sys
 import jax, jax.numpy as jnp, numpy as np
@@ -69,6 +71,8 @@ print(json.dumps(rows))
 """
 
 
+# Two child processes, one compiling with Triton for four targets: about 4 minutes.
+@pytest.mark.long
 def test_pallas_call_lowers_for_our_platforms_compiles_ahead_of_time_and_is_unimplemented_emulated(
         tmp_path):
     env = dict(os.environ, PJRTKIT_GPU_EMULATE="1",
