@@ -71,6 +71,21 @@ def support_problem(jax_version: str | None = None) -> str | None:
             "see 'JAX versions' in pjrtkit's README")
 
 
+# The release lines whose Pallas Triton lowering (``pl.pallas_call`` with the Triton backend)
+# the GPU plugins compile: jax 0.10 lowers it to the custom call ``__gpu$xla.gpu.triton``
+# carrying the kernel's Triton IR. jax 0.12's lowering asks
+# ``jax._src.pallas.triton.gpu_info`` for a real GPU's compute capability first (without one
+# it raises "No supported GPU devices found"), and what it emits is not handled yet.
+PALLAS_TRITON_RELEASE_LINES = frozenset({(0, 10)})
+
+
+def pallas_triton_supported(jax_version: str | None = None) -> bool:
+    """Whether the installed (or given) jax's Pallas Triton kernels compile on the GPU
+    plugins (``PALLAS_TRITON_RELEASE_LINES``)."""
+    text = jax_version if jax_version is not None else installed_versions()["jax"]
+    return version_tuple(text)[:2] in PALLAS_TRITON_RELEASE_LINES
+
+
 def xla_integer_power_uses_every_exponent_bit() -> bool:
     """How the installed XLA CPU backend (the reference) computes integer ``stablehlo.power``.
 

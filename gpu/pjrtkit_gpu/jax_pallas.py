@@ -22,9 +22,18 @@ def pallas_lowering_rules(vendor: str) -> list[JaxLoweringRule]:
         from jax._src.pallas import pallas_call
     except ImportError:
         return []
+    from pjrtkit import jax_compat
+
     platform = JAX_PLATFORM[vendor]
+    supported = jax_compat.pallas_triton_supported()
 
     def lower_pallas_call_as_vendor(ctx, *args, **params):
+        if not supported and not params.get("interpret"):
+            version = jax_compat.installed_versions()["jax"]
+            raise NotImplementedError(
+                f"pjrtkit_{platform}: pl.pallas_call kernels for GPUs compile with jax 0.10.x "
+                f"only; jax {version} lowers them in a form pjrtkit does not compile yet "
+                f"(interpret=True runs them as ordinary ops)")
         rule = pallas_call._pallas_call_lowering  # noqa: SLF001 - JAX's own rule, no public name
         return rule(ctx.replace(platforms=(platform,)), *args, **params)
 

@@ -14,6 +14,8 @@ import sys
 
 import pytest
 
+from pjrtkit.jax_compat import installed_versions, pallas_triton_supported
+
 LOWER_AND_RUN_EMULATED = r"""
 import json, sys
 import jax, jax.numpy as jnp, numpy as np
@@ -73,6 +75,9 @@ print(json.dumps(rows))
 
 # Two child processes, one compiling with Triton for four targets: about 4 minutes.
 @pytest.mark.long
+@pytest.mark.skipif(not pallas_triton_supported(),
+                    reason=f"jax {installed_versions()['jax']}: its Pallas Triton lowering is "
+                           "not compiled by the GPU plugins (test_pallas_call_on_a_jax_whose_...)")
 def test_pallas_call_lowers_for_our_platforms_compiles_ahead_of_time_and_is_unimplemented_emulated(
         tmp_path):
     env = dict(os.environ, PJRTKIT_GPU_EMULATE="1",
@@ -96,3 +101,50 @@ def test_pallas_call_lowers_for_our_platforms_compiles_ahead_of_time_and_is_unim
     for row in rows:
         assert row["bytes"] > 1000 and row["name"] == "kernel", row
         assert row["grid"] == [2, 1, 1] and row["num_warps"] == 4, row
+
+
+LOWER_ON_A_NEWER_JAX = r"""
+import json
+import jax, jax.numpy as jnp, numpy as np
+from jax.experimental import pallas as pl
+
+def kernel(x_ref, o_ref):
+    o_ref[...] = x_ref[...] * 2
+
+def call(interpret):
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((8, 128), jnp.float32),
+                          interpret=interpret)
+
+x = np.linspace(-1, 1, 8 * 128, dtype=np.float32).reshape(8, 128)
+out = {}
+for platform in ("pjrtkit_cuda", "pjrtkit_rocm"):
+    try:
+        jax.jit(call(False)).trace(x).lower(lowering_platforms=(platform,))
+        out[platform] = "lowered"
+    except Exception as exc:
+        out[platform] = f"{type(exc).__name__}: {exc}"
+    got = np.asarray(jax.jit(call(True))(jax.device_put(x, jax.devices(platform)[0])))
+    np.testing.assert_allclose(got, x * 2)
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.skipif(pallas_triton_supported(),
+                    reason=f"jax {installed_versions()['jax']}: Pallas Triton kernels compile "
+                           "(test_pallas_call_lowers_for_our_platforms_...)")
+def test_pallas_call_on_a_jax_whose_triton_lowering_is_not_compiled_says_so():
+    """On a jax whose Pallas Triton lowering the plugins do not compile, lowering a kernel for
+    pjrtkit_cuda / pjrtkit_rocm fails naming the jax version and what does run; interpret=True
+    runs."""
+    env = dict(os.environ, PJRTKIT_GPU_EMULATE="1",
+               JAX_PLATFORMS="pjrtkit_cuda,pjrtkit_rocm,cpu")
+    run = subprocess.run([sys.executable, "-c", LOWER_ON_A_NEWER_JAX], capture_output=True,
+                         text=True, env=env, timeout=600)
+    assert run.returncode == 0, run.stderr[-4000:]
+    result = json.loads(run.stdout.strip().splitlines()[-1])
+    version = installed_versions()["jax"]
+    for platform in ("pjrtkit_cuda", "pjrtkit_rocm"):
+        message = result[platform]
+        assert message.startswith("NotImplementedError"), message
+        assert f"{platform}: pl.pallas_call" in message and f"jax {version}" in message, message
+        assert "interpret=True" in message, message
