@@ -91,10 +91,17 @@ def _fold(values, combiner: _Combiner, dtype):
     """``values`` combined in order in the combiner's type, narrowed to ``dtype`` once."""
     wide = combiner.dtype
     result = np.array(values[0], dtype=wide, copy=True)
+    combine = combiner.combine
+    if isinstance(combine, np.ufunc):  # in place: no array per term
+        if combiner.from_zero:
+            np.add(result, wide.type(0), out=result)  # -0 + +0 is +0; else unchanged
+        for value in values[1:]:
+            combine(result, np.asarray(value, dtype=wide), out=result)
+        return result.astype(dtype, copy=False)
     if combiner.from_zero:
-        result = np.asarray(result + wide.type(0), dtype=wide)  # -0 + +0 is +0; else unchanged
+        result = np.asarray(result + wide.type(0), dtype=wide)
     for value in values[1:]:
-        result = np.asarray(combiner.combine(result, np.asarray(value, dtype=wide)), dtype=wide)
+        result = np.asarray(combine(result, np.asarray(value, dtype=wide)), dtype=wide)
     return result.astype(dtype, copy=False)
 
 
