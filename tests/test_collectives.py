@@ -212,3 +212,33 @@ def test_mesh_axes_naming_an_axis_the_mesh_lacks_is_invalid():
     text = MESH_AXES_ALL_GATHER.format(device_ids="", members=4, axes=_axis("c"), mesh="@mesh")
     with pytest.raises(Exception, match="axis 'c'"):
         build_plan(load_program(text, num_partitions=8, num_replicas=1), REFERENCE)
+
+
+def test_a_launch_shortens_the_gil_switch_interval_and_gives_the_callers_back():
+    """Device threads meet at every collective; CPython's default 5 ms switch interval would
+    keep a released device waiting for the GIL. During a launch (two at once here) the
+    interval is at most LAUNCH_SWITCH_INTERVAL_S; after the last one it is the caller's."""
+    import sys
+
+    from pjrtkit.collectives import launch as L
+
+    seen = []
+
+    def run_device(position):
+        seen.append(sys.getswitchinterval())
+        time.sleep(0.05)
+        return position
+
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(0.004)
+    try:
+        outer = threading.Thread(target=L.launch_on_threads,
+                                 args=("a", 1, 2, run_device, lambda exc: Internal(str(exc))))
+        outer.start()
+        assert L.launch_on_threads("b", 2, 1, run_device, lambda exc: Internal(str(exc))) \
+            == [0, 1]
+        outer.join()
+        assert len(seen) == 4 and max(seen) <= L.LAUNCH_SWITCH_INTERVAL_S, seen
+        assert sys.getswitchinterval() == pytest.approx(0.004)
+    finally:
+        sys.setswitchinterval(before)

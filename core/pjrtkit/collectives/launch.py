@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import sys
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -142,6 +143,37 @@ class Launch:
             self._condition.notify_all()
 
 
+# CPython hands the GIL to a waiting thread only when its holder blocks or has run for the
+# switch interval (5 ms by default). The devices of a launch meet at every collective, and a
+# device released from a rendezvous, or one whose NumPy call just returned, waits up to that
+# long for a device thread that is interpreting Python: with four devices on two cores and seven
+# all-reduces per training step that was most of the step. While any launch runs, the interval
+# is at most LAUNCH_SWITCH_INTERVAL_S; the caller's value comes back when the last one ends.
+LAUNCH_SWITCH_INTERVAL_S = 0.0002
+_switch_lock = threading.Lock()
+_switch_users = 0
+_switch_saved: float | None = None
+
+
+@contextlib.contextmanager
+def _short_switch_interval():
+    global _switch_users, _switch_saved
+    with _switch_lock:
+        if _switch_users == 0:
+            _switch_saved = sys.getswitchinterval()
+            if _switch_saved > LAUNCH_SWITCH_INTERVAL_S:
+                sys.setswitchinterval(LAUNCH_SWITCH_INTERVAL_S)
+        _switch_users += 1
+    try:
+        yield
+    finally:
+        with _switch_lock:
+            _switch_users -= 1
+            if _switch_users == 0 and _switch_saved is not None:
+                sys.setswitchinterval(_switch_saved)
+                _switch_saved = None
+
+
 def launch_on_threads(name: str, num_replicas: int, num_partitions: int,
                       run_device: Callable[[int], Any],
                       error_of: Callable[[Exception], PjrtError]) -> list:
@@ -167,11 +199,12 @@ def launch_on_threads(name: str, num_replicas: int, num_partitions: int,
     threads = [threading.Thread(target=device_main, args=(position,), daemon=True,
                                 name=f"pjrtkit-{name}-device{position}")
                for position in range(1, count)]
-    for thread in threads:
-        thread.start()
-    device_main(0)
-    for thread in threads:
-        thread.join()
+    with _short_switch_interval():
+        for thread in threads:
+            thread.start()
+        device_main(0)
+        for thread in threads:
+            thread.join()
     if launch.error is not None:
         raise launch.error
     return results

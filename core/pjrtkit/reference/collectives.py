@@ -90,11 +90,15 @@ def _reducer(op, ctx) -> list[_Combiner]:
 def _fold(values, combiner: _Combiner, dtype):
     """``values`` combined in order in the combiner's type, narrowed to ``dtype`` once."""
     wide = combiner.dtype
-    result = np.array(values[0], dtype=wide, copy=True)
+    result = np.array(values[0], dtype=wide, copy=True)  # our own: updated in place below
     if combiner.from_zero:
-        result = np.asarray(result + wide.type(0), dtype=wide)  # -0 + +0 is +0; else unchanged
+        np.add(result, wide.type(0), out=result)  # -0 + +0 is +0; else unchanged
+    combine = combiner.combine
+    in_place = isinstance(combine, np.ufunc)  # a compiled region returns new arrays
     for value in values[1:]:
-        result = np.asarray(combiner.combine(result, np.asarray(value, dtype=wide)), dtype=wide)
+        value = np.asarray(value, dtype=wide)
+        result = (combine(result, value, out=result) if in_place
+                  else np.asarray(combine(result, value), dtype=wide))
     return result.astype(dtype, copy=False)
 
 

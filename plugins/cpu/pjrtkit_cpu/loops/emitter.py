@@ -7,8 +7,8 @@ A native loop's values use three of the homes of ``loopnest.values``, and one of
   a uniform constant); ``expr`` is that scalar, so elementwise ops on splats run once;
 - ``array``: a flat C-contiguous Numba array named ``expr`` (carries, captures, constants and
   the buffers of op results, allocated once before the loop and reused every iteration);
-- ``chained``: an elementwise result with a single reader, the next elementwise op of its
-  block (``chainable``): it gets no buffer and no loop of its own; its per-element statements
+- ``chained``: an elementwise result whose single reader is a later elementwise op of its
+  block (``ops.chainable_values``): it gets no buffer and no loop of its own; its per-element statements
   (``LoopSource.chained_code``) run inside the reader's loop, so ``v * a + b`` over an array
   is one pass instead of two passes and a buffer.
 
@@ -94,7 +94,7 @@ class LoopSource:
         self.helpers: dict[str, str] = {}
         self.constant_args: list[np.ndarray] = []
         self.invariant: set[int] = set()  # ids of values that never change during the loop
-        self.chainable: set[int] = set()  # ids of elementwise results to chain (``chainable``)
+        self.chainable: set[int] = set()  # ids of results to chain (``ops.chainable_values``)
         # a chained value's name -> its per-element statements (loads included), index ``q``
         self.chained_code: dict[str, list[str]] = {}
         self._names = 0
@@ -132,35 +132,3 @@ class LoopSource:
         """An array value sharing ``val``'s storage (a reshape or a contiguous slice)."""
         return Val("array", expr or val.expr, shape, val.dtype, val.storage)
 
-
-# Ops between a chained value's definition and its reader may not write memory the chained
-# statements read: in-place updates write carries, and ops with regions may contain them.
-_WRITES_IN_PLACE = frozenset({"stablehlo.dynamic_update_slice"})
-
-
-def chainable(blocks, elementwise: Callable[[Op], bool], in_place: str) -> set[int]:
-    """Ids of values an elementwise op can hand to its reader as ``chained``: the result of an
-    op ``elementwise`` accepts, read exactly once in the whole loop (``blocks`` and their nested
-    regions), as one operand of a later ``elementwise`` op of the same block, with no op that
-    may write in place (``in_place``, dynamic_update_slice, any op with regions) between."""
-    from pjrtkit.stablehlo.ir import free_uses
-
-    reads: dict[int, int] = {}
-    for block in blocks:
-        for op in block.ops:
-            for u in free_uses(op):
-                reads[u] = reads.get(u, 0) + 1
-    found: set[int] = set()
-    for block in blocks:
-        pending: dict[int, int] = {}  # value id -> index of its defining op in the block
-        for i, op in enumerate(block.ops):
-            if elementwise(op):
-                for v in op.operands:
-                    if (v.id in pending and reads.get(v.id) == 1
-                            and sum(w is v for w in op.operands) == 1):
-                        found.add(v.id)
-                if len(op.results) == 1:
-                    pending[op.results[0].id] = i
-            if op.regions or op.name == in_place or op.name in _WRITES_IN_PLACE:
-                pending.clear()
-    return found

@@ -23,10 +23,8 @@ from pjrtkit.stablehlo.ir import TERMINATORS, Block, Op
 
 from pjrtkit_cpu.fusion import cache
 from pjrtkit_cpu.loopnest import module
-from pjrtkit_cpu.loops.emitter import (INDENT, LoopSource, Unsupported, Val, chainable,
-                                        tensor_type)
-from pjrtkit_cpu.loops.ops import OP_TABLE, emit_op, is_elementwise
-from pjrtkit_cpu.loops.ownership import IN_PLACE_UPDATE
+from pjrtkit_cpu.loops.emitter import INDENT, LoopSource, Unsupported, Val, tensor_type
+from pjrtkit_cpu.loops.ops import OP_TABLE, chainable_values, emit_op
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +83,7 @@ class LoopSpec:
                 src.prologue.append(f"s_x{j} = x{j}[0]")
                 src.bind(v, Val("scalar", f"s_x{j}", (), t.dtype))
             src.invariant.add(v.id)
-        src.chainable = chainable((cond, body), is_elementwise, IN_PLACE_UPDATE)
+        src.chainable = chainable_values((cond, body))
         cond_lines: list[str] = []
         for inner in cond.ops[:-1]:
             emit_op(src, inner, cond_lines)

@@ -16,7 +16,7 @@ import math
 
 import numpy as np
 
-from pjrtkit.stablehlo.ir import Op
+from pjrtkit.stablehlo.ir import Op, free_uses
 
 from pjrtkit_cpu.fusion.rewrite import FUSED_OP
 from pjrtkit_cpu.fusion.rows import ROWS_OP
@@ -26,7 +26,7 @@ from pjrtkit_cpu.loops import branches, fused, indexing, shapes
 from pjrtkit_cpu.loops.dot import dot_general
 from pjrtkit_cpu.loops.emitter import (INDENT, LoopSource, Unsupported, Val, element_lines,
                                         tensor_type)
-from pjrtkit_cpu.loops.ownership import IN_PLACE_UPDATE
+from pjrtkit_cpu.loops.ownership import DYNAMIC_UPDATE_SLICE, IN_PLACE_UPDATE
 
 # The table this driver emits elementwise ops with (a test checks every driver names the same).
 OP_TABLE = optable.OP_TABLE
@@ -173,3 +173,30 @@ def emit_op(src: LoopSource, op: Op, lines: list[str]) -> None:
         if math.prod(tensor_type(v).shape) == 0:
             raise Unsupported("empty tensor")
     rule(src, op, lines)
+
+
+def chainable_values(blocks) -> set[int]:
+    """Ids of values ``elementwise`` hands to their reader as ``chained``: the result of an
+    elementwise op, read exactly once in the whole loop (``blocks`` and their nested regions),
+    as one operand of a later elementwise op of the same block, with no op between that may
+    write memory the chained statements read (an update in place, a dynamic_update_slice, an op
+    with regions, which may hold either)."""
+    reads: dict[int, int] = {}
+    for block in blocks:
+        for op in block.ops:
+            for u in free_uses(op):
+                reads[u] = reads.get(u, 0) + 1
+    found: set[int] = set()
+    for block in blocks:
+        pending: set[int] = set()  # elementwise results defined since the last writer
+        for op in block.ops:
+            if is_elementwise(op):
+                for v in op.operands:
+                    if (v.id in pending and reads.get(v.id) == 1
+                            and sum(w is v for w in op.operands) == 1):
+                        found.add(v.id)
+                if len(op.results) == 1:
+                    pending.add(op.results[0].id)
+            if op.regions or op.name in (IN_PLACE_UPDATE, DYNAMIC_UPDATE_SLICE):
+                pending.clear()
+    return found
