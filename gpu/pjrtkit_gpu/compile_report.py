@@ -13,8 +13,8 @@ Kernels (the lowering's, made the way its rules make them):
   op the table has for that dtype (each op's code as a fused chain would contain it), and per
   source dtype one holding its conversions to every dtype;
 - ``row_reduce`` per (reduction body, dtype);
-- ``sort_rows`` per dtype with jnp.sort's comparator (NaN last, total order) and once with
-  argsort's two operands; ``sequential_reduce`` per dtype with argmax's (value, index) body:
+- ``sort_rows`` and ``merge_runs`` (the merge sort's tile and merge kernels) per dtype with
+  jnp.sort's comparator (NaN last, total order) and once with argsort's two operands; ``sequential_reduce`` per dtype with argmax's (value, index) body:
   the regions come from the real JAX programs.
 It runs in a process of its own: Triton compiles here, it does not interpret (triton_setup).
 """
@@ -137,7 +137,7 @@ def kernel_cases(only=None):
                            "M": "i64", "K": "i64", "BM": "constexpr", "BK": "constexpr"},
                           {"BM": ROWS_PER_PROGRAM, "BK": COLUMNS_PER_STEP},
                           f"reduce({body.split('.')[-1]})"))
-    if not only or only & {"sort_rows", "sequential_reduce"}:
+    if not only or only & {"sort_rows", "merge_runs", "sequential_reduce"}:
         cases += _region_cases()
     if only:
         cases = [c for c in cases if c[0] in only]
@@ -167,7 +167,7 @@ def _region_cases():
 
     from pjrtkit_gpu import dtypes as D
     from pjrtkit_gpu.lowering.reduce import SEQUENTIAL_ROWS_PER_PROGRAM, sequential_reduction_kernel
-    from pjrtkit_gpu.lowering.sort import SORT_TILE, sort_kernel
+    from pjrtkit_gpu.lowering.sort import MERGE_BLOCK, SORT_TILE, sort_kernels
 
     def pointers(prefix, values):
         return {f"{prefix}{k}": f"*{D.storage_type(v.type.dtype)}" for k, v in enumerate(values)}
@@ -177,12 +177,16 @@ def _region_cases():
     programs.append(("float32, int64", "jnp.argsort", jnp.argsort, D.FLOAT32))
     for label, what, fn, d in programs:
         for op, captures in _ops_of(fn, np.zeros(SHAPE, d), "stablehlo.sort"):
-            kernel = sort_kernel(op.regions[0], [v.type.dtype for v in op.operands], captures)
-            signature = {**pointers("in", op.operands), **pointers("out", op.results),
-                         **pointers("cap", captures), "L": "i64", "BI": "constexpr",
-                         "BJ": "constexpr"}
-            cases.append(("sort_rows", label, "64x64 along 64", kernel, signature,
+            tiles, merges = sort_kernels(op.regions[0], [v.type.dtype for v in op.operands],
+                                         captures)
+            operands = {**pointers("in", op.operands), **pointers("out", op.results),
+                        **pointers("cap", captures), "L": "i64"}
+            cases.append(("sort_rows", label, "64x64 along 64", tiles,
+                          {**operands, "BI": "constexpr", "BJ": "constexpr"},
                           {"BI": SORT_TILE, "BJ": SORT_TILE}, what))
+            cases.append(("merge_runs", label, "64x64 along 64", merges,
+                          {**operands, "W": "i64", "STEPS": "i64", "B": "constexpr"},
+                          {"B": MERGE_BLOCK}, what))
     for d in D.SUPPORTED:
         if d == D.BOOL:
             continue

@@ -48,6 +48,30 @@ def test_a_sort_longer_than_one_tile(agrees_with_xla):
     agrees_with_xla(lambda x: (jnp.sort(x), jnp.argsort(x)), x)
 
 
+def test_merge_passes_keep_ties_in_order_over_uneven_runs(agrees_with_xla):
+    # 1000 = 15 full tiles and a short one: pairs with a short or missing right run, and
+    # 10 merge passes over values with hundreds of ties each
+    keys = sample("merge", (3, 1000), np.int32) % 5
+    floats = with_specials("mergef", (3, 1000), F32)
+    payload = np.arange(3000, dtype=np.int32).reshape(3, 1000)
+    agrees_with_xla(lambda k, f, v: (jnp.argsort(k, axis=-1, stable=True),
+                                     *jax.lax.sort((k, v), dimension=1, num_keys=1),
+                                     jnp.sort(f, axis=-1), jnp.argsort(f, descending=True),
+                                     jnp.sort(f, axis=0)), keys, floats, payload)
+
+
+def test_the_hardware_tile_and_block_sizes_sort_like_xla(agrees_with_xla, monkeypatch):
+    # emulation sorts with larger tiles and blocks (sort.INTERPRETED_*); these are the sizes a
+    # GPU runs: 11 tiles of 64 and 4 merge passes of 1024-element blocks
+    from pjrtkit_gpu.lowering import sort
+
+    monkeypatch.setattr(sort, "INTERPRETED_SORT_TILE", sort.SORT_TILE)
+    monkeypatch.setattr(sort, "INTERPRETED_MERGE_BLOCK", sort.MERGE_BLOCK)
+    x = with_specials("hwsizes", (2, 700), F32)
+    x[:, ::5] = 0.25
+    agrees_with_xla(lambda x: (jnp.sort(x), jnp.argsort(x, descending=True)), x)
+
+
 @pytest.mark.parametrize("dtype", [F32, ml_dtypes.bfloat16, np.int32, np.uint8])
 def test_argmax_argmin_with_nan_and_ties_like_xla(agrees_with_xla, dtype):
     if np.dtype(dtype).kind == "f":

@@ -2,11 +2,13 @@
 (the ones JAX emits: ``jnp.sort``'s NaN-last total order, ``argsort``'s index operand,
 ``lax.sort``'s lexicographic keys), always stable.
 
-Each operand is transposed so the sorted dimension is last; one generated kernel per
-(comparator, dtypes) ranks every element of a row against the whole row (the comparator
-inlined, ``codegen.sort_rows_source``) and scatters all operands to their ranks. That is
-O(L**2) comparisons per row of length L: right for the rows a training program sorts, not a
-GPU merge sort. A comparator op without an expression is UNIMPLEMENTED naming op and dtype.
+Each operand is transposed so the sorted dimension is last. A merge sort with two generated
+kernels per (comparator, dtypes), the comparator inlined: the first ranks every element of a
+SORT_TILE-element tile against its tile and scatters all operands to their ranks
+(``codegen.sort_rows_source``), then each pass merges pairs of sorted runs, every element
+placed by a binary search of the other run (``codegen.merge_runs_source``), until one run
+spans the row: O(L log**2 L) comparisons for a row of length L. A comparator op without an
+expression is UNIMPLEMENTED naming op and dtype.
 """
 from __future__ import annotations
 
@@ -19,12 +21,19 @@ from pjrtkit_gpu.lowering.launching import blocks, permuted
 from pjrtkit_gpu.lowering.regions import captured_scalars, region_lines
 from pjrtkit_gpu.lowering.structural import check_operands
 
-SORT_TILE = 64  # BI = BJ: elements ranked per program x elements compared per step
+SORT_TILE = 64  # BI = BJ: the tiles sorted by rank, the first runs the merge passes join
+MERGE_BLOCK = 1024  # B: elements a merge-pass program places
+# Under Triton's interpreter programs run one after another and each op costs far more than
+# its arithmetic, so the same kernels run with fewer, larger programs (1M int32: 415 s with
+# the sizes above).
+INTERPRETED_SORT_TILE = 256
+INTERPRETED_MERGE_BLOCK = 16384
 
 
-def sort_kernel(region, operand_dtypes, captures=()):
-    """The generated row-sort kernel for ``region`` over operands of ``operand_dtypes``;
-    ``captures``: the values it reads from outside (the kernel's trailing parameters)."""
+def sort_kernels(region, operand_dtypes, captures=()):
+    """The generated tile-sort and merge-pass kernels for ``region`` over operands of
+    ``operand_dtypes``; ``captures``: the values they read from outside (the kernels'
+    trailing parameters)."""
     k = len(operand_dtypes)
     captured = {v.id: f"c{n}" for n, v in enumerate(captures)}
 
@@ -37,10 +46,12 @@ def sort_kernel(region, operand_dtypes, captures=()):
 
     before, before_result = comparator("j", "i", "b")
     after, after_result = comparator("i", "j", "a")
-    source = codegen.sort_rows_source("sort_rows", [load_template(d) for d in operand_dtypes],
-                                      before, before_result, after, after_result,
-                                      captured_scalars(captures))
-    return codegen.load_kernel(source, "sort_rows")
+    loads, scalars = [load_template(d) for d in operand_dtypes], captured_scalars(captures)
+    tiles = codegen.sort_rows_source("sort_rows", loads, before, before_result, after,
+                                     after_result, scalars)
+    merges = codegen.merge_runs_source("merge_runs", loads, before, before_result, after,
+                                       after_result, scalars)
+    return codegen.load_kernel(tiles, "sort_rows"), codegen.load_kernel(merges, "merge_runs")
 
 
 def sort_rule(op, ctx):
@@ -49,7 +60,7 @@ def sort_rule(op, ctx):
     names = ", ".join(d.name for d in operand_dtypes)
     try:
         captures = ctx.captures(op)
-        kernel = sort_kernel(op.regions[0], operand_dtypes, captures)
+        tile_kernel, merge_kernel = sort_kernels(op.regions[0], operand_dtypes, captures)
     except NoKernel as exc:
         inner = getattr(exc, "op", None)
         what = f" ({inner.describe()})" if inner is not None else ""
@@ -62,7 +73,10 @@ def sort_rule(op, ctx):
     length = shape[dimension]
     rows = math.prod(shape) // length if length else 0
     driver, device = ctx.payloads.driver, ctx.payloads.device_index
-    constexprs = {"BI": SORT_TILE, "BJ": SORT_TILE}
+    tile, block = ((INTERPRETED_SORT_TILE, INTERPRETED_MERGE_BLOCK) if driver.interprets
+                   else (SORT_TILE, MERGE_BLOCK))
+    tile_constexprs = {"BI": tile, "BJ": tile}
+    merge_constexprs = {"B": block}
 
     count = len(op.operands)
 
@@ -73,8 +87,17 @@ def sort_rule(op, ctx):
         arranged = [permuted(driver, device, x, permutation).reshaped((rows, length))
                     for x in operands]
         sorted_rows = [driver.empty(device, (rows, length), x.dtype) for x in operands]
-        driver.launch(device, kernel, (rows, blocks(length, SORT_TILE)),
-                      [*arranged, *sorted_rows, *captured, length], constexprs)
+        driver.launch(device, tile_kernel, (rows, blocks(length, tile)),
+                      [*arranged, *sorted_rows, *captured, length], tile_constexprs)
+        run = tile
+        spare = [driver.empty(device, (rows, length), x.dtype) for x in operands] \
+            if run < length else []
+        while run < length:
+            driver.launch(device, merge_kernel, (rows, blocks(length, block)),
+                          [*sorted_rows, *spare, *captured, length, run, run.bit_length()],
+                          merge_constexprs)
+            sorted_rows, spare = spare, sorted_rows
+            run *= 2
         return tuple(permuted(driver, device, s.reshaped(arranged_shape), inverse)
                      for s in sorted_rows)
 
