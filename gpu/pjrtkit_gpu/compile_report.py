@@ -14,7 +14,8 @@ Kernels (the lowering's, made the way its rules make them):
   source dtype one holding its conversions to every dtype;
 - ``row_reduce`` per (reduction body, dtype);
 - ``sort_rows`` and ``merge_runs`` (the merge sort's tile and merge kernels) per dtype with
-  jnp.sort's comparator (NaN last, total order) and once with argsort's two operands; ``sequential_reduce`` per dtype with argmax's (value, index) body:
+  jnp.sort's comparator (NaN last, total order) and once with argsort's two operands;
+  ``sequential_reduce`` per dtype with argmax's (value, index) body:
   the regions come from the real JAX programs.
 It runs in a process of its own: Triton compiles here, it does not interpret (triton_setup).
 """
