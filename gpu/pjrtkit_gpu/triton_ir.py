@@ -45,22 +45,20 @@ class TritonIrKernel:
 
 
 def ir_text_from_bytecode(bytecode: bytes) -> str:
-    """The Triton module ``bytecode`` (jaxlib's MLIR bytecode) as MLIR text."""
-    from jaxlib.mlir import ir
-    from jaxlib.triton import dialect
+    """The Triton module ``bytecode`` (jaxlib's MLIR bytecode) as MLIR text, parsed in the
+    isolated parser process (a user's bytes reach MLIR's bytecode reader); INVALID_ARGUMENT
+    if it does not parse."""
+    from pjrtkit.stablehlo.isolation import bytecode_text_isolated
 
-    context = ir.Context()
-    dialect.register_dialect(context)
-    with context:
-        module = ir.Module.parse(bytes(bytecode))
-        return module.operation.get_asm(enable_debug_info=False)
+    return bytecode_text_isolated(bytes(bytecode), "jaxlib.triton.dialect")
 
 
 def kernel_from_backend_config(config: dict) -> TritonIrKernel:
     """The kernel of a ``__gpu$xla.gpu.triton`` custom call's decoded ``mhlo.backend_config``.
 
     Raises:
-        KeyError / ValueError: the config lacks a field or holds no Triton module.
+        KeyError / ValueError: the config lacks a field.
+        InvalidArgument: its ``ir`` is bytecode that does not parse.
     """
     ir_bytes = config["ir"]
     if isinstance(ir_bytes, str):  # a UTF-8 text module: already what Triton reads

@@ -8,6 +8,7 @@ or compiles in one process (triton_setup)."""
 from __future__ import annotations
 
 import json
+import re
 import os
 import subprocess
 import sys
@@ -105,6 +106,7 @@ def test_pallas_call_lowers_for_our_platforms_compiles_ahead_of_time_and_is_unim
 
 LOWER_ON_A_NEWER_JAX = r"""
 import json
+import re
 import jax, jax.numpy as jnp, numpy as np
 from jax.experimental import pallas as pl
 
@@ -148,3 +150,37 @@ def test_pallas_call_on_a_jax_whose_triton_lowering_is_not_compiled_says_so():
         assert message.startswith("NotImplementedError"), message
         assert f"{platform}: pl.pallas_call" in message and f"jax {version}" in message, message
         assert "interpret=True" in message, message
+
+
+def _triton_call(backend_config: str) -> str:
+    from pjrtkit_gpu.triton_ir import PALLAS_TRITON_TARGET  # after emulated_driver(): Triton
+
+    return ("func.func public @main(%a: tensor<2x3xf32>) -> tensor<2x3xf32> {\n"
+            f"  %0 = stablehlo.custom_call @{PALLAS_TRITON_TARGET}(%a) {backend_config}: "
+            "(tensor<2x3xf32>) -> tensor<2x3xf32>\n  return %0 : tensor<2x3xf32>\n}\n")
+
+
+FIELDS = 'name = "k", num_warps = 4 : i32, num_stages = 1 : i32, grid_x = 1 : i32, ' \
+         'grid_y = 1 : i32, grid_z = 1 : i32'
+
+
+@pytest.mark.parametrize("backend_config, says", [
+    ("", "without a dictionary backend_config"),
+    ('{mhlo.backend_config = {name = "k"}}', "unreadable backend_config (KeyError"),
+    # not Triton bytecode: parsed in the isolated parser, never in this process
+    ('{mhlo.backend_config = {ir = "ML\\EFR\\00\\FF\\FF\\FF\\FF\\01garbage", ' + FIELDS + '}}',
+     "does not parse"),
+])
+def test_a_malformed_triton_call_is_invalid_argument(backend_config, says):
+    from pjrtkit.errors import InvalidArgument
+    from pjrtkit.lowering.plan import build_plan
+    from pjrtkit.stablehlo.loader import load_program
+
+    from gpu_support import emulated_driver
+
+    driver = emulated_driver()  # first: it makes Triton interpret
+    from pjrtkit_gpu.lowering import registry_for
+
+    program = load_program(_triton_call(backend_config))
+    with pytest.raises(InvalidArgument, match=re.escape(says)):
+        build_plan(program, registry_for(driver, 0, "pjrtkit_cuda"))
