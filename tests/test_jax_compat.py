@@ -219,3 +219,22 @@ def test_the_pallas_call_rule_the_gpu_plugins_wrap_is_where_they_look():
     rule = pallas_call._pallas_call_lowering  # noqa: SLF001 - the name the GPU plugins use
     assert "ctx" in inspect.signature(rule).parameters
     assert pallas_call.pallas_call_p.name == "pallas_call"
+
+
+@pytest.mark.skipif(not jax_compat.pallas_triton_supported(),
+                    reason="this jax's Pallas Triton kernels are not compiled by the GPU plugins")
+def test_register_pallas_gpu_answers_where_this_jaxs_pallas_lowering_asks():
+    """jax 0.12's Pallas Triton lowering asks gpu_info.get_gpu_info() for the device's GPU, and
+    unknown device kinds are looked up in gpu_info.registry; jax 0.10 does not ask."""
+    try:
+        from jax._src.pallas.triton import gpu_info
+    except ImportError:
+        pytest.skip("this jax's Pallas Triton lowering does not ask which GPU (jax 0.10)")
+    jax_compat.register_pallas_gpu("pjrtkit test GPU A", "sm_90")
+    jax_compat.register_pallas_gpu("pjrtkit test GPU B", "gfx942")
+    try:
+        a, b = gpu_info.registry["pjrtkit test GPU A"](), gpu_info.registry["pjrtkit test GPU B"]()
+    finally:
+        del gpu_info.registry["pjrtkit test GPU A"], gpu_info.registry["pjrtkit test GPU B"]
+    assert (a.arch_name, a.compute_capability) == ("9.0", 90)
+    assert (b.arch_name, b.compute_capability) == ("gfx942", 0)

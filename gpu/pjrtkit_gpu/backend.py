@@ -79,7 +79,11 @@ class GpuBackend:
     def pjrtkit_jax_lowering_rules(self):
         from pjrtkit_gpu.jax_pallas import pallas_lowering_rules
 
-        return pallas_lowering_rules(self.vendor)
+        try:
+            devices = self.driver().devices()
+        except Exception:  # noqa: BLE001 - no driver: no device to lower for; topology says why
+            devices = ()
+        return pallas_lowering_rules(self.vendor, devices)
 
     @hookimpl
     def pjrtkit_client_topology(self, options):
