@@ -174,6 +174,15 @@ def test_scatter_replace_and_out_of_bounds_windows(agrees_with_xla):
                                   jnp.take(a, i, axis=0, mode="clip")), x, idx)
 
 
+def test_scatter_and_gather_at_one_traced_index(agrees_with_xla):
+    # one start index for every element (no batch dims), as LU's row swaps write
+    x = sample("one", (4, 5), F32)
+    row = sample("onerow", (5,), F32)
+    agrees_with_xla(lambda a, r, i: (a.at[i].set(r), a.at[i, 2].add(1.0),
+                                     jnp.take(a, i, axis=0), jnp.take(a, i, axis=1)),
+                    x, row, np.int32(2))
+
+
 @pytest.mark.parametrize("dtype", [np.float32, BF16, np.float64])
 def test_convolution_forward_and_both_gradients(agrees_with_xla, dtype):
     x, w = sample("cx", (2, 7, 6, 3), dtype), sample("cw", (3, 3, 3, 4), dtype)
