@@ -14,6 +14,16 @@ PYTHON ?= python3.12
 CONSTRAINTS := constraints-jax$(JAX).txt
 VENV ?= .venv-jax$(JAX)-$(notdir $(PYTHON))
 endif
+# TRITON=3.6.0 (any version pjrtkit-gpu accepts) installs the same pinned set with that Triton
+# instead of the pinned one, in its own $(VENV)-triton$(TRITON): `make gpu-compile-report
+# TRITON=3.6.0` checks that the kernels build with the GPU test machine's Triton.
+TRITON ?=
+ifneq ($(strip $(TRITON)),)
+VENV := $(VENV)-triton$(TRITON)
+PIP_CONSTRAINTS := $(VENV)/constraints-triton.txt
+else
+PIP_CONSTRAINTS := $(CONSTRAINTS)
+endif
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.pjrtkit-installed
 SETS := $(patsubst constraints-jax%.txt,%,$(wildcard constraints-jax*.txt))
@@ -28,12 +38,13 @@ PLUGINS := cpu $(filter-out cpu,$(sort $(notdir $(patsubst %/,%,$(dir $(wildcard
 $(STAMP): pyproject.toml setup.py $(CONSTRAINTS) gpu/pyproject.toml $(wildcard plugins/*/pyproject.toml) core/pjrtkit/abi/_build.py $(wildcard core/pjrtkit/abi/*.h)
 	@$(PYTHON) -c "" >/dev/null 2>&1 || { echo "cannot run $(PYTHON); run: make PYTHON=/path/to/python$(if $(JAX),3.12,3.11)$(if $(JAX), JAX=$(JAX))"; exit 1; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade "pip>=24" -c $(CONSTRAINTS)
-	$(BIN)/python -m pip install -q -c $(CONSTRAINTS) setuptools wheel cffi
-	$(BIN)/python -m pip install -q -c $(CONSTRAINTS) --no-build-isolation -e '.[test]'
-	$(BIN)/python -m pip install -q -c $(CONSTRAINTS) --no-build-isolation -e 'gpu[cuda,rocm]'
+	$(if $(strip $(TRITON)),sed 's/^triton==.*/triton==$(TRITON)/' $(CONSTRAINTS) > $(PIP_CONSTRAINTS))
+	$(BIN)/python -m pip install -q --upgrade "pip>=24" -c $(PIP_CONSTRAINTS)
+	$(BIN)/python -m pip install -q -c $(PIP_CONSTRAINTS) setuptools wheel cffi
+	$(BIN)/python -m pip install -q -c $(PIP_CONSTRAINTS) --no-build-isolation -e '.[test]'
+	$(BIN)/python -m pip install -q -c $(PIP_CONSTRAINTS) --no-build-isolation -e 'gpu[cuda,rocm]'
 	for plugin in $(PLUGINS); do \
-		$(BIN)/python -m pip install -q -c $(CONSTRAINTS) --no-build-isolation -e plugins/$$plugin || exit 1; \
+		$(BIN)/python -m pip install -q -c $(PIP_CONSTRAINTS) --no-build-isolation -e plugins/$$plugin || exit 1; \
 	done
 	touch $(STAMP)
 

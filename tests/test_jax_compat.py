@@ -187,6 +187,9 @@ MAY_USE_JAX_PRIVATES = {
     "core/pjrtkit/jax_callbacks.py",
     "core/pjrtkit/jax_dlpack.py",
     "core/pjrtkit/jax_platform_like.py",
+    # pl.pallas_call on the GPU plugins runs JAX's own pallas_call lowering rule as if for
+    # cuda/rocm (no public spelling; tests: gpu/tests/test_pallas.py).
+    "gpu/pjrtkit_gpu/jax_pallas.py",
     # The jax-tests runner's pytest plugin imports JAX's own test_util, which defines the
     # jax_test_dut flag JAX's test files read (it runs only inside JAX's test environment).
     "core/pjrtkit/testing/jax_tests/pytest_plugin.py",
@@ -205,3 +208,33 @@ def test_only_jax_compat_imports_private_jax_names():
                     if re.search(r"\bjax\._src\b|from jax\._src|\bxla_bridge\b", code):
                         offenders.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
     assert not offenders, "JAX private names outside jax_compat:\n" + "\n".join(offenders)
+
+
+def test_the_pallas_call_rule_the_gpu_plugins_wrap_is_where_they_look():
+    """gpu/pjrtkit_gpu/jax_pallas.py re-runs JAX's generic pallas_call rule for cuda/rocm."""
+    import inspect
+
+    from jax._src.pallas import pallas_call
+
+    rule = pallas_call._pallas_call_lowering  # noqa: SLF001 - the name the GPU plugins use
+    assert "ctx" in inspect.signature(rule).parameters
+    assert pallas_call.pallas_call_p.name == "pallas_call"
+
+
+@pytest.mark.skipif(not jax_compat.pallas_triton_supported(),
+                    reason="this jax's Pallas Triton kernels are not compiled by the GPU plugins")
+def test_register_pallas_gpu_answers_where_this_jaxs_pallas_lowering_asks():
+    """jax 0.12's Pallas Triton lowering asks gpu_info.get_gpu_info() for the device's GPU, and
+    unknown device kinds are looked up in gpu_info.registry; jax 0.10 does not ask."""
+    try:
+        from jax._src.pallas.triton import gpu_info
+    except ImportError:
+        pytest.skip("this jax's Pallas Triton lowering does not ask which GPU (jax 0.10)")
+    jax_compat.register_pallas_gpu("pjrtkit test GPU A", "sm_90")
+    jax_compat.register_pallas_gpu("pjrtkit test GPU B", "gfx942")
+    try:
+        a, b = gpu_info.registry["pjrtkit test GPU A"](), gpu_info.registry["pjrtkit test GPU B"]()
+    finally:
+        del gpu_info.registry["pjrtkit test GPU A"], gpu_info.registry["pjrtkit test GPU B"]
+    assert (a.arch_name, a.compute_capability) == ("9.0", 90)
+    assert (b.arch_name, b.compute_capability) == ("gfx942", 0)

@@ -71,6 +71,42 @@ def support_problem(jax_version: str | None = None) -> str | None:
             "see 'JAX versions' in pjrtkit's README")
 
 
+# The release lines whose Pallas Triton lowering (``pl.pallas_call`` with the Triton backend)
+# the GPU plugins compile: jax 0.10 and 0.12 lower it to the custom call
+# ``__gpu$xla.gpu.triton`` carrying the kernel's Triton IR as MLIR bytecode. jax 0.12 asks
+# ``jax._src.pallas.triton.gpu_info`` for the device's GPU first (``register_pallas_gpu``).
+# jax 0.11 lowers to ``triton_kernel_call_ffi``, a kernel jaxlib compiled itself: not handled.
+PALLAS_TRITON_RELEASE_LINES = frozenset({(0, 10), (0, 12)})
+
+
+def register_pallas_gpu(device_kind: str, target: str) -> None:
+    """Tell a jax whose Pallas Triton lowering asks which GPU the device is (0.12's
+    ``jax._src.pallas.triton.gpu_info``: it knows NVIDIA's names and ``gfx`` kinds on its own
+    platforms) that ``device_kind`` is a ``target`` GPU ("sm_90", "gfx942"). A no-op on a jax
+    that does not ask (0.10)."""
+    try:
+        from jax._src.pallas.triton import gpu_info
+    except ImportError:
+        return
+    registry = getattr(gpu_info, "registry", None)
+    if registry is None:
+        return
+    if target.startswith("sm_"):
+        digits = target[len("sm_"):]
+        arch_name, capability = f"{digits[:-1]}.{digits[-1]}", int(digits)
+    else:
+        arch_name, capability = target, 0
+    registry[device_kind] = lambda: gpu_info.GpuInfo(gpu_version=None, arch_name=arch_name,
+                                                     compute_capability=capability)
+
+
+def pallas_triton_supported(jax_version: str | None = None) -> bool:
+    """Whether the installed (or given) jax's Pallas Triton kernels compile on the GPU
+    plugins (``PALLAS_TRITON_RELEASE_LINES``)."""
+    text = jax_version if jax_version is not None else installed_versions()["jax"]
+    return version_tuple(text)[:2] in PALLAS_TRITON_RELEASE_LINES
+
+
 def xla_integer_power_uses_every_exponent_bit() -> bool:
     """How the installed XLA CPU backend (the reference) computes integer ``stablehlo.power``.
 

@@ -76,6 +76,16 @@ class GpuBackend:
                         attributes={"device_count": len(devices), "vendor": self.vendor})
 
     @hookimpl
+    def pjrtkit_jax_lowering_rules(self):
+        from pjrtkit_gpu.jax_pallas import pallas_lowering_rules
+
+        try:
+            devices = self.driver().devices()
+        except Exception:  # noqa: BLE001 - no driver: no device to lower for; topology says why
+            devices = ()
+        return pallas_lowering_rules(self.vendor, devices)
+
+    @hookimpl
     def pjrtkit_client_topology(self, options):
         return self._topology(self.plugin)
 

@@ -126,3 +126,137 @@ def linear_kernel_source(name: str, params: list[str], body: list[str]) -> str:
              "    mask = i < n"]
     lines += [f"    {line}" for line in body]
     return HEADER + "\n".join(lines) + "\n"
+
+
+def _indented(lines: list[str], depth: int) -> str:
+    return "\n".join(" " * depth + line for line in lines)
+
+
+def _captured(captures: list[str]) -> tuple[list[str], list[str]]:
+    """Parameters ``cap<k>`` and the lines loading them into ``c<k>`` (see
+    ``lowering.regions.captured_scalars``)."""
+    return ([f"cap{k}" for k in range(len(captures))],
+            [f"c{k} = {load}" for k, load in enumerate(captures)])
+
+
+def sort_rows_source(name: str, loads: list[str], before: list[str], before_result: str,
+                     after: list[str], after_result: str, captures: list[str]) -> str:
+    """A stable sort of each BI-element tile of each row of ``len(loads)`` row-major (R, L)
+    arrays ``in<k>`` into ``out<k>`` by rank: element i goes to its tile's start plus #{j in
+    the tile: j before i} + #{j < i in the tile: neither before the other}, which is the stable
+    order for any strict weak order. Grid (R, cdiv(L, BI)); BJ == BI. The runs it leaves are
+    merged by ``merge_runs_source``.
+
+    ``loads[k]`` converts a loaded tile ``{v}`` to operand k's compute type; ``before``
+    (lines) computes ``before_result``, "element j sorts before element i", from ``j<k>`` and
+    ``i<k>``; ``after`` computes ``after_result``, "i before j". BI x BJ comparisons per tile.
+    ``captures``: scalars the comparator reads from outside, as ``c<k>``.
+    """
+    k = len(loads)
+    capture_params, capture_lines = _captured(captures)
+    params = [f"in{n}" for n in range(k)] + [f"out{n}" for n in range(k)] + capture_params
+    load_i = [f"raw{n} = tl.load(in{n} + base + i, mask=imask, other=0)" for n in range(k)]
+    load_i += [f"i{n} = ({loads[n].format(v=f'raw{n}')})[:, None]" for n in range(k)]
+    load_j = [f"j{n} = ({loads[n].format(v=f'tl.load(in{n} + base + j, mask=jmask, other=0)')})"
+              f"[None, :]" for n in range(k)]
+    stores = [f"tl.store(out{n} + base + start + rank, raw{n}, mask=imask)" for n in range(k)]
+    return HEADER + f"""@triton.jit
+def {name}({', '.join(params)}, L, BI: tl.constexpr, BJ: tl.constexpr):
+    base = tl.program_id(0).to(tl.int64) * L
+    start = tl.program_id(1).to(tl.int64) * BI
+    i = start + tl.arange(0, BI).to(tl.int64)
+    imask = i < L
+{_indented(capture_lines + load_i, 4)}
+    rank = tl.zeros((BI,), dtype=tl.int64)
+    for j0 in range(0, BI, BJ):
+        j = start + j0 + tl.arange(0, BJ).to(tl.int64)
+        jmask = j < L
+{_indented(load_j, 8)}
+{_indented(before, 8)}
+{_indented(after, 8)}
+        earlier = ({before_result}) | ((j[None, :] < i[:, None]) & (({after_result}) == 0))
+        earlier = earlier & jmask[None, :]
+        rank += tl.sum(earlier.to(tl.int64), axis=1)
+{_indented(stores, 4)}
+"""
+
+
+def merge_runs_source(name: str, loads: list[str], before: list[str], before_result: str,
+                      after: list[str], after_result: str, captures: list[str]) -> str:
+    """One pass of a stable merge sort over each row of ``len(loads)`` row-major (R, L) arrays
+    ``in<k>`` whose runs of W elements are sorted: runs 2m and 2m+1 merge into ``out<k>``.
+    Grid (R, cdiv(L, B)).
+
+    Each element finds its place by a binary search of the other run of its pair (``STEPS``
+    halvings, at least W's bit length): an element of the left run goes after the right run's
+    elements that sort before it, one of the right run after the left run's elements it does
+    not sort before, so equal elements keep their order. O(L log W) comparisons a pass.
+    ``loads``, ``before``/``after`` and ``captures`` as in ``sort_rows_source``, on (B,) tiles.
+    """
+    k = len(loads)
+    capture_params, capture_lines = _captured(captures)
+    params = [f"in{n}" for n in range(k)] + [f"out{n}" for n in range(k)] + capture_params
+    load_i = [f"raw{n} = tl.load(in{n} + base + p, mask=pmask, other=0)" for n in range(k)]
+    load_i += [f"i{n} = {loads[n].format(v=f'raw{n}')}" for n in range(k)]
+    load_j = [f"j{n} = {loads[n].format(v=f'tl.load(in{n} + base + q, mask=probe, other=0)')}"
+              for n in range(k)]
+    stores = [f"tl.store(out{n} + base + destination, raw{n}, mask=pmask)" for n in range(k)]
+    return HEADER + f"""@triton.jit
+def {name}({', '.join(params)}, L, W, STEPS, B: tl.constexpr):
+    base = tl.program_id(0).to(tl.int64) * L
+    p = tl.program_id(1).to(tl.int64) * B + tl.arange(0, B).to(tl.int64)
+    pmask = p < L
+    pair = (p // (2 * W)) * (2 * W)
+    left_end = tl.minimum(pair + W, L)
+    right_end = tl.minimum(pair + 2 * W, L)
+    left = p < left_end
+    other = tl.where(left, left_end, pair)
+    lo = tl.zeros((B,), dtype=tl.int64)
+    hi = tl.where(left, right_end - left_end, left_end - pair)
+{_indented(capture_lines + load_i, 4)}
+    for _ in range(STEPS):
+        probe = (lo < hi) & pmask
+        mid = (lo + hi) // 2
+        q = other + mid
+{_indented(load_j, 8)}
+{_indented(before, 8)}
+{_indented(after, 8)}
+        right = tl.where(left, ({before_result}) != 0, ({after_result}) == 0)
+        lo = tl.where(probe & right, mid + 1, lo)
+        hi = tl.where(probe & (right == 0), mid, hi)
+    destination = pair + p - tl.where(left, pair, left_end) + lo
+{_indented(stores, 4)}
+"""
+
+
+def sequential_reduce_source(name: str, loads: list[str], body: list[str], results: list[str],
+                             stores: list[str], captures: list[str]) -> str:
+    """A reduction of each row of ``len(loads)`` row-major (M, K) arrays ``x<k>`` (with scalar
+    inits ``init<k>``) into ``out<k>[M]`` by any body: ``acc = body(acc, column)`` for each
+    column in order, as XLA's CPU backend folds; rows in parallel. Grid (cdiv(M, BM),).
+
+    ``loads[k]`` converts ``{v}`` to operand k's compute type; ``body`` (lines) computes
+    ``results`` from ``acc<k>`` and ``x<k>v``; ``stores[k]`` converts ``{v}`` to storage.
+    ``captures``: scalars the body reads from outside, as ``c<k>``.
+    """
+    n = len(loads)
+    capture_params, capture_lines = _captured(captures)
+    params = [f"x{k}" for k in range(n)] + [f"init{k}" for k in range(n)] + \
+        [f"out{k}" for k in range(n)] + capture_params
+    start = [f"acc{k} = tl.where(mask, {loads[k].format(v=f'tl.load(init{k})')}, "
+             f"{loads[k].format(v=f'tl.load(init{k})')})" for k in range(n)]
+    step = [f"x{k}v = {loads[k].format(v=f'tl.load(x{k} + rows * K + c, mask=mask, other=0)')}"
+            for k in range(n)]
+    step += body
+    step += [f"acc{k} = {results[k]}" for k in range(n)]
+    finish = [f"tl.store(out{k} + rows, {stores[k].format(v=f'acc{k}')}, mask=mask)"
+              for k in range(n)]
+    return HEADER + f"""@triton.jit
+def {name}({', '.join(params)}, M, K, BM: tl.constexpr):
+    rows = tl.program_id(0).to(tl.int64) * BM + tl.arange(0, BM).to(tl.int64)
+    mask = rows < M
+{_indented(capture_lines + start, 4)}
+    for c in range(0, K):
+{_indented(step, 8)}
+{_indented(finish, 4)}
+"""

@@ -12,7 +12,11 @@ Kernels (the lowering's, made the way its rules make them):
 - ``elementwise``: per dtype, one generated kernel holding the expression of every elementwise
   op the table has for that dtype (each op's code as a fused chain would contain it), and per
   source dtype one holding its conversions to every dtype;
-- ``row_reduce`` per (reduction body, dtype).
+- ``row_reduce`` per (reduction body, dtype);
+- ``sort_rows`` and ``merge_runs`` (the merge sort's tile and merge kernels) per dtype with
+  jnp.sort's comparator (NaN last, total order) and once with argsort's two operands;
+  ``sequential_reduce`` per dtype with argmax's (value, index) body:
+  the regions come from the real JAX programs.
 It runs in a process of its own: Triton compiles here, it does not interpret (triton_setup).
 """
 from __future__ import annotations
@@ -134,8 +138,69 @@ def kernel_cases(only=None):
                            "M": "i64", "K": "i64", "BM": "constexpr", "BK": "constexpr"},
                           {"BM": ROWS_PER_PROGRAM, "BK": COLUMNS_PER_STEP},
                           f"reduce({body.split('.')[-1]})"))
+    if not only or only & {"sort_rows", "merge_runs", "sequential_reduce"}:
+        cases += _region_cases()
     if only:
         cases = [c for c in cases if c[0] in only]
+    return cases
+
+
+def _ops_of(fn, x, name):
+    """The ``name`` ops of the real JAX program ``fn(x)``, fused as the plugins compile it,
+    with the values their regions read from outside."""
+    import jax
+
+    from pjrtkit.stablehlo.ir import free_values, walk_ops
+    from pjrtkit.testing.programs import lower_program
+
+    from pjrtkit_gpu.fusion import fuse_elementwise
+
+    with jax.enable_x64(True):
+        program = fuse_elementwise(lower_program(fn, x))
+    return [(op, free_values(op)) for op in walk_ops(program) if op.name == name]
+
+
+def _region_cases():
+    """Kernels with an inlined region, made from the regions JAX really emits: ``sort_rows``
+    for jnp.sort per dtype and for argsort, ``sequential_reduce`` for argmax per dtype."""
+    import jax.numpy as jnp
+    import numpy as np
+
+    from pjrtkit_gpu import dtypes as D
+    from pjrtkit_gpu.lowering.reduce import SEQUENTIAL_ROWS_PER_PROGRAM, sequential_reduction_kernel
+    from pjrtkit_gpu.lowering.sort import MERGE_BLOCK, SORT_TILE, sort_kernels
+
+    def pointers(prefix, values):
+        return {f"{prefix}{k}": f"*{D.storage_type(v.type.dtype)}" for k, v in enumerate(values)}
+
+    cases = []
+    programs = [(d.name, "jnp.sort", jnp.sort, d) for d in D.SUPPORTED]
+    programs.append(("float32, int64", "jnp.argsort", jnp.argsort, D.FLOAT32))
+    for label, what, fn, d in programs:
+        for op, captures in _ops_of(fn, np.zeros(SHAPE, d), "stablehlo.sort"):
+            tiles, merges = sort_kernels(op.regions[0], [v.type.dtype for v in op.operands],
+                                         captures)
+            operands = {**pointers("in", op.operands), **pointers("out", op.results),
+                        **pointers("cap", captures), "L": "i64"}
+            cases.append(("sort_rows", label, "64x64 along 64", tiles,
+                          {**operands, "BI": "constexpr", "BJ": "constexpr"},
+                          {"BI": SORT_TILE, "BJ": SORT_TILE}, what))
+            cases.append(("merge_runs", label, "64x64 along 64", merges,
+                          {**operands, "W": "i64", "STEPS": "i64", "B": "constexpr"},
+                          {"B": MERGE_BLOCK}, what))
+    for d in D.SUPPORTED:
+        if d == D.BOOL:
+            continue
+        for op, captures in _ops_of(lambda x: jnp.argmax(x, axis=-1), np.zeros(SHAPE, d),
+                                    "stablehlo.reduce"):
+            n = len(op.operands) // 2
+            kernel = sequential_reduction_kernel(
+                op.regions[0], [v.type.dtype for v in op.operands[:n]], captures)
+            signature = {**pointers("x", op.operands[:n]), **pointers("init", op.operands[n:]),
+                         **pointers("out", op.results), **pointers("cap", captures),
+                         "M": "i64", "K": "i64", "BM": "constexpr"}
+            cases.append(("sequential_reduce", f"{d.name}, int64", "64x64 -> 64", kernel,
+                          signature, {"BM": SEQUENTIAL_ROWS_PER_PROGRAM}, "jnp.argmax"))
     return cases
 
 
@@ -151,7 +216,8 @@ def _prepare(only) -> None:
 
 def _compile(task):
     """One (case index, target): the report's row."""
-    from pjrtkit_gpu.drivers.compiled_kernels import BINARY, TARGETS, compile_kernel
+    from pjrtkit_gpu.drivers.compiled_kernels import compile_kernel
+    from pjrtkit_gpu.targets import BINARY, TARGETS
 
     index, target = task
     name, dtype, shape, kernel, signature, constexprs, what = _CASES[index]
@@ -178,7 +244,7 @@ def main(argv=None) -> int:
     parser.add_argument("--markdown")
     args = parser.parse_args(argv)
 
-    from pjrtkit_gpu.drivers.compiled_kernels import TARGETS
+    from pjrtkit_gpu.targets import TARGETS
 
     targets = [t for t in args.targets.split(",") if t]
     unknown = [t for t in targets if t not in TARGETS]

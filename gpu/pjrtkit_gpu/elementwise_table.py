@@ -179,11 +179,20 @@ def _power(op, a, b):
     return f"tl.where({y} == 0.0, 1.0, {value})"
 
 
+def _total_order_key(x: str, dtype) -> str:
+    """A signed integer that orders floats as IEEE 754 totalOrder does (-NaN < -inf < ... <
+    -0.0 < +0.0 < ... < inf < NaN): the bits, with the magnitude bits flipped when negative.
+    float16/bfloat16 are exact in their float32 compute type, whose order is theirs."""
+    bits = 64 if dtype == D.FLOAT64 else 32
+    raw = f"{x}.to(tl.int{bits}, bitcast=True)"
+    return f"({raw} ^ (({raw} >> {bits - 1}) & {2 ** (bits - 1) - 1}))"
+
+
 def _compare(op, a, b):
     d = _operand(op)
     direction = op.attributes["comparison_direction"]
-    if op.attributes.get("compare_type", "NOTYPE") == "TOTALORDER":
-        raise NoKernel(f"TOTALORDER compare on {d.name}")
+    if op.attributes.get("compare_type", "NOTYPE") == "TOTALORDER" and D.is_float(d):
+        a, b = _total_order_key(a, d), _total_order_key(b, d)
     symbol = {"EQ": "==", "NE": "!=", "LT": "<", "LE": "<=", "GT": ">", "GE": ">="}.get(direction)
     _need(symbol is not None, f"comparison_direction {direction}")
     return f"({a} {symbol} {b})"

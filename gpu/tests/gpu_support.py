@@ -9,6 +9,7 @@ tests that compile for GPU targets run in a child process.
 from __future__ import annotations
 
 import os
+import zlib
 
 import jax
 import numpy as np
@@ -51,3 +52,20 @@ def run_on_gpu(fn, *args, static_argnums=()):
     with np.errstate(all="ignore"):
         outputs = plan(*payloads)
     return tuple(driver.to_host(p) for p in outputs)
+
+
+def rng_for(name: str) -> np.random.Generator:
+    return np.random.default_rng(zlib.crc32(name.encode()))
+
+
+def sample(name, shape, dtype):
+    """Seeded test data: small integers, bools, or normal floats (scale 3) of ``dtype``."""
+    rng = rng_for(name)
+    dtype = np.dtype(dtype)
+    if dtype == np.bool_:
+        return rng.random(shape) < 0.5
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        return rng.integers(max(info.min, -100), min(info.max, 100), shape, endpoint=True,
+                            dtype=dtype)
+    return (rng.standard_normal(shape) * 3).astype(dtype)

@@ -15,12 +15,14 @@ def test_compile_report_builds_cubin_and_hsaco(tmp_path):
                                                              "TRITON_INTERPRET")}
     run = subprocess.run(
         [sys.executable, "-m", "pjrtkit_gpu.compile_report", "--targets", "sm_90,gfx942",
-         "--only", "batched_matmul,row_reduce,elementwise", "--dtypes", "bfloat16",
+         "--only", "batched_matmul,row_reduce,elementwise,sort_rows,merge_runs,sequential_reduce",
+         "--dtypes", "bfloat16",
          "--json", str(out)], capture_output=True, text=True, env=env, timeout=900)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     report = json.loads(out.read_text())
     rows = report["rows"]
     assert report["summary"]["failures"] == 0
-    assert {r["kernel"] for r in rows} == {"batched_matmul", "row_reduce", "elementwise"}
+    assert {r["kernel"] for r in rows} == {"batched_matmul", "row_reduce", "elementwise",
+                                          "sort_rows", "merge_runs", "sequential_reduce"}
     assert {r["target"] for r in rows} == {"sm_90", "gfx942"}
     assert all(r["binary_bytes"] > 1000 for r in rows), rows

@@ -78,6 +78,23 @@ def test_cuda_driver_round_trip_and_launch():
     assert np.array_equal(driver.to_host(driver.from_host(0, x)), x)
 
 
+@pytest.mark.skipif(not _has_nvidia_gpu(), reason="no NVIDIA GPU on this machine: pinned "
+                                                  "host staging (cuMemHostAlloc) is untested here")
+def test_cuda_transfers_larger_than_the_pinned_staging_buffer_round_trip():
+    from pjrtkit_gpu.drivers.cuda import CudaDriver, PinnedStaging
+
+    driver = CudaDriver()
+    n = (2 * PinnedStaging.STAGING_BYTES + 12345) // 4  # three chunks, the last one partial
+    x = np.random.default_rng(0).standard_normal(n).astype(np.float32)
+    payload = driver.from_host(0, x)
+    assert np.array_equal(driver.to_host(payload), x)
+    assert np.array_equal(driver.to_host(driver.duplicate(payload)), x)
+    assert driver._staging.buffer(0)  # noqa: SLF001 - the staging buffer really is pinned memory
+    from cuda.bindings import driver as cu
+    flags = cu.cuMemHostGetFlags(driver._staging.buffer(0))  # noqa: SLF001
+    assert flags[0] == cu.CUresult.CUDA_SUCCESS, flags
+
+
 def test_emulated_driver_memory_and_copies():
     driver = emulated_driver()
     assert driver.interprets and driver.devices()[0].arch == "emulated"

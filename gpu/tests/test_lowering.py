@@ -1,8 +1,6 @@
 """The GPU lowering's kernels, on real JAX programs, against XLA's CPU backend (emulated)."""
 from __future__ import annotations
 
-import zlib
-
 import jax
 import jax.numpy as jnp
 import ml_dtypes
@@ -11,25 +9,9 @@ import pytest
 
 from pjrtkit.errors import Unimplemented
 
-from gpu_support import gpu_plan
+from gpu_support import gpu_plan, rng_for, sample
 
 F32, BF16 = np.float32, ml_dtypes.bfloat16
-
-
-def rng_for(name: str) -> np.random.Generator:
-    return np.random.default_rng(zlib.crc32(name.encode()))
-
-
-def sample(name, shape, dtype):
-    rng = rng_for(name)
-    dtype = np.dtype(dtype)
-    if dtype == np.bool_:
-        return rng.random(shape) < 0.5
-    if dtype.kind in "iu":
-        info = np.iinfo(dtype)
-        return rng.integers(max(info.min, -100), min(info.max, 100), shape, endpoint=True,
-                            dtype=dtype)
-    return (rng.standard_normal(shape) * 3).astype(dtype)
 
 
 UNARY = {
@@ -166,8 +148,9 @@ def test_mlp_training_step(agrees_with_xla):
 
 
 @pytest.mark.parametrize("fn,args,op,dtype", [
-    (jnp.sort, (np.zeros(5, F32),), "stablehlo.sort", "float32"),
-    (lambda x: jnp.argmax(x, axis=0), (np.zeros((3, 4), F32),), "stablehlo.reduce", "float32"),
+    (jax.lax.sort, (np.zeros(5, np.complex64),), "stablehlo.sort", "complex64"),
+    (lambda x: jax.lax.reduce(x, np.float32(0), jax.lax.atan2, (0,)), (np.zeros((3, 4), F32),),
+     "stablehlo.atan2", "float32"),
     (lambda x: x.astype(jnp.complex64) * 2, (np.zeros(3, F32),), "stablehlo.constant",
      "complex64"),
 ])
@@ -189,6 +172,15 @@ def test_scatter_replace_and_out_of_bounds_windows(agrees_with_xla):
     idx = np.array([1, 6, 9, -1], np.int32)
     agrees_with_xla(lambda a, i: (a.at[i].set(7.0, mode="drop"), a.at[i].add(1.0, mode="drop"),
                                   jnp.take(a, i, axis=0, mode="clip")), x, idx)
+
+
+def test_scatter_and_gather_at_one_traced_index(agrees_with_xla):
+    # one start index for every element (no batch dims), as LU's row swaps write
+    x = sample("one", (4, 5), F32)
+    row = sample("onerow", (5,), F32)
+    agrees_with_xla(lambda a, r, i: (a.at[i].set(r), a.at[i, 2].add(1.0),
+                                     jnp.take(a, i, axis=0), jnp.take(a, i, axis=1)),
+                    x, row, np.int32(2))
 
 
 @pytest.mark.parametrize("dtype", [np.float32, BF16, np.float64])

@@ -7,7 +7,7 @@ The loader decodes every MLIR attribute into plain Python:
 | DenseElementsAttr (incl. splat)              | ``np.ndarray`` of the element dtype, full shape |
 | DenseI64ArrayAttr / DenseI32 / DenseBool     | ``tuple[int, ...]`` / ``tuple[bool, ...]``   |
 | IntegerAttr / BoolAttr / FloatAttr           | ``int`` / ``bool`` / ``float``               |
-| StringAttr / FlatSymbolRefAttr               | ``str``                                      |
+| StringAttr / FlatSymbolRefAttr               | ``str`` (``bytes`` when not UTF-8)           |
 | ArrayAttr / DictAttr                         | ``tuple`` / ``dict`` of decoded values       |
 | TypeAttr                                     | the decoded type (TensorType, ...)          |
 | #stablehlo.comparison_direction<LT>          | ``"LT"`` (enums decode to their name, below) |

@@ -209,3 +209,24 @@ def partition_isolated(code: bytes, compile_options: bytes, *, num_replicas: int
     compiler runs there too, so an abort in it is INVALID_ARGUMENT, not a dead process."""
     return _PARSER.request(PartitionRequest(bytes(code), bytes(compile_options),
                                             num_replicas, num_partitions))
+
+
+@dataclasses.dataclass(frozen=True)
+class BytecodeTextRequest:
+    """Ask the child to print an MLIR bytecode module of a dialect jaxlib bundles as text
+    (``pjrtkit.stablehlo.parser_child.bytecode_text`` there)."""
+
+    bytecode: bytes
+    dialect_module: str  # a module with ``register_dialect(context)``, e.g. jaxlib.triton.dialect
+
+
+def bytecode_text_isolated(bytecode: bytes, dialect_module: str) -> str:
+    """``bytecode`` printed as MLIR text, parsed in the child process (in this one under
+    ``PJRTKIT_ISOLATED_PARSER=0``): bytes that would abort jaxlib's MLIR are
+    INVALID_ARGUMENT, not a dead process. Bytecode that does not parse is INVALID_ARGUMENT."""
+    request = BytecodeTextRequest(bytes(bytecode), dialect_module)
+    if not ENABLED:
+        from pjrtkit.stablehlo.parser_child import bytecode_text
+
+        return bytecode_text(request)
+    return _PARSER.request(request)

@@ -485,7 +485,13 @@ def _decode_float(walker, attr):
 
 
 def _decode_string(walker, attr):
-    return walker.ir.StringAttr(attr).value
+    # Read as bytes: a string attribute may be a binary payload (Pallas's Triton kernels carry
+    # MLIR bytecode in one), and reading that as text fails inside jaxlib.
+    raw = walker.ir.StringAttr(attr).value_bytes
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return raw
 
 
 def _decode_symbol(walker, attr):

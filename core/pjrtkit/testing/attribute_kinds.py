@@ -127,6 +127,9 @@ def _expect_nested(key: str, path: tuple, expected: np.ndarray) -> Callable[[dic
 
 CASES.update({
     "string": _text_case('s = "a \\"quoted\\" string"', _expect("s", 'a "quoted" string')),
+    # a binary payload (Pallas's Triton custom call carries MLIR bytecode in a string)
+    "string-not-utf8": _text_case('d = {ir = "ML\\EFR\\00\\01", name = "k"}',
+                                  _expect("d", {"ir": b"ML\xefR\x00\x01", "name": "k"})),
     "bool-attr": _text_case("b = true", _expect("b", True)),
     "integer-attr": _text_case("i = -7 : i64", _expect("i", -7)),
     "float-attr": _text_case("f = 2.5 : f32", _expect("f", 2.5)),

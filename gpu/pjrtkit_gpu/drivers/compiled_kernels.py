@@ -16,14 +16,9 @@ from typing import Any
 
 from pjrtkit_gpu import dtypes
 from pjrtkit_gpu.device_array import DeviceArray
+from pjrtkit_gpu.targets import BINARY, TARGETS
+from pjrtkit_gpu.triton_ir import TritonIrKernel, compile_triton_ir
 
-# Triton GPUTarget arguments per target name.
-TARGETS = {
-    "sm_80": ("cuda", 80, 32), "sm_90": ("cuda", 90, 32), "sm_100": ("cuda", 100, 32),
-    "gfx90a": ("hip", "gfx90a", 64), "gfx942": ("hip", "gfx942", 64),
-    "gfx1100": ("hip", "gfx1100", 32),
-}
-BINARY = {"cuda": "cubin", "hip": "hsaco"}
 
 
 def kernel_function(kernel):
@@ -99,15 +94,34 @@ class CompiledKernels:
         self._lock = threading.Lock()
 
     def get(self, device_index: int, kernel, args, constexprs) -> LoadedKernel:
-        signature = signature_of(kernel, args, constexprs)
-        key = (device_index, id(kernel), tuple(signature.items()), tuple(sorted(
-            (k, str(v)) for k, v in constexprs.items())))
+        """``kernel``: a ``@triton.jit`` function, or a ``triton_ir.TritonIrKernel`` (a Pallas
+        kernel: Triton IR whose parameters are all pointers)."""
+        if isinstance(kernel, TritonIrKernel):
+            signature = {}
+            key = (device_index, kernel.key)
+
+            def compile_for(target):
+                return compile_triton_ir(kernel, target)
+        else:
+            signature = signature_of(kernel, args, constexprs)
+            key = (device_index, id(kernel), tuple(signature.items()), tuple(sorted(
+                (k, str(v)) for k, v in constexprs.items())))
+
+            def compile_for(target):
+                return compile_kernel(kernel, signature, constexprs, target)
         with self._lock:
             loaded = self._cache.get(key)
             if loaded is None:
                 arch = self._arch_of(device_index)
                 target = f"sm_{arch}" if self._backend == "cuda" else arch
-                compiled = compile_kernel(kernel, signature, constexprs, target)
+                compiled = compile_for(target)
+                if getattr(compiled.metadata, "global_scratch_size", 0) or \
+                        getattr(compiled.metadata, "profile_scratch_size", 0):
+                    from pjrtkit.errors import Unimplemented
+
+                    raise Unimplemented(
+                        f"kernel {compiled.metadata.name} for {target} needs Triton's global "
+                        f"or profile scratch memory, which the drivers do not allocate")
                 binary = compiled.asm[BINARY[self._backend]]
                 name = compiled.metadata.name
                 function = self._load_module(device_index, binary, name)

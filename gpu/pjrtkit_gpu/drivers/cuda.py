@@ -1,6 +1,7 @@
 """The CUDA driver: cuda-python's driver API (``cuda.bindings.driver``), launching Triton's
-ahead-of-time compiled cubins. Thin on purpose: allocation, copies, one stream per device,
-module loading and launches; everything else is the shared lowering's.
+ahead-of-time compiled cubins. Thin on purpose: allocation, copies through pinned host memory
+(``PinnedStaging``), one stream per device, module loading and launches; everything else is the
+shared lowering's.
 
 Without cuda-python, or with it but no driver or device, ``CudaDriver()`` raises
 FailedPrecondition naming the cause (``pjrtkit list`` shows it). Its launch path is only
@@ -8,6 +9,7 @@ exercised on a machine with an NVIDIA GPU (tests skip elsewhere, saying so).
 """
 from __future__ import annotations
 
+import ctypes
 import threading
 
 import numpy as np
@@ -53,6 +55,49 @@ class DeviceMemory:
             pass
 
 
+class PinnedStaging:
+    """One page-locked host buffer per device (``cuMemHostAlloc``) that host<->device copies
+    go through, ``STAGING_BYTES`` at a time: the DMA engine reads and writes pinned memory
+    directly, where a pageable NumPy array costs the driver a bounce copy of its own, and the
+    copy can be asynchronous on the stream. Made on the first transfer; freed with the driver.
+    A transfer holds its device's buffer (a lock) until its last chunk is done."""
+
+    STAGING_BYTES = 16 << 20
+
+    def __init__(self, cu, use_device):
+        self._cu = cu
+        self._use_device = use_device
+        self._buffers: dict[int, int] = {}
+        self._locks: dict[int, threading.Lock] = {}
+        self._guard = threading.Lock()
+
+    def lock(self, device_index: int) -> threading.Lock:
+        with self._guard:
+            return self._locks.setdefault(device_index, threading.Lock())
+
+    def buffer(self, device_index: int) -> int:
+        """The device's staging buffer (hold ``lock(device_index)``)."""
+        pointer = self._buffers.get(device_index)
+        if pointer is None:
+            self._use_device(device_index)
+            pointer = int(_check(self._cu, self._cu.cuMemHostAlloc(self.STAGING_BYTES, 0),
+                                 f"cuMemHostAlloc({self.STAGING_BYTES})"))
+            self._buffers[device_index] = pointer
+        return pointer
+
+    def chunks(self, nbytes: int):
+        """(offset, size) pieces of a transfer of ``nbytes``."""
+        for offset in range(0, nbytes, self.STAGING_BYTES):
+            yield offset, min(self.STAGING_BYTES, nbytes - offset)
+
+    def __del__(self):
+        for pointer in self._buffers.values():
+            try:
+                self._cu.cuMemFreeHost(pointer)
+            except Exception:  # noqa: BLE001 - never raise from a finalizer (interpreter exit)
+                pass
+
+
 class CudaDriver(Driver):
     name = "cuda"
 
@@ -95,6 +140,7 @@ class CudaDriver(Driver):
         self._kernels = CompiledKernels("cuda", lambda i: int(self._facts[i].arch[3:]), 32,
                                         self._load_module)
         self._lock = threading.Lock()
+        self._staging = PinnedStaging(cu, self._use)
 
     def _use(self, device_index: int) -> None:
         _check(self._cu, self._cu.cuCtxSetCurrent(self._contexts[device_index]), "cuCtxSetCurrent")
@@ -109,21 +155,36 @@ class CudaDriver(Driver):
         return DeviceMemory(int(pointer), nbytes, device_index, lambda p: cu.cuMemFree(p))
 
     def upload(self, memory, host):
-        self._use(memory.device_index)
+        """Through the device's pinned staging buffer, chunk by chunk; returns when the last
+        chunk is on the device (the host array may go away after this call)."""
+        device = memory.device_index
         host = np.array(host, order="C", copy=None)
-        _check(self._cu, self._cu.cuMemcpyHtoDAsync(memory.pointer, host.ctypes.data, host.nbytes,
-                                                    self._streams[memory.device_index]),
-               "cuMemcpyHtoDAsync")
-        self.synchronize(memory.device_index)  # the host array may go away after this call
+        source = host.ctypes.data
+        with self._staging.lock(device):
+            stage = self._staging.buffer(device)
+            self._use(device)
+            for offset, size in self._staging.chunks(host.nbytes):
+                ctypes.memmove(stage, source + offset, size)
+                _check(self._cu, self._cu.cuMemcpyHtoDAsync(memory.pointer + offset, stage, size,
+                                                            self._streams[device]),
+                       "cuMemcpyHtoDAsync")
+                self.synchronize(device)  # before the staging buffer is refilled
 
     def download(self, memory, nbytes):
+        """Through the device's pinned staging buffer, after the device's stream is done."""
+        device = memory.device_index
         out = np.empty(nbytes, dtype=np.uint8)
-        self._use(memory.device_index)
+        self._use(device)
+        self.synchronize(device)
         if nbytes:
-            _check(self._cu, self._cu.cuMemcpyDtoHAsync(out.ctypes.data, memory.pointer, nbytes,
-                                                        self._streams[memory.device_index]),
-                   "cuMemcpyDtoHAsync")
-        self.synchronize(memory.device_index)
+            with self._staging.lock(device):
+                stage = self._staging.buffer(device)
+                for offset, size in self._staging.chunks(nbytes):
+                    _check(self._cu, self._cu.cuMemcpyDtoHAsync(stage, memory.pointer + offset,
+                                                                size, self._streams[device]),
+                           "cuMemcpyDtoHAsync")
+                    self.synchronize(device)
+                    ctypes.memmove(out.ctypes.data + offset, stage, size)
         return out
 
     def copy(self, dst_memory, src_memory, nbytes):

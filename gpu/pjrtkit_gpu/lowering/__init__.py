@@ -14,14 +14,17 @@ from pjrtkit_gpu.lowering.control_flow import CONTROL_FLOW_RULES
 from pjrtkit_gpu.lowering.dot import DOT_RULES
 from pjrtkit_gpu.lowering.elementwise import ELEMENTWISE_RULES
 from pjrtkit_gpu.lowering.indexing import INDEXING_RULES
+from pjrtkit_gpu.lowering.pallas import PALLAS_RULES
 from pjrtkit_gpu.lowering.payloads import GpuPayloads
 from pjrtkit_gpu.lowering.reduce import REDUCE_RULES
+from pjrtkit_gpu.lowering.sort import SORT_RULES
 from pjrtkit_gpu.lowering.structural import STRUCTURAL_RULES
 from pjrtkit_gpu.lowering.windowed import WINDOWED_RULES
 
 RULES = LoweringRegistry("pjrtkit_gpu", {**ELEMENTWISE_RULES, **STRUCTURAL_RULES, **REDUCE_RULES,
                                          **DOT_RULES, **CONTROL_FLOW_RULES, **INDEXING_RULES,
-                                         **WINDOWED_RULES},
+                                         **WINDOWED_RULES, **SORT_RULES,
+                                         **PALLAS_RULES},
                          dtypes=dtypes.SUPPORTED)
 
 

@@ -52,6 +52,12 @@ def call(op, ctx):
     return ctx.compile_function(op.attributes["callee"])
 
 
+def composite(op, ctx):
+    """``stablehlo.composite`` (jaxlib's form of CHLO ops such as top_k and erf): its
+    decomposition, a function of plain StableHLO, is the op's meaning."""
+    return ctx.compile_function(op.attributes["decomposition"])
+
+
 def token(op, ctx):
     driver, device = ctx.payloads.driver, ctx.payloads.device_index
 
@@ -71,6 +77,7 @@ CONTROL_FLOW_RULES = {
     "stablehlo.if": if_,
     "stablehlo.case": case,
     "func.call": call,
+    "stablehlo.composite": composite,
     "stablehlo.after_all": token,
     "stablehlo.create_token": token,
     "stablehlo.custom_call": custom_call,

@@ -12,7 +12,7 @@ from pjrtkit_gpu.lowering.launching import blocks
 FUSED = "pjrtkit_gpu.fused_elementwise"
 
 
-def _load_template(dtype) -> str:
+def load_template(dtype) -> str:
     if dtype == D.BOOL:
         return "({v} != 0)"
     if dtype in D.NARROW_FLOATS:
@@ -20,7 +20,7 @@ def _load_template(dtype) -> str:
     return "{v}"
 
 
-def _store_template(dtype) -> str:
+def store_template(dtype) -> str:
     if dtype == D.BOOL:
         return "{v}.to(tl.uint8)"
     if dtype in D.NARROW_FLOATS:
@@ -40,7 +40,7 @@ def chain_source(ops, inputs, outputs) -> str:
             raise NoKernel(f"operand of {value.type.dtype.name}: the GPU kernels take "
                            f"{', '.join(d.name for d in D.SUPPORTED)}")
         scalar = value.type.rank == 0 and len(shape) > 0
-        loaded.append((_load_template(value.type.dtype), scalar, f"x{k}"))
+        loaded.append((load_template(value.type.dtype), scalar, f"x{k}"))
     body = []
     for k, inner in enumerate(ops):
         try:
@@ -50,7 +50,7 @@ def chain_source(ops, inputs, outputs) -> str:
             raise
         names[inner.results[0].id] = f"v{k}"
         body.append(f"v{k} = {text}")
-    stores = [(names[v.id], _store_template(v.type.dtype)) for v in outputs]
+    stores = [(names[v.id], store_template(v.type.dtype)) for v in outputs]
     return codegen.elementwise_source("elementwise", loaded, body, stores)
 
 

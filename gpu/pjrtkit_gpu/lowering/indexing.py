@@ -21,7 +21,9 @@ def _start_index_loads(indices_shape, index_vector_dim, batch_coords, count, lin
     (expressions, in the order of the start indices' dims other than index_vector_dim)."""
     strides = row_major_strides(indices_shape)
     other = [d for d in range(len(indices_shape)) if d != index_vector_dim]
-    base = " + ".join(f"{c} * {strides[d]}" for c, d in zip(batch_coords, other)) or "0"
+    # One start index for every element (no batch coordinates): still a block of offsets, since
+    # a load through a scalar pointer takes no block mask.
+    base = " + ".join(f"{c} * {strides[d]}" for c, d in zip(batch_coords, other)) or "i * 0"
     vector_stride = strides[index_vector_dim] if index_vector_dim < len(indices_shape) else 0
     lines.append(f"base = {base}")
     for k in range(count):

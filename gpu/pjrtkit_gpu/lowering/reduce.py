@@ -1,7 +1,11 @@
-"""``stablehlo.reduce`` with a one-op body (add, multiply, maximum, minimum, and, or, xor): the
-operand is transposed so the reduced dimensions come last, then one generated row-reduction
-kernel per (body, dtype) folds each row and the init value. float16/bfloat16 accumulate in
-float32, as XLA's CPU backend does; integers wrap in their own type."""
+"""``stablehlo.reduce``. The operands are transposed so the reduced dimensions come last.
+
+A one-operand reduce whose body is one op (add, multiply, maximum, minimum, and, or, xor) runs
+one generated tiled row-reduction kernel per (body, dtype), folding each row and the init
+value; float16/bfloat16 accumulate in float32, as XLA's CPU backend does; integers wrap in
+their own type. Any other body of elementwise ops, over any number of operands (argmax and
+argmin: JAX's (value, index) pair with its NaN-first, lowest-index tie-break body), is inlined
+into a kernel that folds the columns in order, rows in parallel (``sequential_reduce``)."""
 from __future__ import annotations
 
 import math
@@ -9,11 +13,15 @@ import math
 import numpy as np
 
 from pjrtkit_gpu import codegen, dtypes as D
+from pjrtkit_gpu.elementwise_table import NoKernel
+from pjrtkit_gpu.lowering.elementwise import load_template, store_template
 from pjrtkit_gpu.lowering.launching import blocks, permuted
+from pjrtkit_gpu.lowering.regions import captured_scalars, region_lines
 from pjrtkit_gpu.lowering.structural import check_operands
 
 ROWS_PER_PROGRAM = 16
 COLUMNS_PER_STEP = 128
+SEQUENTIAL_ROWS_PER_PROGRAM = 64
 
 REDUCTION_BODIES = ("stablehlo.add", "stablehlo.multiply", "stablehlo.maximum", "stablehlo.minimum",
            "stablehlo.and", "stablehlo.or", "stablehlo.xor")
@@ -97,21 +105,54 @@ def reduction_kernel(body: str, dtype):
     return codegen.load_kernel(source, name)
 
 
+def sequential_reduction_kernel(region, operand_dtypes, captures=()):
+    """The generated kernel folding rows of ``len(operand_dtypes)`` operands by ``region``,
+    column after column (``codegen.sequential_reduce_source``); ``NoKernel`` for a body op
+    without an expression. ``captures``: the values it reads from outside (trailing
+    parameters)."""
+    n = len(operand_dtypes)
+    arguments = [f"acc{k}" for k in range(n)] + [f"x{k}v" for k in range(n)]
+    lines, results = region_lines(region, arguments, "r",
+                                  {v.id: f"c{k}" for k, v in enumerate(captures)})
+    if len(results) != n:
+        raise NoKernel(f"reduce body returning {len(results)} values for {n} operands")
+    source = codegen.sequential_reduce_source(
+        "sequential_reduce", [load_template(d) for d in operand_dtypes], lines, results,
+        [store_template(d) for d in operand_dtypes], captured_scalars(captures))
+    return codegen.load_kernel(source, "sequential_reduce")
+
+
+def _one_op_reduction(op):
+    """``(kernel, constexprs)`` of a one-operand reduce whose body is one op that
+    ``reduction_kernel`` takes, else None."""
+    if len(op.operands) != 2:
+        return None
+    dtype = op.operands[0].type.dtype
+    body = body_op_name(op.regions[0])
+    if body is None or (D.is_float(dtype) and body in ("stablehlo.and", "stablehlo.or",
+                                                       "stablehlo.xor")):
+        return None
+    return reduction_kernel(body, dtype), {"BM": ROWS_PER_PROGRAM, "BK": COLUMNS_PER_STEP}
+
+
 def reduce_rule(op, ctx):
+    """One-op bodies: the tiled row reduction. Any other body of elementwise ops, over any
+    number of operands (argmax/argmin's (value, index) pair): the sequential fold."""
     check_operands(op, ctx)
     n = len(op.operands) // 2
-    dtype = op.operands[0].type.dtype
-    if n != 1:
-        raise ctx.unimplemented(op, f"reduce of {n} operands (argmax/argmin-style bodies) "
-                                    f"on {dtype.name}")
-    body = body_op_name(op.regions[0])
-    if body is None:
-        names = [o.name for o in op.regions[0].entry.ops[:-1]]
-        raise ctx.unimplemented(op, f"reduce body {names} on {dtype.name} (one add, multiply, "
-                                    f"maximum, minimum, and, or or xor only)")
-    if D.is_float(dtype) and body in ("stablehlo.and", "stablehlo.or", "stablehlo.xor"):
-        raise ctx.unimplemented(op, f"{body} reduction of {dtype.name}")
-    kernel = reduction_kernel(body, dtype)
+    operand_dtypes = [v.type.dtype for v in op.operands[:n]]
+    captures = ctx.captures(op)
+    chosen = None if captures else _one_op_reduction(op)
+    if chosen is None:
+        try:
+            chosen = (sequential_reduction_kernel(op.regions[0], operand_dtypes, captures),
+                      {"BM": SEQUENTIAL_ROWS_PER_PROGRAM})
+        except NoKernel as exc:
+            inner = getattr(exc, "op", None)
+            what = f" ({inner.describe()})" if inner is not None else ""
+            names = ", ".join(d.name for d in operand_dtypes)
+            raise ctx.unimplemented(op, f"reduce body on {names}: {exc}{what}") from None
+    kernel, constexprs = chosen
     driver, device = ctx.payloads.driver, ctx.payloads.device_index
     shape = op.operands[0].type.shape
     dims = tuple(op.attributes["dimensions"])
@@ -119,16 +160,18 @@ def reduce_rule(op, ctx):
     permutation = (*kept, *dims)
     rows = math.prod(shape[d] for d in kept)
     columns = math.prod(shape[d] for d in dims)
-    out = op.results[0].type
-    constexprs = {"BM": ROWS_PER_PROGRAM, "BK": COLUMNS_PER_STEP}
+    outs = [v.type for v in op.results]
+    rows_per_program = constexprs["BM"]
 
-    def run_reduce(x, init):
-        result = driver.empty(device, out.shape, out.dtype)
+    def run_reduce(*args):
+        inputs, inits, captured = args[:n], args[n:2 * n], args[2 * n:]
+        results = tuple(driver.empty(device, t.shape, t.dtype) for t in outs)
         if rows:
-            arranged = permuted(driver, device, x, permutation).reshaped((rows, columns))
-            driver.launch(device, kernel, (blocks(rows, ROWS_PER_PROGRAM),),
-                          [arranged, init, result, rows, columns], constexprs)
-        return (result,)
+            arranged = [permuted(driver, device, x, permutation).reshaped((rows, columns))
+                        for x in inputs]
+            driver.launch(device, kernel, (blocks(rows, rows_per_program),),
+                          [*arranged, *inits, *results, *captured, rows, columns], constexprs)
+        return results
 
     return run_reduce
 
