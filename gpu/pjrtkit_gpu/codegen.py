@@ -139,6 +139,26 @@ def _captured(captures: list[str]) -> tuple[list[str], list[str]]:
             [f"c{k} = {load}" for k, load in enumerate(captures)])
 
 
+def _sort_operands(loads: list[str], captures: list[str], *, own: tuple[str, str, str],
+                   other: tuple[str, str, str], destination: str):
+    """The sort kernels' parameters (``in<k>``, ``out<k>``, captures) and lines: the captures
+    and the element's own operands (``raw<k>`` as stored, ``i<k>`` in compute type) loaded at
+    ``own`` = (index, mask, broadcast suffix), the compared element's ``j<k>`` at ``other``,
+    and the stores of every ``raw<k>`` at ``destination`` in the row."""
+    k = len(loads)
+    (index, mask, shape), (other_index, other_mask, other_shape) = own, other
+    capture_params, capture_lines = _captured(captures)
+    params = [f"in{n}" for n in range(k)] + [f"out{n}" for n in range(k)] + capture_params
+    load_own = capture_lines + [
+        f"raw{n} = tl.load(in{n} + base + {index}, mask={mask}, other=0)" for n in range(k)]
+    load_own += [f"i{n} = ({loads[n].format(v=f'raw{n}')}){shape}" for n in range(k)]
+    probes = [f"tl.load(in{n} + base + {other_index}, mask={other_mask}, other=0)"
+              for n in range(k)]
+    load_other = [f"j{n} = ({loads[n].format(v=probes[n])}){other_shape}" for n in range(k)]
+    stores = [f"tl.store(out{n} + base + {destination}, raw{n}, mask={mask})" for n in range(k)]
+    return params, load_own, load_other, stores
+
+
 def sort_rows_source(name: str, loads: list[str], before: list[str], before_result: str,
                      after: list[str], after_result: str, captures: list[str]) -> str:
     """A stable sort of each BI-element tile of each row of ``len(loads)`` row-major (R, L)
@@ -152,21 +172,16 @@ def sort_rows_source(name: str, loads: list[str], before: list[str], before_resu
     ``i<k>``; ``after`` computes ``after_result``, "i before j". BI x BJ comparisons per tile.
     ``captures``: scalars the comparator reads from outside, as ``c<k>``.
     """
-    k = len(loads)
-    capture_params, capture_lines = _captured(captures)
-    params = [f"in{n}" for n in range(k)] + [f"out{n}" for n in range(k)] + capture_params
-    load_i = [f"raw{n} = tl.load(in{n} + base + i, mask=imask, other=0)" for n in range(k)]
-    load_i += [f"i{n} = ({loads[n].format(v=f'raw{n}')})[:, None]" for n in range(k)]
-    load_j = [f"j{n} = ({loads[n].format(v=f'tl.load(in{n} + base + j, mask=jmask, other=0)')})"
-              f"[None, :]" for n in range(k)]
-    stores = [f"tl.store(out{n} + base + start + rank, raw{n}, mask=imask)" for n in range(k)]
+    params, load_i, load_j, stores = _sort_operands(
+        loads, captures, own=("i", "imask", "[:, None]"), other=("j", "jmask", "[None, :]"),
+        destination="start + rank")
     return HEADER + f"""@triton.jit
 def {name}({', '.join(params)}, L, BI: tl.constexpr, BJ: tl.constexpr):
     base = tl.program_id(0).to(tl.int64) * L
     start = tl.program_id(1).to(tl.int64) * BI
     i = start + tl.arange(0, BI).to(tl.int64)
     imask = i < L
-{_indented(capture_lines + load_i, 4)}
+{_indented(load_i, 4)}
     rank = tl.zeros((BI,), dtype=tl.int64)
     for j0 in range(0, BI, BJ):
         j = start + j0 + tl.arange(0, BJ).to(tl.int64)
@@ -193,14 +208,9 @@ def merge_runs_source(name: str, loads: list[str], before: list[str], before_res
     not sort before, so equal elements keep their order. O(L log W) comparisons a pass.
     ``loads``, ``before``/``after`` and ``captures`` as in ``sort_rows_source``, on (B,) tiles.
     """
-    k = len(loads)
-    capture_params, capture_lines = _captured(captures)
-    params = [f"in{n}" for n in range(k)] + [f"out{n}" for n in range(k)] + capture_params
-    load_i = [f"raw{n} = tl.load(in{n} + base + p, mask=pmask, other=0)" for n in range(k)]
-    load_i += [f"i{n} = {loads[n].format(v=f'raw{n}')}" for n in range(k)]
-    load_j = [f"j{n} = {loads[n].format(v=f'tl.load(in{n} + base + q, mask=probe, other=0)')}"
-              for n in range(k)]
-    stores = [f"tl.store(out{n} + base + destination, raw{n}, mask=pmask)" for n in range(k)]
+    params, load_i, load_j, stores = _sort_operands(
+        loads, captures, own=("p", "pmask", ""), other=("q", "probe", ""),
+        destination="destination")
     return HEADER + f"""@triton.jit
 def {name}({', '.join(params)}, L, W, STEPS, B: tl.constexpr):
     base = tl.program_id(0).to(tl.int64) * L
@@ -213,7 +223,7 @@ def {name}({', '.join(params)}, L, W, STEPS, B: tl.constexpr):
     other = tl.where(left, left_end, pair)
     lo = tl.zeros((B,), dtype=tl.int64)
     hi = tl.where(left, right_end - left_end, left_end - pair)
-{_indented(capture_lines + load_i, 4)}
+{_indented(load_i, 4)}
     for _ in range(STEPS):
         probe = (lo < hi) & pmask
         mid = (lo + hi) // 2
