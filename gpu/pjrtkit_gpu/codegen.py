@@ -164,8 +164,9 @@ def sort_rows_source(name: str, loads: list[str], before: list[str], before_resu
     """A stable sort of each BI-element tile of each row of ``len(loads)`` row-major (R, L)
     arrays ``in<k>`` into ``out<k>`` by rank: element i goes to its tile's start plus #{j in
     the tile: j before i} + #{j < i in the tile: neither before the other}, which is the stable
-    order for any strict weak order. Grid (R, cdiv(L, BI)); BJ == BI. The runs it leaves are
-    merged by ``merge_runs_source``.
+    order for any strict weak order. Grid (R * NB,), NB = cdiv(L, BI) (one dimension: rows
+    or tiles alone can pass a GPU's 65535 in the others); BJ divides BI. The runs it leaves
+    are merged by ``merge_runs_source``.
 
     ``loads[k]`` converts a loaded tile ``{v}`` to operand k's compute type; ``before``
     (lines) computes ``before_result``, "element j sorts before element i", from ``j<k>`` and
@@ -176,9 +177,10 @@ def sort_rows_source(name: str, loads: list[str], before: list[str], before_resu
         loads, captures, own=("i", "imask", "[:, None]"), other=("j", "jmask", "[None, :]"),
         destination="start + rank")
     return HEADER + f"""@triton.jit
-def {name}({', '.join(params)}, L, BI: tl.constexpr, BJ: tl.constexpr):
-    base = tl.program_id(0).to(tl.int64) * L
-    start = tl.program_id(1).to(tl.int64) * BI
+def {name}({', '.join(params)}, L, NB, BI: tl.constexpr, BJ: tl.constexpr):
+    program = tl.program_id(0).to(tl.int64)
+    base = (program // NB) * L
+    start = (program % NB) * BI
     i = start + tl.arange(0, BI).to(tl.int64)
     imask = i < L
 {_indented(load_i, 4)}
@@ -200,7 +202,7 @@ def merge_runs_source(name: str, loads: list[str], before: list[str], before_res
                       after: list[str], after_result: str, captures: list[str]) -> str:
     """One pass of a stable merge sort over each row of ``len(loads)`` row-major (R, L) arrays
     ``in<k>`` whose runs of W elements are sorted: runs 2m and 2m+1 merge into ``out<k>``.
-    Grid (R, cdiv(L, B)).
+    Grid (R * NB,), NB = cdiv(L, B).
 
     Each element finds its place by a binary search of the other run of its pair (``STEPS``
     halvings, at least W's bit length): an element of the left run goes after the right run's
@@ -212,9 +214,10 @@ def merge_runs_source(name: str, loads: list[str], before: list[str], before_res
         loads, captures, own=("p", "pmask", ""), other=("q", "probe", ""),
         destination="destination")
     return HEADER + f"""@triton.jit
-def {name}({', '.join(params)}, L, W, STEPS, B: tl.constexpr):
-    base = tl.program_id(0).to(tl.int64) * L
-    p = tl.program_id(1).to(tl.int64) * B + tl.arange(0, B).to(tl.int64)
+def {name}({', '.join(params)}, L, NB, W, STEPS, B: tl.constexpr):
+    program = tl.program_id(0).to(tl.int64)
+    base = (program // NB) * L
+    p = (program % NB) * B + tl.arange(0, B).to(tl.int64)
     pmask = p < L
     pair = (p // (2 * W)) * (2 * W)
     left_end = tl.minimum(pair + W, L)

@@ -181,7 +181,7 @@ def _region_cases():
             tiles, merges = sort_kernels(op.regions[0], [v.type.dtype for v in op.operands],
                                          captures)
             operands = {**pointers("in", op.operands), **pointers("out", op.results),
-                        **pointers("cap", captures), "L": "i64"}
+                        **pointers("cap", captures), "L": "i64", "NB": "i64"}
             cases.append(("sort_rows", label, "64x64 along 64", tiles,
                           {**operands, "BI": "constexpr", "BJ": "constexpr"},
                           {"BI": SORT_TILE, "BJ": SORT_TILE}, what))

@@ -150,3 +150,18 @@ def test_execution_and_transfers_return_only_after_the_stream_is_done():
     assert events and events[-1] == "synchronize" and events.count("synchronize") == 1
     assert "launch" in events
     np.testing.assert_allclose(driver.to_host(result), np.tanh(x) @ x.T, rtol=2e-5)
+
+
+def test_a_launch_grid_past_what_gpus_take_is_unimplemented_naming_the_kernel():
+    from pjrtkit.errors import Unimplemented
+
+    driver = emulated_driver()  # first: it makes Triton interpret
+    from pjrtkit_gpu import kernels
+    from pjrtkit_gpu.drivers.base import GRID_LIMITS, launch_grid
+
+    assert launch_grid(kernels.iota, (5,)) == (5, 1, 1)
+    assert launch_grid(kernels.iota, GRID_LIMITS) == GRID_LIMITS
+    out = driver.empty(0, (4,), np.dtype(np.int32))
+    for grid in ((1, GRID_LIMITS[1] + 1), (1, 1, GRID_LIMITS[2] + 1), (GRID_LIMITS[0] + 1,)):
+        with pytest.raises(Unimplemented, match=r"kernel iota needs a launch grid of"):
+            driver.launch(0, kernels.iota, grid, [out, 4], {"BLOCK": 8})

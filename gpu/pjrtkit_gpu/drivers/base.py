@@ -15,7 +15,23 @@ from typing import Any
 
 import numpy as np
 
+from pjrtkit.errors import Unimplemented
+
 from pjrtkit_gpu.device_array import DeviceArray
+
+# The largest launch grid, in programs per dimension, that every target takes (CUDA's limits;
+# HIP's are no larger). The emulation holds kernels to them too, so CI sees what a GPU refuses.
+GRID_LIMITS = (2**31 - 1, 65535, 65535)
+
+
+def launch_grid(kernel, grid: Sequence[int]) -> tuple[int, int, int]:
+    """``grid`` as three dimensions; UNIMPLEMENTED naming the kernel past ``GRID_LIMITS``."""
+    full = tuple(int(g) for g in grid) + (1,) * (3 - len(grid))
+    if any(g > limit for g, limit in zip(full, GRID_LIMITS)):
+        name = getattr(getattr(kernel, "fn", kernel), "__name__", type(kernel).__name__)
+        raise Unimplemented(f"pjrtkit-gpu: kernel {name} needs a launch grid of {full} programs; "
+                            f"GPUs take at most {GRID_LIMITS}")
+    return full
 
 
 @dataclasses.dataclass(frozen=True)

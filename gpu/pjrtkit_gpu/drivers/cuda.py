@@ -16,7 +16,7 @@ import numpy as np
 
 from pjrtkit.errors import FailedPrecondition, Internal
 
-from pjrtkit_gpu.drivers.base import DeviceFacts, Driver
+from pjrtkit_gpu.drivers.base import DeviceFacts, Driver, launch_grid
 from pjrtkit_gpu.drivers.compiled_kernels import CompiledKernels
 
 
@@ -203,7 +203,7 @@ class CudaDriver(Driver):
     def launch(self, device_index, kernel, grid, args, constexprs):
         compiled = self._kernels.get(device_index, kernel, args, constexprs)
         params, types = compiled.parameters(args)
-        grid = tuple(grid) + (1,) * (3 - len(grid))
+        grid = launch_grid(kernel, grid)
         self._use(device_index)
         _check(self._cu, self._cu.cuLaunchKernel(
             compiled.function, *grid, 32 * compiled.num_warps, 1, 1, compiled.shared,

@@ -11,7 +11,7 @@ import numpy as np
 
 from pjrtkit_gpu import dtypes, settings
 from pjrtkit_gpu.device_array import DeviceArray
-from pjrtkit_gpu.drivers.base import DeviceFacts, Driver
+from pjrtkit_gpu.drivers.base import DeviceFacts, Driver, launch_grid
 from pjrtkit_gpu.triton_setup import import_triton
 
 EMULATED_DEVICE = "pjrtkit emulated GPU (Triton interpreter)"
@@ -123,6 +123,7 @@ class EmulatedDriver(Driver):
         dst_memory.bytes[:nbytes] = src_memory.bytes[:nbytes]
 
     def launch(self, device_index, kernel, grid, args, constexprs):
+        launch_grid(kernel, grid)
         converted = [InterpreterTensor(a) if isinstance(a, DeviceArray) else a for a in args]
         with self._lock, np.errstate(all="ignore"):
             kernel[tuple(grid)](*converted, **constexprs)

@@ -12,7 +12,7 @@ import numpy as np
 
 from pjrtkit.errors import FailedPrecondition, Internal
 
-from pjrtkit_gpu.drivers.base import DeviceFacts, Driver
+from pjrtkit_gpu.drivers.base import DeviceFacts, Driver, launch_grid
 from pjrtkit_gpu.drivers.compiled_kernels import CompiledKernels
 
 
@@ -125,7 +125,7 @@ class HipDriver(Driver):
     def launch(self, device_index, kernel, grid, args, constexprs):
         compiled = self._kernels.get(device_index, kernel, args, constexprs)
         params, _types = compiled.parameters(args)
-        grid = tuple(grid) + (1,) * (3 - len(grid))
+        grid = launch_grid(kernel, grid)
         self._use(device_index)
         _check(self._hip, self._hip.hipModuleLaunchKernel(
             compiled.function, *grid, self._facts[device_index].warp_size * compiled.num_warps,

@@ -87,15 +87,17 @@ def sort_rule(op, ctx):
         arranged = [permuted(driver, device, x, permutation).reshaped((rows, length))
                     for x in operands]
         sorted_rows = [driver.empty(device, (rows, length), x.dtype) for x in operands]
-        driver.launch(device, tile_kernel, (rows, blocks(length, tile)),
-                      [*arranged, *sorted_rows, *captured, length], tile_constexprs)
+        tiles = blocks(length, tile)
+        driver.launch(device, tile_kernel, (rows * tiles,),
+                      [*arranged, *sorted_rows, *captured, length, tiles], tile_constexprs)
         run = tile
         spare = [driver.empty(device, (rows, length), x.dtype) for x in operands] \
             if run < length else []
+        merged_blocks = blocks(length, block)
         while run < length:
-            driver.launch(device, merge_kernel, (rows, blocks(length, block)),
-                          [*sorted_rows, *spare, *captured, length, run, run.bit_length()],
-                          merge_constexprs)
+            driver.launch(device, merge_kernel, (rows * merged_blocks,),
+                          [*sorted_rows, *spare, *captured, length, merged_blocks, run,
+                           run.bit_length()], merge_constexprs)
             sorted_rows, spare = spare, sorted_rows
             run *= 2
         return tuple(permuted(driver, device, s.reshaped(arranged_shape), inverse)
