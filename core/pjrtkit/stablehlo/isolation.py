@@ -214,7 +214,7 @@ def partition_isolated(code: bytes, compile_options: bytes, *, num_replicas: int
 @dataclasses.dataclass(frozen=True)
 class BytecodeTextRequest:
     """Ask the child to print an MLIR bytecode module of a dialect jaxlib bundles as text
-    (``pjrtkit.stablehlo.parser_child.bytecode_text`` there)."""
+    (``pjrtkit.stablehlo.mlir_text.bytecode_text`` there)."""
 
     bytecode: bytes
     dialect_module: str  # a module with ``register_dialect(context)``, e.g. jaxlib.triton.dialect
@@ -224,9 +224,8 @@ def bytecode_text_isolated(bytecode: bytes, dialect_module: str) -> str:
     """``bytecode`` printed as MLIR text, parsed in the child process (in this one under
     ``PJRTKIT_ISOLATED_PARSER=0``): bytes that would abort jaxlib's MLIR are
     INVALID_ARGUMENT, not a dead process. Bytecode that does not parse is INVALID_ARGUMENT."""
-    request = BytecodeTextRequest(bytes(bytecode), dialect_module)
     if not ENABLED:
-        from pjrtkit.stablehlo.parser_child import bytecode_text
+        from pjrtkit.stablehlo.mlir_text import bytecode_text
 
-        return bytecode_text(request)
-    return _PARSER.request(request)
+        return bytecode_text(bytes(bytecode), dialect_module)
+    return _PARSER.request(BytecodeTextRequest(bytes(bytecode), dialect_module))

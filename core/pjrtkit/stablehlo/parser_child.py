@@ -4,42 +4,23 @@ them with XLA first: ``PartitionRequest``; or print other MLIR bytecode as text:
 ``python -m pjrtkit.stablehlo.parser_child``; it exits when its stdin closes."""
 from __future__ import annotations
 
-import importlib
 import os
 import pickle
 import signal
 import sys
 
-from pjrtkit.errors import InvalidArgument
 from pjrtkit.stablehlo.isolation import (BytecodeTextRequest, PartitionRequest, error_reply,
                                          read_message, write_message)
 from pjrtkit.stablehlo.loader import parse_program
+from pjrtkit.stablehlo.mlir_text import bytecode_text
 from pjrtkit.stablehlo.partition import partition_and_parse
-
-
-def bytecode_text(request: BytecodeTextRequest) -> str:
-    """The request's bytecode as MLIR text, its dialect registered; INVALID_ARGUMENT if it
-    does not parse."""
-    from jaxlib.mlir import ir
-
-    dialect = importlib.import_module(request.dialect_module)
-    context = ir.Context()
-    dialect.register_dialect(context)
-    with context:
-        try:
-            module = ir.Module.parse(request.bytecode)
-        except Exception as exc:  # noqa: BLE001 - jaxlib's MLIRError and ValueError alike
-            raise InvalidArgument(f"MLIR bytecode of {len(request.bytecode)} bytes "
-                                  f"({request.dialect_module}) does not parse: "
-                                  f"{type(exc).__name__}: {exc}"[:2000]) from None
-        return module.operation.get_asm(enable_debug_info=False)
 
 
 def answer(request):
     """A Program for program bytes or text; (Program, bytecode) for a PartitionRequest; text
     for a BytecodeTextRequest."""
     if isinstance(request, BytecodeTextRequest):
-        return bytecode_text(request)
+        return bytecode_text(request.bytecode, request.dialect_module)
     if isinstance(request, PartitionRequest):
         return partition_and_parse(request.code, request.compile_options,
                                    num_replicas=request.num_replicas,
