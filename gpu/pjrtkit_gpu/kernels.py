@@ -69,14 +69,16 @@ def iota(out, n, stride, size, IS_FLOAT: tl.constexpr, BLOCK: tl.constexpr):
 def batched_matmul(a, b, c, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
                    USE_DOT: tl.constexpr, IEEE: tl.constexpr, WIDEN: tl.constexpr):
     """``c[z] = a[z] @ b[z]`` for row-major a (Z, M, K), b (Z, K, N), c (Z, M, N); grid
-    (cdiv(M, BM), cdiv(N, BN), Z). USE_DOT: tl.dot with float32 accumulation (float32 inputs
+    (cdiv(M, BM) * Z, cdiv(N, BN)): the batch shares the first dimension, which takes 2^31-1
+    programs where the others take 65535. USE_DOT: tl.dot with float32 accumulation (float32 inputs
     with IEEE float32 products, not TF32); else products broadcast and summed in c's type
     (float64, integers: wrapping like XLA). WIDEN: bfloat16 tiles are widened to float32 before
     tl.dot (exact: their products are exact in float32); only under Triton's interpreter,
     whose tl.dot multiplies bfloat16's raw bits."""
-    pm = tl.program_id(0)
+    row_blocks = tl.cdiv(M, BM)
+    pm = tl.program_id(0) % row_blocks
     pn = tl.program_id(1)
-    z = tl.program_id(2).to(tl.int64)
+    z = (tl.program_id(0) // row_blocks).to(tl.int64)
     a += z * M * K
     b += z * K * N
     c += z * M * N

@@ -42,7 +42,7 @@ def _lower(op, ctx, numbers: DotDimensionNumbers):
     constexprs = {"BM": bm, "BN": bn, "BK": bk, "USE_DOT": use_dot,
                   "IEEE": lhs_t.dtype == D.FLOAT32,
                   "WIDEN": use_dot and lhs_t.dtype == D.BFLOAT16 and ctx.payloads.driver.interprets}
-    grid = (blocks(m, bm), blocks(n, bn), max(z, 1))
+    grid = (blocks(m, bm) * max(z, 1), blocks(n, bn))
     driver, device = ctx.payloads.driver, ctx.payloads.device_index
 
     def run_dot(lhs, rhs):
