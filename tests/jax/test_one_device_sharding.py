@@ -1,7 +1,9 @@
 """Programs that JAX compiles with Shardy annotations on one device (jax.random on its own,
 shardings and shard_map over a one-device mesh, an optax-style training step) run on
 pjrtkit_cpu and agree with XLA's CPU backend (issue 9). They run in one child interpreter
-(JAX fixes its platforms at the first backend use); one JSON line per program comes back."""
+(JAX fixes its platforms at the first backend use); one JSON line per program comes back.
+The complex-constant program is issue 13's: it used to abort the process inside jaxlib's
+bindings while the loader read the constant; it must run and match XLA."""
 import json
 import os
 import subprocess
@@ -12,12 +14,6 @@ import pytest
 HERE = os.path.dirname(__file__)
 sys.path.insert(0, HERE)
 from one_device_programs import PROGRAMS  # noqa: E402 - the script beside this file
-
-# Running complex programs needs complex kernels, which pjrtkit_cpu does not have yet: the
-# program must load and either match XLA (once the kernels exist) or fail with UNIMPLEMENTED
-# naming the op and the dtype; never abort.
-EXPECTED_UNIMPLEMENTED = {"complex-constant": ("stablehlo.constant", "complex64")}
-
 
 @pytest.fixture(scope="module")
 def outcomes() -> dict[str, str]:
@@ -30,15 +26,7 @@ def outcomes() -> dict[str, str]:
     return {r["name"]: r["outcome"] for r in records}
 
 
-@pytest.mark.parametrize("name", [n for n in PROGRAMS if n not in EXPECTED_UNIMPLEMENTED])
+@pytest.mark.parametrize("name", list(PROGRAMS))
 def test_program_matches_xla_cpu(outcomes, name):
     assert outcomes[name] == "ok"
 
-
-@pytest.mark.parametrize("name", list(EXPECTED_UNIMPLEMENTED))
-def test_program_loads_and_matches_or_is_unimplemented_naming_op_and_dtype(outcomes, name):
-    outcome = outcomes[name]
-    if outcome == "ok":
-        return  # the plugin has the kernels now, and the numbers matched XLA's
-    op, dtype = EXPECTED_UNIMPLEMENTED[name]
-    assert "UNIMPLEMENTED" in outcome and op in outcome and dtype in outcome, outcome
