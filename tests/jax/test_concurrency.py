@@ -51,6 +51,8 @@ for t in threads: t.join(timeout=200)
 alive = [t for t in threads if t.is_alive()]
 print("alive", len(alive), "errors", len(errors), "seconds", round(time.monotonic() - began, 1))
 for e in errors[:5]: print(e)
+if alive:  # a deadlock or a starved machine: the stacks tell which
+    import faulthandler; faulthandler.dump_traceback(file=sys.stdout, all_threads=True)
 sys.stdout.flush()
 import os; os._exit(0 if not alive and not errors else 1)
 """
