@@ -1,17 +1,17 @@
 """Kernels that arrive as Triton IR (Pallas's ``pl.pallas_call`` on a GPU platform), compiled
 ahead of time with Triton for one target and launched like the lowering's own kernels.
 
-With jaxlib 0.10.2, Pallas's Triton lowering emits ``stablehlo.custom_call
+With jaxlib 0.10.2 and 0.12, Pallas's Triton lowering emits ``stablehlo.custom_call
 @__gpu$xla.gpu.triton`` whose ``mhlo.backend_config`` holds the kernel's Triton module as MLIR
 bytecode (``ir``, written by jaxlib's MLIR with its bundled ``tt`` dialect; not compressed),
 its ``name``, ``num_warps``, ``num_stages`` and grid (``grid_x``/``grid_y``/``grid_z``). Its
-parameters are the operands' then the results' base pointers, in order. (jaxlib >= 0.11 emits
+parameters are the operands' then the results' base pointers, in order. (jaxlib 0.11 emits
 ``triton_kernel_call_ffi`` instead, a zlib-compressed proto of a kernel jaxlib already
 compiled; not handled here.)
 
 Triton's ``compile`` reads IR as text (``.ttir``), so the bytecode is printed as text by
-jaxlib's MLIR (the dialect it was written with) first; Triton 3.6 and 3.9 both parse what
-jaxlib 0.10.2 prints. The bytecode was made for one vendor: Pallas lowers math functions to
+jaxlib's MLIR (the dialect it was written with) first, in the isolated parser child; Triton 3.6
+and 3.9 parse what jaxlib 0.10.2 prints, Triton 3.9 what jaxlib 0.12 prints. The bytecode was made for one vendor: Pallas lowers math functions to
 libdevice calls for ``cuda`` and to ocml for ``rocm``, so a kernel lowered for one does not
 compile for the other's targets.
 """
@@ -24,7 +24,7 @@ import os
 from pjrtkit_gpu import codegen
 from pjrtkit_gpu.targets import TARGETS
 
-# backend_config keys of Pallas's Triton custom call (jaxlib 0.10.2)
+# the custom call Pallas's Triton lowering emits (jax 0.10.2 and 0.12)
 PALLAS_TRITON_TARGET = "__gpu$xla.gpu.triton"
 
 

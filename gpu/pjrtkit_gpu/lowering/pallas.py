@@ -24,8 +24,8 @@ def pallas_triton_call(op, ctx):
     name = config.get("name", "?") if isinstance(config, dict) else "?"
     if not isinstance(config, dict):
         raise InvalidArgument(f"custom_call @{PALLAS_TRITON_TARGET} without a dictionary "
-                              f"backend_config holding the Triton kernel (jaxlib 0.10.2's "
-                              f"Pallas form): {op.describe()}")
+                              f"backend_config holding the Triton kernel (the form Pallas "
+                              f"emits with jax 0.10 and 0.12): {op.describe()}")
     try:
         kernel = kernel_from_backend_config(config)
     except (KeyError, ValueError) as exc:
