@@ -11,9 +11,9 @@ compiled; not handled here.)
 
 Triton's ``compile`` reads IR as text (``.ttir``), so the bytecode is printed as text by
 jaxlib's MLIR (the dialect it was written with) first, in the isolated parser child; Triton 3.6
-and 3.9 parse what jaxlib 0.10.2 prints, Triton 3.9 what jaxlib 0.12 prints. The bytecode was made for one vendor: Pallas lowers math functions to
-libdevice calls for ``cuda`` and to ocml for ``rocm``, so a kernel lowered for one does not
-compile for the other's targets.
+and 3.9 parse what jaxlib 0.10.2 prints, Triton 3.9 what jaxlib 0.12 prints. The bytecode was
+made for one vendor: Pallas lowers math functions to libdevice calls for ``cuda`` and to ocml
+for ``rocm``, so a kernel lowered for one does not compile for the other's targets.
 """
 from __future__ import annotations
 
