@@ -50,7 +50,7 @@ def ir_text_from_bytecode(bytecode: bytes) -> str:
     if it does not parse."""
     from pjrtkit.stablehlo.isolation import bytecode_text_isolated
 
-    return bytecode_text_isolated(bytes(bytecode), "jaxlib.triton.dialect")
+    return bytecode_text_isolated(bytecode, "jaxlib.triton.dialect")
 
 
 def kernel_from_backend_config(config: dict) -> TritonIrKernel:

@@ -8,8 +8,8 @@ or compiles in one process (triton_setup)."""
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 import subprocess
 import sys
 
@@ -106,7 +106,6 @@ def test_pallas_call_lowers_for_our_platforms_compiles_ahead_of_time_and_is_unim
 
 LOWER_ON_A_NEWER_JAX = r"""
 import json
-import re
 import jax, jax.numpy as jnp, numpy as np
 from jax.experimental import pallas as pl
 

@@ -21,11 +21,11 @@ def pallas_triton_call(op, ctx):
     check_operands(op, ctx)
     driver, device = ctx.payloads.driver, ctx.payloads.device_index
     config = op.attributes.get("mhlo.backend_config")
-    name = config.get("name", "?") if isinstance(config, dict) else "?"
     if not isinstance(config, dict):
         raise InvalidArgument(f"custom_call @{PALLAS_TRITON_TARGET} without a dictionary "
                               f"backend_config holding the Triton kernel (the form Pallas "
                               f"emits with jax 0.10 and 0.12): {op.describe()}")
+    name = config.get("name", "?")
     try:
         kernel = kernel_from_backend_config(config)
     except (KeyError, ValueError) as exc:

@@ -77,6 +77,9 @@ def sort_rule(op, ctx):
                    else (SORT_TILE, MERGE_BLOCK))
     tile_constexprs = {"BI": tile, "BJ": tile}
     merge_constexprs = {"B": block}
+    tiles, merged_blocks = blocks(length, tile), blocks(length, block)
+    # (run width, binary-search steps) of each merge pass, until one run spans the row
+    passes = [(tile << n, (tile << n).bit_length()) for n in range((tiles - 1).bit_length())]
 
     count = len(op.operands)
 
@@ -87,19 +90,15 @@ def sort_rule(op, ctx):
         arranged = [permuted(driver, device, x, permutation).reshaped((rows, length))
                     for x in operands]
         sorted_rows = [driver.empty(device, (rows, length), x.dtype) for x in operands]
-        tiles = blocks(length, tile)
         driver.launch(device, tile_kernel, (rows * tiles,),
                       [*arranged, *sorted_rows, *captured, length, tiles], tile_constexprs)
-        run = tile
         spare = [driver.empty(device, (rows, length), x.dtype) for x in operands] \
-            if run < length else []
-        merged_blocks = blocks(length, block)
-        while run < length:
+            if passes else []
+        for width, steps in passes:
             driver.launch(device, merge_kernel, (rows * merged_blocks,),
-                          [*sorted_rows, *spare, *captured, length, merged_blocks, run,
-                           run.bit_length()], merge_constexprs)
+                          [*sorted_rows, *spare, *captured, length, merged_blocks, width,
+                           steps], merge_constexprs)
             sorted_rows, spare = spare, sorted_rows
-            run *= 2
         return tuple(permuted(driver, device, s.reshaped(arranged_shape), inverse)
                      for s in sorted_rows)
 
