@@ -35,13 +35,13 @@ SETS := $(patsubst constraints-jax%.txt,%,$(wildcard constraints-jax*.txt))
 # shared GPU lowering (gpu/, pjrtkit-gpu) is not a plugin: it is installed before them.
 PLUGINS := cpu $(filter-out cpu,$(sort $(notdir $(patsubst %/,%,$(dir $(wildcard plugins/*/pyproject.toml))))))
 
-$(STAMP): pyproject.toml setup.py $(CONSTRAINTS) gpu/pyproject.toml $(wildcard plugins/*/pyproject.toml) core/pjrtkit/abi/_build.py $(wildcard core/pjrtkit/abi/*.h)
+$(STAMP): pyproject.toml setup.py tools/pyproject.toml $(CONSTRAINTS) gpu/pyproject.toml $(wildcard plugins/*/pyproject.toml) core/pjrtkit/abi/_build.py $(wildcard core/pjrtkit/abi/*.h)
 	@$(PYTHON) -c "" >/dev/null 2>&1 || { echo "cannot run $(PYTHON); run: make PYTHON=/path/to/python$(if $(JAX),3.12,3.11)$(if $(JAX), JAX=$(JAX))"; exit 1; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(if $(strip $(TRITON)),sed 's/^triton==.*/triton==$(TRITON)/' $(CONSTRAINTS) > $(PIP_CONSTRAINTS))
 	$(BIN)/python -m pip install -q --upgrade "pip>=24" -c $(PIP_CONSTRAINTS)
 	$(BIN)/python -m pip install -q -c $(PIP_CONSTRAINTS) setuptools wheel cffi
-	$(BIN)/python -m pip install -q -c $(PIP_CONSTRAINTS) --no-build-isolation -e '.[test]'
+	$(BIN)/python -m pip install -q -c $(PIP_CONSTRAINTS) --no-build-isolation -e tools -e '.[dev]'
 	$(BIN)/python -m pip install -q -c $(PIP_CONSTRAINTS) --no-build-isolation -e 'gpu[cuda,rocm]'
 	for plugin in $(PLUGINS); do \
 		$(BIN)/python -m pip install -q -c $(PIP_CONSTRAINTS) --no-build-isolation -e plugins/$$plugin || exit 1; \
@@ -128,7 +128,7 @@ accuracy: $(STAMP)
 # Every lax op over every dtype on pjrtkit_cpu vs XLA's CPU backend (long; make test runs a
 # sample, plugins/cpu/tests/test_dtype_sweep.py).
 dtype-sweep: $(STAMP)
-	JAX_PLATFORMS=pjrtkit_cpu,cpu $(BIN)/python -m pjrtkit.testing.dtype_sweep --modes jit,loop,big
+	JAX_PLATFORMS=pjrtkit_cpu,cpu $(BIN)/python -m pjrtkit_tools.dtype_sweep --modes jit,loop,big
 
 # The fuzz harnesses, each batch of cases in a child process (an abort is counted, not fatal);
 # each prints cases, aborts and bugs per target and fails on any abort or bug.
@@ -141,9 +141,9 @@ FUZZ_ABI_CASES ?= $(FUZZ_CASES)
 FUZZ_SEED ?= 0
 fuzz: $(STAMP)
 	@mkdir -p build
-	$(BIN)/python -m pjrtkit.testing.fuzz_programs --cases $(FUZZ_CASES) --seed $(FUZZ_SEED) \
+	$(BIN)/python -m pjrtkit_tools.fuzz_programs --cases $(FUZZ_CASES) --seed $(FUZZ_SEED) \
 		--json build/fuzz.json
-	$(BIN)/python -m pjrtkit.testing.fuzz_abi --cases $(FUZZ_ABI_CASES) --seed $(FUZZ_SEED) \
+	$(BIN)/python -m pjrtkit_tools.fuzz_abi --cases $(FUZZ_ABI_CASES) --seed $(FUZZ_SEED) \
 		--json build/fuzz_abi.json
 
 # The leak soak (not in `make test`): executes, transfers and compiles of distinct programs on
@@ -155,7 +155,7 @@ SOAK_TRANSFERS ?= 100000
 SOAK_COMPILES ?= 10000
 soak: $(STAMP)
 	@mkdir -p build
-	nice -n 10 $(BIN)/python -m pjrtkit.testing.soak --executes $(SOAK_EXECUTES) \
+	nice -n 10 $(BIN)/python -m pjrtkit_tools.soak --executes $(SOAK_EXECUTES) \
 		--transfers $(SOAK_TRANSFERS) --compiles $(SOAK_COMPILES) --json build/soak.json
 
 # JAX's own tests (pjrtkit jax-tests) need pytest<9 and JAX's test requirements, so they run in
@@ -172,13 +172,13 @@ JAX_TESTS_DIR ?= $(firstword $(wildcard ../shared/jax-tests ../../shared/jax-tes
 JAX_TESTS_ARGS ?=
 JAX_TESTS_EXPECTED ?= tests/jax_suite/expected_passes_jax-v0.10.2.txt
 
-$(JT_STAMP): $(STAMP) constraints-jaxtests.txt gpu/pyproject.toml
+$(JT_STAMP): $(STAMP) constraints-jaxtests.txt gpu/pyproject.toml tools/pyproject.toml
 	test -x $(JT_BIN)/python || $(PYTHON) -m venv $(JT_VENV)
 	grep -v '^pytest==' constraints.txt > $(JT_VENV)/constraints-project.txt
 	$(JT_BIN)/python -m pip install -q --upgrade "pip>=24" -c $(JT_VENV)/constraints-project.txt
 	$(JT_BIN)/python -m pip install -q -c $(JT_VENV)/constraints-project.txt setuptools wheel cffi
 	$(JT_BIN)/python -m pip install -q -c $(JT_VENV)/constraints-project.txt \
-		-c constraints-jaxtests.txt --no-build-isolation -e . -e gpu $(addprefix -e plugins/,$(PLUGINS)) $(JT_REQUIREMENTS)
+		-c constraints-jaxtests.txt --no-build-isolation -e . -e tools -e gpu $(addprefix -e plugins/,$(PLUGINS)) $(JT_REQUIREMENTS)
 	touch $(JT_STAMP)
 
 jax-tests-env: $(JT_STAMP)
@@ -197,4 +197,4 @@ jax-tests-ci: $(JT_STAMP)
 	$(JT_BIN)/pjrtkit jax-tests --jax-tests "$(JAX_TESTS_DIR)" --expected-passes $(JAX_TESTS_EXPECTED)
 
 clean:
-	rm -rf .venv .venv-jax* build core/*.egg-info gpu/*.egg-info plugins/*/*.egg-info core/pjrtkit/abi/_pjrt_cffi*
+	rm -rf .venv .venv-jax* build core/*.egg-info gpu/*.egg-info tools/*.egg-info plugins/*/*.egg-info core/pjrtkit/abi/_pjrt_cffi*

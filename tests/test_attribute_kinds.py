@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from pjrtkit.testing.attribute_kinds import CASES, run_cases
+from pjrtkit_tools.attribute_kinds import CASES, run_cases
 
 
 @pytest.fixture(scope="module")

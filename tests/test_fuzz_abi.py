@@ -10,7 +10,7 @@ import textwrap
 
 import pytest
 
-from pjrtkit.testing.fuzz_abi import TARGETS, run_campaign
+from pjrtkit_tools.fuzz_abi import TARGETS, run_campaign
 
 CASES = 150
 
@@ -36,7 +36,7 @@ def _through_the_abi(code: str, **env: str) -> list[str]:
         import numpy as np
         from pjrtkit.abi._cffi import ffi
         from pjrtkit.discovery import load_backend
-        from pjrtkit.testing.conformance.abi_driver import AbiDriver
+        from pjrtkit.conformance.abi_driver import AbiDriver
         d = AbiDriver.from_backend(load_backend("cpu"))
         d.initialize()
     """

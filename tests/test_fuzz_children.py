@@ -1,4 +1,4 @@
-"""The fuzz harnesses' child-process runner (pjrtkit.testing.fuzz_children) with real child
+"""The fuzz harnesses' child-process runner (pjrtkit_tools.fuzz_children) with real child
 processes speaking its protocol: a slow start is not a hang, a case that stops answering is, and
 a child that dies after answering its cases is an exit failure that the campaign goes past."""
 from __future__ import annotations
@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 
-from pjrtkit.testing import fuzz_children
+from pjrtkit_tools import fuzz_children
 
 CHILD = textwrap.dedent("""
     import json, os, sys, time

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from pjrtkit.testing.fuzz_programs import TARGETS, run_campaign
+from pjrtkit_tools.fuzz_programs import TARGETS, run_campaign
 
 CASES = 30
 

@@ -192,7 +192,7 @@ MAY_USE_JAX_PRIVATES = {
     "gpu/pjrtkit_gpu/jax_pallas.py",
     # The jax-tests runner's pytest plugin imports JAX's own test_util, which defines the
     # jax_test_dut flag JAX's test files read (it runs only inside JAX's test environment).
-    "core/pjrtkit/testing/jax_tests/pytest_plugin.py",
+    "core/pjrtkit_tools/jax_tests/pytest_plugin.py",
 }
 
 

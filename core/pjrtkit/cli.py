@@ -9,6 +9,11 @@
     pjrtkit conformance --library PATH   layer 1 (the C ABI) on any PJRT plugin .so
     pjrtkit coverage BACKEND [--output PATH] [--from-json PATH]   the op x dtype table of the
         JAX surface the backend covers (docs/coverage.md), from the conformance suite's layer 3
+
+conformance and coverage need the extra ``pip install 'pjrtkit[conformance]'``. Other installed
+distributions add sub-commands through the entry-point group ``pjrtkit.commands`` (a module with
+HELP, DESCRIPTION, add_arguments(parser) and main(args)); pjrtkit's development tools
+(``pjrtkit-tools``, extra ``pjrtkit[dev]``) add:
     pjrtkit jax-tests [--files F,..] [-k EXPR] [--x64] [--json PATH]   JAX's own test files on
         a backend and on XLA's CPU backend; --expected-passes FILE for the CI check
 """
@@ -16,7 +21,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
+
+log = logging.getLogger(__name__)
+
+COMMAND_ENTRY_POINT_GROUP = "pjrtkit.commands"
 
 
 def _cmd_list(args) -> int:
@@ -103,8 +113,21 @@ def _cmd_topology(args) -> int:
     return 0
 
 
+def _conformance_extra_missing(command: str) -> bool:
+    """Says how to install the conformance extra when it is missing (then True)."""
+    from pjrtkit.conformance import INSTALL_HINT, missing_requirements
+
+    missing = missing_requirements()
+    if missing:
+        print(f"pjrtkit {command}: the conformance suite needs the extra that brings "
+              f"{', '.join(missing)}: {INSTALL_HINT}", file=sys.stderr)
+    return bool(missing)
+
+
 def _cmd_conformance(args) -> int:
-    from pjrtkit.testing.conformance.runner import SelectionError, Target, run_and_report
+    if _conformance_extra_missing("conformance"):
+        return 2
+    from pjrtkit.conformance.runner import SelectionError, Target, run_and_report
 
     if (args.backend is None) == (args.library is None):
         print("pjrtkit conformance: name a BACKEND or give --library PATH (not both)",
@@ -120,15 +143,30 @@ def _cmd_conformance(args) -> int:
 
 
 def _cmd_coverage(args) -> int:
-    from pjrtkit.testing.conformance.coverage_table import main as write_coverage
+    if _conformance_extra_missing("coverage"):
+        return 2
+    from pjrtkit.conformance.coverage_table import main as write_coverage
 
     return write_coverage(args)
 
 
-def _cmd_jax_tests(args) -> int:
-    from pjrtkit.testing.jax_tests.command import main as run_jax_tests
+def _add_installed_commands(sub) -> None:
+    """Sub-commands other distributions add (entry-point group ``pjrtkit.commands``). One that
+    fails to load is logged and left out: it never breaks the core commands."""
+    from stevedore import ExtensionManager
 
-    return run_jax_tests(args)
+    def failed(_manager, entry_point, exc):
+        log.warning("pjrtkit: command %r from %s is left out: %s: %s", entry_point.name,
+                    entry_point.value, type(exc).__name__, exc)
+
+    commands = ExtensionManager(COMMAND_ENTRY_POINT_GROUP, invoke_on_load=False,
+                                on_load_failure_callback=failed)
+    for extension in sorted(commands, key=lambda e: e.name):
+        module = extension.plugin
+        p = sub.add_parser(extension.name, help=getattr(module, "HELP", None),
+                           description=getattr(module, "DESCRIPTION", None))
+        module.add_arguments(p)
+        p.set_defaults(run=module.main)
 
 
 def main(argv=None) -> int:
@@ -151,7 +189,7 @@ def main(argv=None) -> int:
                                    "when a check FAILs.")
     p.add_argument("backend", nargs="?", help="installed pjrtkit backend name (e.g. cpu)")
     p.add_argument("--library", metavar="PATH", help="a PJRT plugin shared library (layer 1)")
-    from pjrtkit.testing.conformance.runner import add_arguments
+    from pjrtkit.conformance.runner import add_arguments
     add_arguments(p)
     p.set_defaults(run=_cmd_conformance)
     p = sub.add_parser("coverage", help="the op x dtype table of the JAX surface a backend "
@@ -159,16 +197,10 @@ def main(argv=None) -> int:
                        description="Run the conformance suite's layer 3 on a backend (or read "
                                    "a report it wrote) and print the op x dtype table: "
                                    "pjrtkit coverage cpu --output docs/coverage.md")
-    from pjrtkit.testing.conformance.coverage_table import add_arguments as add_coverage_arguments
+    from pjrtkit.conformance.coverage_table import add_arguments as add_coverage_arguments
     add_coverage_arguments(p)
     p.set_defaults(run=_cmd_coverage)
-    p = sub.add_parser("jax-tests", help="JAX's own test files on a backend vs XLA's CPU",
-                       description="Run test files of a JAX source tree on a backend and on "
-                                   "XLA's CPU backend and compare (needs JAX's test "
-                                   "requirements: make jax-tests-env).")
-    from pjrtkit.testing.jax_tests.command import add_arguments as add_jax_tests_arguments
-    add_jax_tests_arguments(p)
-    p.set_defaults(run=_cmd_jax_tests)
+    _add_installed_commands(sub)
     args = parser.parse_args(argv)
     try:
         return args.run(args)

@@ -18,7 +18,7 @@ from pjrtkit.abi._cffi import ffi, lib
 from pjrtkit.abi.handles import COMPLETED_EVENT, set_c_answers
 from pjrtkit.discovery import load_backend
 from pjrtkit.errors import ErrorCode
-from pjrtkit.testing.conformance.abi_driver import AbiDriver
+from pjrtkit.conformance.abi_driver import AbiDriver
 
 
 @pytest.fixture(scope="module")

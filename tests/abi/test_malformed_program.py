@@ -4,7 +4,7 @@ import pytest
 
 from pjrtkit.discovery import load_backend
 from pjrtkit.errors import ErrorCode
-from pjrtkit.testing.conformance.abi_driver import AbiDriver
+from pjrtkit.conformance.abi_driver import AbiDriver
 
 
 def _double_plus_one(x):

@@ -20,9 +20,9 @@ import pytest
 
 from pjrtkit.abi._cffi import ffi
 from pjrtkit.errors import ErrorCode
-from pjrtkit.testing.conformance import abi_checks
-from pjrtkit.testing.conformance.abi_driver import AbiDriver
-from pjrtkit.testing.conformance.checks import REGISTRY, Outcome, run_check
+from pjrtkit.conformance import abi_checks
+from pjrtkit.conformance.abi_driver import AbiDriver
+from pjrtkit.conformance.checks import REGISTRY, Outcome, run_check
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("pjrtkit_cpu") is None,
                                 reason="needs the pjrtkit-cpu plugin (pip install -e plugins/cpu)")
@@ -123,9 +123,9 @@ def xla_plugin_library() -> pathlib.Path | None:
 
 XLA_RUN = textwrap.dedent("""
     import json, sys
-    from pjrtkit.testing.conformance import abi_checks  # noqa: F401 - registers the checks
-    from pjrtkit.testing.conformance.abi_driver import AbiDriver
-    from pjrtkit.testing.conformance.checks import REGISTRY, run_check
+    from pjrtkit.conformance import abi_checks  # noqa: F401 - registers the checks
+    from pjrtkit.conformance.abi_driver import AbiDriver
+    from pjrtkit.conformance.checks import REGISTRY, run_check
     driver = AbiDriver.from_library(sys.argv[1])
     results = [run_check(c, driver) for c in REGISTRY.values() if c.layer == "abi"]
     driver.close()

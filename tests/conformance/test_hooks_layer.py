@@ -14,9 +14,9 @@ import pjrtkit_cpu.plugin as cpu
 from pjrtkit import builtin, hookimpl
 from pjrtkit.backend import Backend
 from pjrtkit.errors import InvalidArgument, Unimplemented
-from pjrtkit.testing.conformance import hooks_checks
-from pjrtkit.testing.conformance.checks import REGISTRY, Outcome, run_check
-from pjrtkit.testing.conformance.runner import import_layer
+from pjrtkit.conformance import hooks_checks
+from pjrtkit.conformance.checks import REGISTRY, Outcome, run_check
+from pjrtkit.conformance.runner import import_layer
 from pjrtkit.types import (CompiledProgram, CostEstimate, MemorySpaceSpec, MemoryStats,
                            Topology)
 

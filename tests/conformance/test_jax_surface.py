@@ -18,9 +18,9 @@ import textwrap
 
 import pytest
 
-from pjrtkit.testing.conformance.checks import CheckResult, Outcome
-from pjrtkit.testing.conformance.report import to_markdown
-from pjrtkit.testing.conformance.results import SuiteResult
+from pjrtkit.conformance.checks import CheckResult, Outcome
+from pjrtkit.conformance.report import to_markdown
+from pjrtkit.conformance.results import SuiteResult
 
 PLUGINS = pathlib.Path(__file__).resolve().parents[1] / "plugins"
 
@@ -34,7 +34,7 @@ SAMPLE = ["jax.elementwise.add[float32-3x4]", "jax.elementwise.negate[float32-3x
 RUN_BACKEND = textwrap.dedent("""
     import importlib, sys
     from pjrtkit.backend import Backend
-    from pjrtkit.testing.conformance.runner import main_for_backend
+    from pjrtkit.conformance.runner import main_for_backend
     name = sys.argv[1]
     backend = Backend(name, importlib.import_module(name + "_backend"))
     sys.exit(main_for_backend(backend, sys.argv[2:]))

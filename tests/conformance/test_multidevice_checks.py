@@ -15,9 +15,9 @@ from pjrtkit import hookimpl
 from pjrtkit.backend import Backend
 from pjrtkit.lowering.plan import build_plan
 from pjrtkit.stablehlo.cost import estimate_cost
-from pjrtkit.testing.conformance import hooks_checks
-from pjrtkit.testing.conformance.checks import REGISTRY, Outcome, run_check
-from pjrtkit.testing.conformance.runner import import_layer
+from pjrtkit.conformance import hooks_checks
+from pjrtkit.conformance.checks import REGISTRY, Outcome, run_check
+from pjrtkit.conformance.runner import import_layer
 from pjrtkit.types import CompiledProgram
 
 import_layer("hooks")

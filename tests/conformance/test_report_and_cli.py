@@ -11,9 +11,9 @@ import textwrap
 
 import pytest
 
-from pjrtkit.testing.conformance.checks import CheckResult, Outcome
-from pjrtkit.testing.conformance.report import SECTIONS, to_markdown
-from pjrtkit.testing.conformance.results import SuiteResult
+from pjrtkit.conformance.checks import CheckResult, Outcome
+from pjrtkit.conformance.report import SECTIONS, to_markdown
+from pjrtkit.conformance.results import SuiteResult
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 PJRTKIT = [sys.executable, "-m", "pjrtkit.cli"]
@@ -139,7 +139,7 @@ def test_docs_coverage_md_is_what_the_generator_makes_of_a_fresh_run(cpu_suite, 
 
 
 def test_coverage_table_marks_every_outcome():
-    from pjrtkit.testing.conformance.coverage_table import render
+    from pjrtkit.conformance.coverage_table import render
 
     result = SuiteResult(
         info={"target": "cpu", "backend": "cpu", "platform": "pjrtkit_cpu",
@@ -192,7 +192,7 @@ def test_library_mode_runs_layer_1_only():
 
 
 PLUGIN_FAILING_CHECK = textwrap.dedent("""
-    from pjrtkit.testing.conformance.checks import check, Failed
+    from pjrtkit.conformance.checks import check, Failed
 
     @check("hooks.zz_selftest_always_fails", layer="hooks")
     def always_fails(backend):

@@ -130,7 +130,7 @@ def make_backends() -> tuple[Backend, Backend]:
 
 
 def main(argv=None) -> int:
-    from pjrtkit.testing.conformance.runner import main_for_backend
+    from pjrtkit.conformance.runner import main_for_backend
 
     faulty, _for_jax = make_backends()
     return main_for_backend(faulty, argv)

@@ -39,7 +39,7 @@ def devices():
     """(pjrtkit_cpu device, XLA cpu device)."""
     import jax
 
-    from pjrtkit.testing.conformance.jax_checks import REFERENCE_PLATFORM, configure_jax
+    from pjrtkit.conformance.jax_checks import REFERENCE_PLATFORM, configure_jax
 
     unavailable = configure_jax(PLATFORM)
     if unavailable is not None:

@@ -62,7 +62,7 @@ import threading, os
 import numpy as np
 from pjrtkit.abi._cffi import ffi
 from pjrtkit.discovery import load_backend
-from pjrtkit.testing.conformance.abi_driver import AbiDriver
+from pjrtkit.conformance.abi_driver import AbiDriver
 d = AbiDriver.from_backend(load_backend("cpu"))
 d.initialize()
 loaded = d.compile(lambda x: (x @ x.T).sum() + x, np.zeros((64, 64), np.float32))

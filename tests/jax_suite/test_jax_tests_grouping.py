@@ -1,9 +1,9 @@
 """Grouping of failures by cause, per-test outcomes from a record, and the comparison."""
 import json
 
-from pjrtkit.testing.jax_tests.causes import cause_of
-from pjrtkit.testing.jax_tests.compare import compare
-from pjrtkit.testing.jax_tests.outcomes import UNFINISHED, RunOutcomes, TestOutcome, read_record
+from pjrtkit_tools.jax_tests.causes import cause_of
+from pjrtkit_tools.jax_tests.compare import compare
+from pjrtkit_tools.jax_tests.outcomes import UNFINISHED, RunOutcomes, TestOutcome, read_record
 
 
 def unimplemented(op, dtype, shape, where):

@@ -10,10 +10,10 @@ import textwrap
 
 import pytest
 
-from pjrtkit.testing.jax_tests import expected
-from pjrtkit.testing.jax_tests import runner
-from pjrtkit.testing.jax_tests.command import add_arguments, run_expected
-from pjrtkit.testing.jax_tests.runner import RunSettings, run_file
+from pjrtkit_tools.jax_tests import expected
+from pjrtkit_tools.jax_tests import runner
+from pjrtkit_tools.jax_tests.command import add_arguments, run_expected
+from pjrtkit_tools.jax_tests.runner import RunSettings, run_file
 
 TEST_FILE = textwrap.dedent('''
     import os
@@ -122,8 +122,8 @@ def test_settings_come_from_the_list_header(tmp_path):
 def test_a_tpu_backend_is_compared_with_xla_cpu_tested_as_tpu_too(tmp_path):
     """Issue 11: JAX's tests pick tests and tolerances by the device tag, so a virtual TPU and
     its XLA cpu reference both run as ``tpu``; cpu backends keep the cpu tag on both sides."""
-    from pjrtkit.testing.jax_tests.command import settings_from
-    from pjrtkit.testing.jax_tests.runner import DUT_VARIABLE, environment
+    from pjrtkit_tools.jax_tests.command import settings_from
+    from pjrtkit_tools.jax_tests.runner import DUT_VARIABLE, environment
 
     parser = argparse.ArgumentParser()
     add_arguments(parser)

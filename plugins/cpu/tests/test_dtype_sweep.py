@@ -1,4 +1,4 @@
-"""Every lax op of the dtype sweep (``pjrtkit.testing.dtype_sweep``) on pjrtkit_cpu vs XLA's CPU.
+"""Every lax op of the dtype sweep (``pjrtkit_tools.dtype_sweep``) on pjrtkit_cpu vs XLA's CPU.
 
 Each case runs on the pjrtkit_cpu device and on XLA's ``cpu`` device in this process, as a
 program and inside a ``lax.fori_loop`` (the native-loop path), and must match
@@ -6,7 +6,7 @@ program and inside a ``lax.fori_loop`` (the native-loop path), and must match
 wider floats) or fail at compile time with UNIMPLEMENTED naming the op and the dtype. To stay
 fast, each op runs over a rotating sample of the dtypes of each kind (every dtype is covered
 by some op; ``_sampled_cases``), the conversions over every source and a rotating target;
-``python -m pjrtkit.testing.dtype_sweep`` runs all of them.
+``python -m pjrtkit_tools.dtype_sweep`` runs all of them.
 
 Known differences are listed in ``KNOWN`` with their measured cause, and run as strict xfails.
 """
@@ -17,7 +17,7 @@ import pytest
 
 os.environ.setdefault("JAX_PLATFORMS", "pjrtkit_cpu,cpu")
 
-from pjrtkit.testing import dtype_sweep as S  # noqa: E402
+from pjrtkit_tools import dtype_sweep as S  # noqa: E402
 
 _KINDS = {"bool": (S.BOOL,), "int": S.INTS, "float": S.FLOATS, "complex": S.COMPLEXES}
 _ALWAYS = {np.dtype(np.float32), np.dtype(np.int32), np.dtype(np.complex64), S.BOOL}

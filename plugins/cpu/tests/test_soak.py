@@ -13,7 +13,7 @@ def test_a_short_soak_reports_handles_and_bounded_caches(tmp_path):
     report = tmp_path / "soak.json"
     env = {k: v for k, v in os.environ.items()
            if k not in ("JAX_PLATFORMS", "PJRTKIT_CPU_FUSED_KERNEL_LIMIT")}
-    out = subprocess.run([sys.executable, "-m", "pjrtkit.testing.soak", "--executes", "300",
+    out = subprocess.run([sys.executable, "-m", "pjrtkit_tools.soak", "--executes", "300",
                           "--transfers", "300", "--compiles", "20", "--json", str(report)],
                          capture_output=True, text=True, env=env, timeout=600)
     assert report.exists(), out.stderr[-3000:]

@@ -1,0 +1,152 @@
+"""``pjrtkit jax-tests``: JAX's own test files on a backend and on XLA's CPU backend.
+
+    pjrtkit jax-tests [--files lax_test,fft_test] [-k EXPR] [--x64] [--json PATH]
+    pjrtkit jax-tests --expected-passes tests/jax_suite/expected_passes_jax-v0.10.2.txt
+
+The first form prints, per file, the tests that pass on XLA's CPU backend, how many of those pass
+on the backend, the rate and the dead workers, then the failures grouped by cause. The second
+(CI) runs only the listed tests on the backend, with the settings the list was written with,
+and fails when one of them does not pass or a worker dies.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from pjrtkit_tools.jax_tests import expected, report
+from pjrtkit_tools.jax_tests.device_tag import device_tag_for
+from pjrtkit_tools.jax_tests.runner import (
+    DEFAULT_FILES, RunSettings, find_jax_tests_dir, recorded_file, run_file, run_side)
+
+# What `pjrtkit jax-tests` shows (this module is the entry point pjrtkit.commands:jax-tests).
+HELP = "JAX's own test files on a backend vs XLA's CPU"
+DESCRIPTION = ("Run test files of a JAX source tree on a backend and on XLA's CPU backend and "
+               "compare (needs JAX's test requirements: make jax-tests-env).")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--jax-tests", metavar="DIR",
+                        help="root of a JAX source tree (tests/ and conftest.py of the JAX "
+                             "version installed); default $PJRTKIT_JAX_TESTS_DIR or "
+                             "../shared/jax-tests")
+    parser.add_argument("--backend", default="cpu", help="pjrtkit backend name (default cpu)")
+    parser.add_argument("--device-tag", choices=("cpu", "gpu", "tpu"),
+                        help="jax_test_dut of the backend run (default: the backend's own, "
+                             "see pjrtkit_tools.jax_tests.device_tag)")
+    parser.add_argument("--reference-device-tag", choices=("cpu", "gpu", "tpu"),
+                        help="jax_test_dut of the XLA cpu run (default: tpu for a backend "
+                             "tested as tpu, so both runs pick the same tests and TPU "
+                             "tolerances; else cpu)")
+    parser.add_argument("--files", help="comma-separated test files (default: the 12 of issue 9)")
+    parser.add_argument("-k", dest="keyword", help="pytest -k expression")
+    parser.add_argument("--cases", type=int, default=3,
+                        help="JAX_NUM_GENERATED_CASES (default 3)")
+    parser.add_argument("--x64", action="store_true", help="JAX_ENABLE_X64=1")
+    parser.add_argument("--workers", type=int, default=2, help="pytest-xdist workers (default 2)")
+    parser.add_argument("--time-limit", type=float, default=3600.0, metavar="SECONDS",
+                        help="kill one pytest run after this long (default 3600)")
+    parser.add_argument("--out", default="build/jax-tests",
+                        help="folder for records, junitxml and logs (default build/jax-tests)")
+    parser.add_argument("--json", metavar="PATH", help="write the report as JSON (rewritten "
+                                                       "after each file)")
+    parser.add_argument("--top", type=int, default=40, help="causes to print (default 40)")
+    parser.add_argument("--from-records", action="store_true",
+                        help="run nothing: report the runs recorded in --out earlier")
+    parser.add_argument("--expected-passes", metavar="FILE",
+                        help="CI form: run only the listed tests on the backend; exit 1 if one "
+                             "does not pass or a worker dies")
+    parser.add_argument("--write-expected", metavar="FILE",
+                        help="write the tests that passed on both backends as an expected-pass "
+                             "list")
+    parser.add_argument("--expected-every", type=int, default=1, metavar="K",
+                        help="with --write-expected: keep every K-th of each file's passes "
+                             "(a short list for CI)")
+
+
+def settings_from(args) -> RunSettings:
+    device_tag = device_tag_for(args.backend, args.device_tag)
+    reference_tag = getattr(args, "reference_device_tag", None) or \
+        ("tpu" if device_tag == "tpu" else "cpu")
+    return RunSettings(tests_dir=find_jax_tests_dir(args.jax_tests), backend=args.backend,
+                       device_tag=device_tag, reference_device_tag=reference_tag,
+                       out_dir=Path(args.out), cases=args.cases, x64=args.x64,
+                       workers=args.workers, keyword=args.keyword,
+                       time_limit=args.time_limit or None)
+
+
+def describe(settings: RunSettings) -> dict:
+    return {"tests_dir": str(settings.tests_dir), "backend": settings.platform,
+            "device_tag": settings.device_tag,
+            "reference_device_tag": settings.reference_device_tag,
+            "JAX_NUM_GENERATED_CASES": settings.cases,
+            "JAX_ENABLE_X64": int(settings.x64), "workers": settings.workers,
+            "keyword": settings.keyword}
+
+
+def run_comparison(settings: RunSettings, args) -> int:
+    files = args.files.split(",") if args.files else list(DEFAULT_FILES)
+    print(f"JAX tests in {settings.tests_dir} on {settings.platform} (device tag "
+          f"{settings.device_tag}) and on XLA's cpu (device tag "
+          f"{settings.reference_device_tag}); JAX_NUM_GENERATED_CASES={settings.cases}, "
+          f"JAX_ENABLE_X64={int(settings.x64)}; logs in {settings.out_dir}", flush=True)
+    comparisons = []
+    for name in files:
+        if args.from_records:
+            comparisons.append(recorded_file(settings, name))
+        else:
+            comparison = run_file(settings, name)
+            comparisons.append(comparison)
+            print(f"  {comparison.file}: {comparison.backend_passed}/"
+                  f"{comparison.reference_passed} ({comparison.seconds['backend']:.0f} s + "
+                  f"{comparison.seconds['reference']:.0f} s)", flush=True)
+        if args.json:
+            Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.json).write_text(json.dumps(
+                report.as_json(comparisons, describe(settings)), indent=1) + "\n")
+    print()
+    print(report.table(comparisons, settings.platform))
+    print()
+    print(report.causes_text(comparisons, args.top))
+    if args.write_expected:
+        every = max(1, args.expected_every)
+        passing = [nodeid for c in comparisons for nodeid in c.passed_on_both[::every]]
+        expected.write_expected(Path(args.write_expected), passing, settings.cases, settings.x64,
+                                f"JAX tests that pass on {settings.platform} and on XLA's cpu\n"
+                                f"written by: pjrtkit jax-tests --files {','.join(files)}"
+                                + (f" -k '{settings.keyword}'" if settings.keyword else "")
+                                + (f" --expected-every {every}" if every > 1 else ""))
+    dead = [c.file for c in comparisons if c.dead_workers or c.unfinished]
+    if dead:
+        print(f"\nworkers died or runs did not finish in: {', '.join(dead)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def run_expected(settings: RunSettings, path: Path) -> int:
+    listed = expected.read_expected(path)
+    settings.cases, settings.x64 = listed.cases, listed.x64
+    settings.keyword = None
+    print(f"{len(listed.nodeids)} expected passes from {path} on {settings.platform} (device "
+          f"tag {settings.device_tag}, JAX_NUM_GENERATED_CASES={settings.cases}, "
+          f"JAX_ENABLE_X64={int(settings.x64)})", flush=True)
+    run = run_side(settings, "backend", path.stem, listed.nodeids)
+    failures = expected.unexpected_failures(listed, run.outcomes)
+    print(f"{len(listed.nodeids) - len(failures)} of {len(listed.nodeids)} passed in "
+          f"{run.seconds:.0f} s (log: {run.log})")
+    for nodeid, outcome in sorted(failures.items()):
+        print(f"  {outcome.status.upper()}: {nodeid}: {outcome.message}")
+    for death in run.outcomes.dead_workers:
+        print(f"  DEAD WORKER: {death}")
+    if not run.outcomes.finished:
+        tail = run.log.read_text(errors="replace").strip().splitlines()[-5:]
+        print("  the pytest run did not finish; the end of its log:\n    " + "\n    ".join(tail))
+    return 1 if failures or run.outcomes.dead_workers or not run.outcomes.finished else 0
+
+
+def main(args) -> int:
+    settings = settings_from(args)
+    if args.expected_passes:
+        return run_expected(settings, Path(args.expected_passes))
+    return run_comparison(settings, args)

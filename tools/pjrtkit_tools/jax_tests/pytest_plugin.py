@@ -1,0 +1,97 @@
+"""pytest plugin for runs of JAX's own tests: sets the device tag and records every outcome.
+
+Loaded explicitly (``-p pjrtkit_tools.jax_tests.pytest_plugin``) by the runner, never through
+an entry point, so it touches no other pytest run. Two environment variables drive it:
+
+``PJRTKIT_JAX_TEST_DUT``
+    the device tag. JAX's test_util reads ``jax_test_dut`` when a test module is collected (its
+    skip decorators ask ``device_under_test()``), and the flag exists only once test_util is
+    imported, so it is set here in ``pytest_configure``, before collection, in the controller
+    and in every xdist worker (each runs its own configure and collection).
+``PJRTKIT_JAX_TEST_RECORD``
+    a file to which the controlling process appends one JSON line per test report and per
+    worker that went down. Unlike junitxml, written once at the end, the record survives a run
+    that is killed at its time limit or whose controller dies.
+"""
+from __future__ import annotations
+
+import importlib
+import json
+import os
+
+import pytest
+
+DUT_VARIABLE = "PJRTKIT_JAX_TEST_DUT"
+RECORD_VARIABLE = "PJRTKIT_JAX_TEST_RECORD"
+
+
+def pytest_configure(config):
+    tag = os.environ.get(DUT_VARIABLE)
+    if tag:
+        import jax
+
+        importlib.import_module("jax._src.test_util")  # defines the jax_test_dut flag
+        jax.config.update("jax_test_dut", tag)
+    path = os.environ.get(RECORD_VARIABLE)
+    if path and not hasattr(config, "workerinput"):
+        config.pluginmanager.register(OutcomeRecorder(path), "pjrtkit-jax-tests-recorder")
+
+
+def first_line_of_failure(report) -> str:
+    """The failure's own message: exception type and the first non-empty line after it."""
+    longrepr = report.longrepr
+    crash = getattr(longrepr, "reprcrash", None)
+    text = crash.message if crash is not None else str(longrepr or "")
+    if isinstance(longrepr, tuple) and len(longrepr) == 3:  # a skip: (path, line, reason)
+        text = str(longrepr[2])
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if not lines:
+        return ""
+    head = lines[0]
+    if head.endswith(":") and len(lines) > 1:  # "AssertionError:" then the message below it
+        head = f"{head} {lines[1]}"
+    return head[:500]
+
+
+class OutcomeRecorder:
+    """Appends the reports the controller sees (its own or forwarded by xdist workers)."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.stream = open(path, "a", encoding="utf-8")  # closed at unconfigure
+
+    def write(self, record: dict) -> None:
+        self.stream.write(json.dumps(record) + "\n")
+        self.stream.flush()
+
+    def pytest_runtest_logreport(self, report):
+        record = {"nodeid": report.nodeid, "when": report.when, "outcome": report.outcome,
+                  "seconds": round(getattr(report, "duration", 0.0), 3)}
+        if getattr(report, "wasxfail", None) is not None:
+            record["xfail"] = True
+        if report.outcome != "passed":
+            record["message"] = first_line_of_failure(report)
+        self.write(record)
+
+    def pytest_collectreport(self, report):
+        if report.outcome == "failed":
+            self.write({"collect_error": report.nodeid, "message": first_line_of_failure(report)})
+
+    def pytest_collection_finish(self, session):
+        if not session.config.pluginmanager.hasplugin("dsession"):  # no xdist: we collected
+            self.write({"collected": len(session.items)})
+
+    @pytest.hookimpl(optionalhook=True)  # an xdist hook: each worker's collection
+    def pytest_xdist_node_collection_finished(self, node, ids):
+        self.write({"collected": len(ids)})
+
+    @pytest.hookimpl(optionalhook=True)  # an xdist hook: absent when running without workers
+    def pytest_testnodedown(self, node, error):
+        if error:
+            self.write({"worker_down": getattr(node, "gateway", node).id, "error": str(error)})
+
+    def pytest_sessionfinish(self, session, exitstatus):
+        self.write({"session_finished": int(exitstatus)})
+
+    def pytest_unconfigure(self, config):
+        self.stream.close()
