@@ -4,6 +4,8 @@
                                     (and the installed jax, and whether it is a tested release)
     pjrtkit info BACKEND            platform, devices, memory spaces and declared capabilities
     pjrtkit topology BACKEND NAME   a compile-only topology (AOT) by name
+    pjrtkit build-library BACKEND [--output DIR]   DIR/libpjrtkit_<backend>.so, a PJRT plugin
+                                    library (GetPjrtApi) that any PJRT host loads
     pjrtkit conformance BACKEND     the conformance suite on a backend (exit 1 only on FAIL)
         [--json PATH] [--markdown PATH] [--layer abi,hooks,jax] [--check ID ...]
     pjrtkit conformance --library PATH   layer 1 (the C ABI) on any PJRT plugin .so
@@ -113,6 +115,16 @@ def _cmd_topology(args) -> int:
     return 0
 
 
+def _cmd_build_library(args) -> int:
+    from pjrtkit.abi.library import build_library
+
+    path = build_library(args.backend, args.output)
+    print(f"{path}: PJRT plugin library of pjrtkit_{args.backend} (GetPjrtApi); it starts "
+          f"{sys.executable} (Python {sys.version_info.major}.{sys.version_info.minor}) in a host "
+          f"without Python, or uses the host's Python of that version")
+    return 0
+
+
 def _conformance_extra_missing(command: str) -> bool:
     """Says how to install the conformance extra when it is missing (then True)."""
     from pjrtkit.conformance import INSTALL_HINT, missing_requirements
@@ -200,6 +212,16 @@ def main(argv=None) -> int:
     from pjrtkit.conformance.coverage_table import add_arguments as add_coverage_arguments
     add_coverage_arguments(p)
     p.set_defaults(run=_cmd_coverage)
+    p = sub.add_parser("build-library", help="the backend as a PJRT plugin shared library "
+                                             "(GetPjrtApi) for any PJRT host",
+                       description="Write DIR/libpjrtkit_<backend>.so: a PJRT plugin any PJRT "
+                                   "host loads with dlopen and GetPjrtApi. It is tied to this "
+                                   "Python and its environment (where the backend is "
+                                   "installed).")
+    p.add_argument("backend")
+    p.add_argument("--output", "-o", metavar="DIR", default=".",
+                   help="folder to write the library to (default: the current one)")
+    p.set_defaults(run=_cmd_build_library)
     _add_installed_commands(sub)
     args = parser.parse_args(argv)
     try:

@@ -109,6 +109,11 @@ def _entry_points() -> dict:
     return {ep.name: ep for ep in manager.list_entry_points()}
 
 
+def installed_names() -> set[str]:
+    """The names of every installed backend (nothing imported or started)."""
+    return set(_entry_points())
+
+
 class _Start:
     """Starting one backend on a daemon thread: ``begin()``, then ``result(deadline)``."""
 

@@ -30,7 +30,7 @@ pytestmark = pytest.mark.skipif(shutil.which("gcc") is None,
 def official_header() -> pathlib.Path:
     spec = importlib.util.find_spec("xla_plugins.xla_cpu_pjrt")
     if spec is None or not spec.submodule_search_locations:
-        pytest.fail("xla-cpu-pjrt is not installed; it is a test dependency: pip install -e '.[test]'")
+        pytest.fail("xla-cpu-pjrt is not installed; it is a test dependency: pip install -e '.[dev]'")
     header = pathlib.Path(spec.submodule_search_locations[0]) / "include" / "pjrt_c_api.h"
     assert header.is_file(), f"{header} is missing from the xla-cpu-pjrt package"
     return header

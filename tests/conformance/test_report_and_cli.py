@@ -184,7 +184,7 @@ def test_check_selection_and_exit_status(tmp_path):
 def test_library_mode_runs_layer_1_only():
     spec = __import__("importlib.util").util.find_spec("xla_plugins")
     if spec is None or not spec.submodule_search_locations:
-        pytest.skip("xla-cpu-pjrt is not installed (pip install -e '.[test]')")
+        pytest.skip("xla-cpu-pjrt is not installed (pip install -e '.[dev]')")
     library = pathlib.Path(list(spec.submodule_search_locations)[0]) / "xla_cpu_pjrt" / \
         "xla_cpu_pjrt.so"
     done = _run(PJRTKIT + ["conformance", "--library", str(library), "--layer", "hooks"])
