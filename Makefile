@@ -28,7 +28,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.pjrtkit-installed
 SETS := $(patsubst constraints-jax%.txt,%,$(wildcard constraints-jax*.txt))
 
-.PHONY: test-long demo test lint install bench accuracy dtype-sweep conformance gpu-compile-report fuzz soak clean jax-tests-env jax-tests jax-tests-ci
+.PHONY: test-long demo test lint install wheels bench accuracy dtype-sweep conformance gpu-compile-report fuzz soak clean jax-tests-env jax-tests jax-tests-ci
 
 # Every plugin in the repository (a directory under plugins/ with a pyproject.toml) is installed
 # and measured by `make conformance`; the cpu plugin first, since others may import it. The
@@ -116,6 +116,19 @@ gpu-compile-report: $(STAMP)
 	env -u PJRTKIT_GPU_EMULATE -u TRITON_INTERPRET $(BIN)/python -m pjrtkit_gpu.compile_report \
 		--jobs $(GPU_COMPILE_JOBS) --json build/gpu-compile-report.json \
 		--markdown build/gpu-compile-report.md
+
+# Every distribution as a wheel in WHEELS_DIR: the core (its C extension built for this
+# interpreter), the development tools (tools/, not published), the shared GPU lowering (gpu/)
+# and each plugin. setuptools' own build folders are removed first, so a wheel never carries a
+# module that left the tree. `make JAX=0.12 wheels` builds them for Python 3.12.
+WHEELS_DIR ?= dist
+wheels: $(STAMP)
+	rm -rf $(WHEELS_DIR) build/lib build/lib.* build/bdist.* build/temp.* \
+		$(addsuffix /build,tools gpu $(addprefix plugins/,$(PLUGINS)))
+	mkdir -p $(WHEELS_DIR)
+	$(BIN)/python -m pip wheel -q --no-deps --no-build-isolation -w $(WHEELS_DIR) \
+		./ ./tools ./gpu $(addprefix ./plugins/,$(PLUGINS))
+	@ls $(WHEELS_DIR)
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks
