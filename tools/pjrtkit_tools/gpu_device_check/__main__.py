@@ -31,7 +31,7 @@ from pjrtkit_tools.gpu_device_check import stages
 
 STAGES = ("device", "conformance", "training", "bench", "pallas")
 # Seconds each stage may take at most (the stages share one deadline, --budget-s).
-GPU_CAPS = {"device": 60, "conformance": 100, "training": 40, "bench": 60, "pallas": 20}
+GPU_CAPS = {"device": 45, "conformance": 90, "training": 35, "bench": 75, "pallas": 20}
 EMULATED_CAPS = {"device": 0, "conformance": 900, "training": 550, "bench": 250,
                  "pallas": 100}
 DEFAULT_BUDGET = {False: 270, True: 1800}

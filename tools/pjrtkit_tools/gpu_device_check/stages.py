@@ -134,7 +134,8 @@ def device(run: Run, limit: float) -> dict:
     target = "sm_" + capability.replace(".", "") if re.fullmatch(r"\d+\.\d", capability) \
         else "sm_90"
     facts["target"] = target
-    run.call([sys.executable, "-m", "pjrtkit.cli", "list"], 60)
+    _, listed = run.call([sys.executable, "-m", "pjrtkit.cli", "list"], 60)
+    facts["pjrtkit_list"] = [line.strip() for line in listed.splitlines() if "cuda" in line][:5]
     records = run.carry / KERNEL_LOG
     if not records.exists():
         return {"status": "failed", "why": f"no carried kernel records in {records} (make "
@@ -304,7 +305,9 @@ def write_kernels(run: Run) -> None:
 
 def write_baseline(run: Run) -> None:
     """``baseline.json``: the emulated run's record (committed as the baseline)."""
-    doc = {"mode": "emulated", "versions": versions(),
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True).stdout.strip() or None
+    doc = {"mode": "emulated", "git_commit": commit, "versions": versions(),
            "conformance": {k: run.results.get("conformance", {}).get(k)
                            for k in ("summary", "not_run", "failed", "outcomes", "seconds")},
            "training": run.results.get("training"), "bench": run.results.get("bench"),

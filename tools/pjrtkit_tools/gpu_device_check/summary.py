@@ -32,13 +32,15 @@ def markdown(run) -> str:
                   f"- target {device.get('target')}; python {device.get('python')}; jax "
                   f"{device.get('jax')}; triton {device.get('triton')}; cuda-bindings "
                   f"{device.get('cuda-bindings')}",
+                  f"- pjrtkit list: {'; '.join(device.get('pjrtkit_list') or [])[:600]}",
                   f"- carried Triton cache made by this Triton build: "
                   f"{device.get('carried_cache_matches_triton_build')}",
                   f"- precompile here: {device.get('precompile')}"]
     c = r.get("conformance")
     if c:
+        counts = ", ".join(f"{k.upper()} {v}" for k, v in (c.get("summary") or {}).items())
         lines += ["", "## Conformance (`pjrtkit conformance cuda`)", "",
-                  f"{c.get('summary')} in {c.get('seconds')} s over {c.get('shards')} shards."]
+                  f"{counts} in {c.get('seconds')} s over {c.get('shards')} shards."]
         if c.get("failed"):
             lines.append(f"FAIL: {', '.join(c['failed'][:50])}")
         if c.get("not_run"):
@@ -65,8 +67,9 @@ def markdown(run) -> str:
             ratio = "-" if w["ratio"] is None else f"{w['ratio']:.2f}x"
             bar = "-" if w["target"] is None else f"{w['target']:.2f}x"
             status = "ok" if w["correct"] else ("ERROR" if w["error"] else "MISMATCH")
+            met = {True: "yes", False: "NO", None: "-"}[w["met"]]
             lines.append(f"| {w['name']} | {_seconds(w['pjrtkit_s'])} | {_seconds(w['xla_s'])} "
-                         f"| {ratio} | {bar} | {w['met']} | {status} |")
+                         f"| {ratio} | {bar} | {met} | {status} |")
         geomean = b.get("geomean_ratio")
         lines.append(f"\ngeomean {'-' if geomean is None else f'{geomean:.2f}x'}")
     p = r.get("pallas")
