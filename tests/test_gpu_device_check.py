@@ -19,15 +19,16 @@ def test_sharded_conformance_merges_into_one_report_in_suite_order(tmp_path):
 
     ids = [i for i in all_check_ids(["hooks"]) if i.startswith("hooks.")][:7]
     logged = []
-    result = run_sharded("cpu", 2, 600, tmp_path / "c.json", tmp_path / "c.md", logged.append,
-                         check_ids=ids)
+    result = run_sharded("cpu", 3, 600, tmp_path / "c.json", tmp_path / "c.md", logged.append,
+                         check_ids=ids, workers=2)
     report = json.loads((tmp_path / "c.json").read_text())
     assert [c["id"] for c in report["checks"]] == ids
-    assert result["shards"] == 2 and result["not_run"] == [] and result["failed"] == []
+    assert result["shards"] == 3 and result["workers"] == 2
+    assert result["not_run"] == [] and result["failed"] == []
     assert result["summary"]["total"] == len(ids) == report["summary"]["total"]
     assert report["target"]["backend"] == "cpu"
     assert "# PJRT plugin conformance report" in (tmp_path / "c.md").read_text()
-    assert len(logged) == 2 and all("conformance shard" in text for text in logged)
+    assert len(logged) == 3 and all("conformance shard" in text for text in logged)
 
 
 def test_a_shard_past_the_deadline_leaves_its_checks_listed_as_not_run(tmp_path):

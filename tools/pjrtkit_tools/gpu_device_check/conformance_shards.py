@@ -1,10 +1,12 @@
 """``pjrtkit conformance <backend>`` split into shards run as parallel processes, one report.
 
-The checks are dealt round-robin to ``shards`` processes (``python -m pjrtkit.cli conformance
-BACKEND --check ID ...``, each with its own JAX and driver), all started at once and stopped at
-one deadline. Their JSON reports are merged into one ``SuiteResult`` (checks in suite order)
-and written as JSON and markdown. A shard that does not finish in time leaves its checks out of
-the report; they are listed as not run.
+The checks are dealt round-robin to ``shards`` chunks (``python -m pjrtkit.cli conformance
+BACKEND --check ID ...``, each a process with its own JAX and driver), at most ``workers`` of
+them running at a time, a new one started as one ends, all stopped at one deadline. Their JSON
+reports are merged into one ``SuiteResult`` (checks in suite order) and written as JSON and
+markdown. The checks of a chunk that did not finish in time (stopped, or never started) are
+left out of the report and listed as not run; with more chunks than workers, a deadline costs
+only the chunks in flight.
 """
 from __future__ import annotations
 
@@ -29,46 +31,53 @@ def all_check_ids(layers=None) -> list[str]:
 
 
 def run_sharded(backend: str, shards: int, deadline_s: float, json_path: Path,
-                markdown_path: Path, log, env=None, check_ids=None) -> dict:
-    """Run the suite (or ``check_ids``) on ``backend`` in ``shards`` processes; write the merged
-    reports; return ``{"summary", "not_run", "shards", "seconds"}``. ``log(text)`` receives
-    each shard's output."""
+                markdown_path: Path, log, env=None, check_ids=None,
+                workers: int | None = None) -> dict:
+    """Run the suite (or ``check_ids``) on ``backend`` in ``shards`` chunks, ``workers``
+    processes at a time (default: all at once); write the merged reports; return
+    ``{"summary", "not_run", "failed", "shards", "seconds"}``. ``log(text)`` receives each
+    chunk's output."""
     from pjrtkit.conformance import report
     from pjrtkit.conformance.checks import LAYERS
     from pjrtkit.conformance.results import SuiteResult, results_from_json
 
     ids = list(check_ids) if check_ids is not None else all_check_ids()
     shards = max(1, min(shards, len(ids)))
+    workers = shards if workers is None else max(1, workers)
     parts = [ids[k::shards] for k in range(shards)]
     start = time.monotonic()
+    finished, not_run = [], []
     with tempfile.TemporaryDirectory(prefix="pjrtkit-conformance-shards-") as tmp:
-        running = []
-        for k, part in enumerate(parts):
-            path = os.path.join(tmp, f"shard{k}.json")
-            out = open(os.path.join(tmp, f"shard{k}.out"), "w+")
-            command = [sys.executable, "-m", "pjrtkit.cli", "conformance", backend, "--json",
-                       path, "--check", *part]
-            process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env,
-                                       start_new_session=True)
-            running.append((k, part, path, out, process))
-        finished, not_run = [], []
-        for k, part, path, out, process in running:
-            left = deadline_s - (time.monotonic() - start)
-            try:
-                if left <= 0:
-                    raise subprocess.TimeoutExpired(process.args, 0)
-                process.wait(timeout=left)
-            except subprocess.TimeoutExpired:
-                _stop(process)
-            out.seek(0)
-            log(f"--- conformance shard {k} ({len(part)} checks, exit {process.returncode}):\n"
-                + out.read()[-20000:])
-            out.close()
-            if os.path.exists(path):
-                with open(path) as f:
-                    finished.append(json.load(f))
-            else:
-                not_run += part
+        waiting, running = list(enumerate(parts)), []
+        while waiting or running:
+            while waiting and len(running) < workers and time.monotonic() - start < deadline_s:
+                k, part = waiting.pop(0)
+                path = os.path.join(tmp, f"shard{k}.json")
+                out = open(os.path.join(tmp, f"shard{k}.out"), "w+")
+                command = [sys.executable, "-m", "pjrtkit.cli", "conformance", backend,
+                           "--json", path, "--check", *part]
+                process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT,
+                                           env=env, start_new_session=True)
+                running.append((k, part, path, out, process))
+            if time.monotonic() - start >= deadline_s:
+                for _, part in waiting:
+                    not_run += part
+                waiting = []
+                for entry in running:
+                    _stop(entry[4])
+            time.sleep(0.2)
+            for entry in [e for e in running if e[4].poll() is not None]:
+                running.remove(entry)
+                k, part, path, out, process = entry
+                out.seek(0)
+                log(f"--- conformance shard {k} ({len(part)} checks, exit "
+                    f"{process.returncode}):\n" + out.read()[-20000:])
+                out.close()
+                if os.path.exists(path):
+                    with open(path) as f:
+                        finished.append(json.load(f))
+                else:
+                    not_run += part
         results, durations, info = [], {}, {}
         for data in finished:
             info = info or data.get("target", {})
@@ -84,7 +93,7 @@ def run_sharded(backend: str, shards: int, deadline_s: float, json_path: Path,
     report.write_json(suite, json_path)
     report.write_markdown(suite, markdown_path)
     return {"summary": suite.summary(), "not_run": not_run, "shards": shards,
-            "seconds": round(suite.duration_seconds, 1),
+            "workers": workers, "seconds": round(suite.duration_seconds, 1),
             "failed": [r.id for r in suite.failed]}
 
 

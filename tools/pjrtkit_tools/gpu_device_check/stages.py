@@ -24,6 +24,8 @@ EXAMPLES = ("mlp", "cnn", "transformer")
 TRITON_CACHE_ARCHIVE = "triton-cache.tar.gz"
 KERNEL_LOG = "kernel-log"
 MANIFEST = "manifest.json"
+# Conformance chunks per parallel process: a deadline stops only the chunks in flight.
+CHUNKS_PER_WORKER = 3
 
 
 @dataclasses.dataclass
@@ -183,9 +185,10 @@ def triton_key_digest() -> str | None:
 def conformance(run: Run, limit: float) -> dict:
     from pjrtkit_tools.gpu_device_check.conformance_shards import run_sharded
 
-    shards = 2 if run.emulate else run.shards
-    result = run_sharded("cuda", shards, limit, run.out / "conformance.json",
-                         run.out / "conformance.md", run.log, env=run.env)
+    workers = 2 if run.emulate else run.shards
+    result = run_sharded("cuda", CHUNKS_PER_WORKER * workers, limit,
+                         run.out / "conformance.json", run.out / "conformance.md", run.log,
+                         env=run.env, workers=workers)
     outcomes = {c["id"]: c["outcome"] for c in read_json(run.out / "conformance.json")
                 .get("checks", [])}
     result["outcomes"] = outcomes

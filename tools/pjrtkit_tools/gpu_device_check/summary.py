@@ -40,7 +40,8 @@ def markdown(run) -> str:
     if c:
         counts = ", ".join(f"{k.upper()} {v}" for k, v in (c.get("summary") or {}).items())
         lines += ["", "## Conformance (`pjrtkit conformance cuda`)", "",
-                  f"{counts} in {c.get('seconds')} s over {c.get('shards')} shards."]
+                  f"{counts} in {c.get('seconds')} s: {c.get('shards')} chunks, "
+                  f"{c.get('workers')} at a time."]
         if c.get("failed"):
             lines.append(f"FAIL: {', '.join(c['failed'][:50])}")
         if c.get("not_run"):
