@@ -74,3 +74,12 @@ def test_emulated_stages_write_what_the_device_tool_brings_back(tmp_path):
     assert list((work / "kernel-log").glob("kernels-*.jsonl"))
     summary = (out / "summary.md").read_text()
     assert "| bench | failed |" in summary and "## Pallas Triton kernels" in summary
+
+
+def test_the_device_tool_command_fits_its_limit_and_is_the_one_the_readme_shows():
+    from pjrtkit_tools.gpu_device_check import carry
+
+    command = carry.RUN_COMMAND.format(folder=".gpu-check")
+    assert len(command) <= 2000  # the device tool's limit on a command line
+    assert command in (ROOT / "README.md").read_text()
+    assert "make gpu-device-check GPU_EMULATE=0" in command and "--target /tmp/site" in command
