@@ -26,7 +26,7 @@ import ml_dtypes
 import numpy as np
 
 from pjrtkit.stablehlo.attributes import DotDimensionNumbers, OpaqueAttribute
-from pjrtkit.reference.dtypes import NARROW_FLOATS, NARROW_INTS, compute_dtype
+from pjrtkit.semantics.dtypes import NARROW_FLOATS, NARROW_INTS, compute_dtype
 from pjrtkit.reference.registry import REFERENCE
 
 _F32 = np.dtype(np.float32)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pjrtkit.reference.dtypes import FLOAT8_AND_NARROWER
+from pjrtkit.semantics.dtypes import FLOAT8_AND_NARROWER
 from pjrtkit.reference.reduce import binary_body, body_ufunc, compute_dtype
 from pjrtkit.reference.registry import REFERENCE
 

@@ -16,7 +16,7 @@ import numpy as np
 from pjrtkit.errors import Unimplemented
 from pjrtkit.stablehlo.inline import inline_calls, inline_region_calls
 from pjrtkit.stablehlo.ir import Block, Op, Region, TensorType, Value
-from pjrtkit.reference import dtypes
+from pjrtkit.semantics import dtypes
 from pjrtkit.reference.registry import REFERENCE
 from pjrtkit.stablehlo.attributes import padding_pairs
 
