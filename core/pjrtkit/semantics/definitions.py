@@ -333,6 +333,9 @@ def _one_primitive(node):
     primitive = direct_primitive(node.op, node.args[0].dtype)
     if primitive is None:  # complex tan, expm1, log1p
         return definitions_complex.DEFINITIONS[node.op](*node.args)
+    if primitive == node.op:  # sqrt, floor, ceil, tan, tanh, cbrt, atan2: primitive by name
+        recipe = recipes.RECIPES.get(primitive)
+        return None if recipe is None else recipe(node)
     return Expr(primitive, node.args, node.dtype)
 
 
@@ -427,4 +430,6 @@ def _float_to_int(x: Expr, target: np.dtype) -> Expr:
     return cast(result, target)
 
 
-DEFINITIONS.update(recipes.RECIPES)
+# the primitives' recipes (those named like a StableHLO op are reached through its definition)
+DEFINITIONS.update({name: recipe for name, recipe in recipes.RECIPES.items()
+                    if name not in DEFINITIONS})
