@@ -1,12 +1,12 @@
 """Elementwise ops: one generated Triton kernel per chain (a single op, or a group the fusion
 pass (``fusion.py``) made into one ``pjrtkit_gpu.fused_elementwise`` op), from the expressions
-of ``elementwise_table``."""
+of ``elementwise_table`` (the Triton rendering of pjrtkit.semantics)."""
 from __future__ import annotations
 
 import math
 
 from pjrtkit_gpu import codegen, dtypes as D, kernels
-from pjrtkit_gpu.elementwise_table import TABLE, NoKernel, expression
+from pjrtkit_gpu.elementwise_table import OPS, NoKernel, statements
 from pjrtkit_gpu.lowering.launching import blocks
 
 FUSED = "pjrtkit_gpu.fused_elementwise"
@@ -44,12 +44,11 @@ def chain_source(ops, inputs, outputs) -> str:
     body = []
     for k, inner in enumerate(ops):
         try:
-            text = expression(inner, [names[v.id] for v in inner.operands])
+            body += statements(inner, [names[v.id] for v in inner.operands], f"v{k}")
         except NoKernel as exc:
             exc.op = inner
             raise
         names[inner.results[0].id] = f"v{k}"
-        body.append(f"v{k} = {text}")
     stores = [(names[v.id], store_template(v.type.dtype)) for v in outputs]
     return codegen.elementwise_source("elementwise", loaded, body, stores)
 
@@ -89,5 +88,5 @@ def fused_rule(op, ctx):
     return chain_kernel(op, ctx, inner, list(block.arguments), returned)
 
 
-ELEMENTWISE_RULES = {name: elementwise_rule for name in TABLE}
+ELEMENTWISE_RULES = {name: elementwise_rule for name in OPS}
 ELEMENTWISE_RULES[FUSED] = fused_rule
