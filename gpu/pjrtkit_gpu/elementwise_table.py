@@ -63,6 +63,33 @@ def _literal(value, dtype) -> str:
     return f"tl.full((), {int(value)}, {_tl(dtype)})"
 
 
+# bfloat16 converts on its bits (exactly as a GPU's cvt instructions do): Triton's interpreter
+# flushes bfloat16 denormals and does not round float32's largest values to inf.
+
+def _bfloat16_bits(value: str) -> str:
+    """The float32 ``value`` rounded to bfloat16 (to nearest even, overflow to inf, NaN
+    kept), as float32 bits whose low half is zero."""
+    bits = f"({value}).to(tl.uint32, bitcast=True)"
+    rounded = f"({bits} + 0x7FFF + (({bits} >> 16) & 1))"
+    return f"(tl.where({value} != {value}, {bits} | 0x400000, {rounded}) & 0xFFFF0000)"
+
+
+def _bfloat16_rounded(value: str) -> str:
+    """The float32 ``value`` rounded to bfloat16, held as float32."""
+    return f"{_bfloat16_bits(value)}.to(tl.float32, bitcast=True)"
+
+
+def bfloat16_load(value: str) -> str:
+    """A loaded bfloat16 ``value`` as float32, exactly."""
+    return f"(({value}).to(tl.uint16, bitcast=True).to(tl.uint32) << 16).to(tl.float32, " \
+           f"bitcast=True)"
+
+
+def bfloat16_store(value: str) -> str:
+    """A float32 ``value`` rounded to bfloat16 for a store."""
+    return f"({_bfloat16_bits(value)} >> 16).to(tl.uint16).to(tl.bfloat16, bitcast=True)"
+
+
 def _spell(node: Expr, args: list[str]) -> str | None:
     """The Triton expression of ``node`` (in its compute type) from its operands'
     expressions, or None when Triton has no spelling of it on this dtype."""
@@ -73,8 +100,14 @@ def _spell(node: Expr, args: list[str]) -> str | None:
     if op == "cast":
         if dtype == typed:
             return args[0]
-        if dtype in D.NARROW_FLOATS:  # round to the type, keep it as float32
-            return f"{args[0]}.to(tl.{D.storage_language_type(dtype)}).to(tl.float32)"
+        if typed == D.BOOL:  # 0 or 1 (an int1 converts as a signed one-bit integer)
+            args = [f"tl.where({args[0]}, 1, 0)"]
+        if dtype in D.NARROW_FLOATS:  # round to the type, keep it as float32 (from an
+            # integer through float32, exact for every integer below float16's range)
+            value = args[0] if D.is_float(typed) else f"{args[0]}.to(tl.float32)"
+            if dtype == D.BFLOAT16 and typed != D.FLOAT64:
+                return _bfloat16_rounded(value)
+            return f"{value}.to(tl.{D.storage_language_type(dtype)}).to(tl.float32)"
         return f"{args[0]}.to({_tl(dtype)})"
     if op == "bitcast":
         source = args[0]
@@ -86,6 +119,8 @@ def _spell(node: Expr, args: list[str]) -> str | None:
         return f"{value}.to(tl.float32)" if dtype in D.NARROW_FLOATS else value
     if op == "select":
         return f"tl.where({args[0]}, {args[1]}, {args[2]})"
+    if typed in D.NARROW_FLOATS:  # computed in float32 as the semantics say (rounding,
+        return None               # flushing), never on the narrow value directly
     if op == "compare":
         direction, compare_type = node.attr
         return f"({args[0]} {_COMPARISONS[direction]} {args[1]})" \

@@ -158,7 +158,8 @@ _FLOATS_AND_COMPLEX = _REAL_FLOATS | D.COMPLEXES
 # operation -> (the function, the dtypes of its first operand it takes)
 _UFUNCS: dict[str, tuple[Callable, frozenset]] = {
     "add": (np.add, _NUMBERS), "subtract": (np.subtract, _NUMBERS),
-    "multiply": (np.multiply, _NUMBERS), "divide": (np.divide, _FLOATS_AND_COMPLEX),
+    "multiply": (np.multiply, _NUMBERS), "divide": (np.divide, _REAL_FLOATS),
+    "cdiv": (np.divide, D.COMPLEXES),
     "negate": (np.negative, _NUMBERS), "rem_trunc": (np.fmod, _WHOLE_INTS),
     "shl": (np.left_shift, _WHOLE_INTS), "lshr": (np.right_shift, D.UNSIGNED_INTS - D.NARROW_INTS),
     "ashr": (np.right_shift, D.SIGNED_INTS - D.NARROW_INTS),

@@ -51,8 +51,9 @@ PRIMITIVE_OF = {
 }
 # ... but not on these kinds (their definitions say more)
 _NOT_PRIMITIVE_ON = {
-    "add": {D.BOOL_KIND}, "multiply": {D.BOOL_KIND}, "divide": {D.SIGNED_KIND, D.UNSIGNED_KIND},
+    "add": {D.BOOL_KIND}, "multiply": {D.BOOL_KIND},
     "remainder": {D.SIGNED_KIND, D.UNSIGNED_KIND}, "power": {D.SIGNED_KIND, D.UNSIGNED_KIND},
+    "divide": {D.SIGNED_KIND, D.UNSIGNED_KIND, D.COMPLEX_KIND},
     "abs": {D.SIGNED_KIND, D.UNSIGNED_KIND, D.COMPLEX_KIND},
     "tan": {D.COMPLEX_KIND}, "exponential_minus_one": {D.COMPLEX_KIND},
     "log_plus_one": {D.COMPLEX_KIND},
@@ -122,10 +123,10 @@ def _widened(node: Expr, traits: ops.OpTraits, typed: np.dtype) -> Expr:
     flush = typed in D.FLUSHES_DENORMALS and not (
         typed == D.FLOAT8_E8M0FNU and traits.e8m0_keeps_denormals)
     args = []
-    for a in node.args:
+    for i, a in enumerate(node.args):
         if a.dtype == typed:
             a = cast(a, compute)
-            if flush and not traits.keeps_denormal_operands:
+            if flush and i not in traits.keeps_denormal_operands:
                 a = apply("flush_denormals", a)
         args.append(a)
     result_dtype = compute if node.dtype == typed else node.dtype
@@ -228,6 +229,8 @@ def float_extremum(a: Expr, b: Expr, maximum: bool) -> Expr:
 def _division(node):
     a, b = node.args
     kind = _kind(node)
+    if kind == D.COMPLEX_KIND:
+        return definitions_complex.complex_divide(a, b)
     if kind not in (D.SIGNED_KIND, D.UNSIGNED_KIND):
         return apply("fmod", a, b) if node.op == "remainder" else None
     zero = eq(b, 0)
@@ -395,6 +398,8 @@ def _convert(node):
     if target == D.BOOL:
         return ne(x, 0)  # NaN -> true, like XLA
     if source == D.BOOL:
+        return cast(x, target)
+    if D.is_complex(source) and D.is_complex(target):
         return cast(x, target)
     if D.is_complex(source):  # XLA converts a complex to a real type through its real part
         part = Expr("real", (x,), D.real_part_of(source))

@@ -83,5 +83,36 @@ def complex_tan(z: Expr) -> Expr:
     return select(logical_and(_is_inf(x), _is_finite(y)), nan, apply("tan", z))
 
 
+def complex_divide(p: Expr, q: Expr) -> Expr:
+    """p / q: ``cdiv`` (exact for finite operands), where that is NaN + NaN j recovered as
+    C99 Annex G (G.5.1) recovers it: a nonzero over a zero is infinite, an infinite over a
+    finite is infinite, a finite over an infinite is zero, each with the signs it says."""
+    a, b = _parts(p)
+    c, d = _parts(q)
+    quotient = Expr("cdiv", (p, q), p.dtype)
+    x, y = _parts(quotient)
+    part = x.dtype
+    inf, zero = const(float("inf"), part), const(0, part)
+
+    def unit(v):  # copysign(isinf(v) ? 1 : 0, v)
+        return apply("copysign", select(_is_inf(v), 1, zero), v)
+
+    over_zero = logical_and(logical_and(eq(c, 0), eq(d, 0)),
+                            ~logical_and(is_nan(a), is_nan(b)))
+    s = apply("copysign", inf, c)
+    by_zero = _complex(s * a, s * b)
+    infinite_p = logical_and(logical_or(_is_inf(a), _is_inf(b)),
+                             logical_and(_is_finite(c), _is_finite(d)))
+    ua, ub = unit(a), unit(b)
+    infinite = _complex(inf * (ua * c + ub * d), inf * (ub * c - ua * d))
+    infinite_q = logical_and(logical_or(_is_inf(c), _is_inf(d)),
+                             logical_and(_is_finite(a), _is_finite(b)))
+    uc, ud = unit(c), unit(d)
+    vanishing = _complex(zero * (a * uc + b * ud), zero * (b * uc - a * ud))
+    recovered = select(over_zero, by_zero, select(infinite_p, infinite,
+                                                  select(infinite_q, vanishing, quotient)))
+    return select(logical_and(is_nan(x), is_nan(y)), recovered, quotient)
+
+
 DEFINITIONS = {"exponential_minus_one": complex_expm1, "log_plus_one": complex_log1p,
                "tan": complex_tan}

@@ -104,6 +104,7 @@ FLOAT64 = np.dtype(np.float64)
 INT8 = np.dtype(np.int8)
 UINT8 = np.dtype(np.uint8)
 INT4 = np.dtype(ml_dtypes.int4)
+FLOAT4_E2M1FN = np.dtype(ml_dtypes.float4_e2m1fn)
 FLOAT8_E8M0FNU = np.dtype(ml_dtypes.float8_e8m0fnu)
 COMPLEX64 = np.dtype(np.complex64)
 COMPLEX128 = np.dtype(np.complex128)
@@ -194,9 +195,25 @@ def float_layout(dtype) -> tuple[int, int]:
 
 
 def float_limits(dtype) -> tuple[float, float]:
-    """(largest finite value, smallest normal value) of a float type."""
-    info = ml_dtypes.finfo(np.dtype(dtype))
+    """(largest finite value, smallest normal value) of a float type (of its parts for a
+    complex type)."""
+    info = ml_dtypes.finfo(real_part_of(dtype))
     return float(info.max), float(info.tiny)
+
+
+def epsilon(dtype) -> float:
+    """The distance from 1.0 to the next larger value of a float type (of its parts for a
+    complex type)."""
+    return float(ml_dtypes.finfo(real_part_of(dtype)).eps)
+
+
+def by_name(name: str) -> np.dtype:
+    """The dtype NumPy or ml_dtypes calls ``name`` ("float32", "bfloat16"); KeyError if
+    pjrtkit does not know it."""
+    for f in TABLE:
+        if f.name == name:
+            return f.dtype
+    raise KeyError(name)
 
 
 def real_part_of(dtype) -> np.dtype:

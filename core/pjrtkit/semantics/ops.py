@@ -38,10 +38,11 @@ class OpTraits:
     transcendental: bool = False
     correctly_rounded: bool = False  # a transcendental IEEE 754 requires correctly rounded
     # Where XLA's CPU backend does not flush bfloat16/float8_e8m0fnu denormals to zero
-    # (measured over every pair of values): remainder and power call libm, which the flags do
-    # not reach; tanh returns tiny inputs as they are; negate and abs only flip or clear the
-    # sign bit; e8m0 has no sign, so abs and sign only read NaN.
-    keeps_denormal_operands: bool = False
+    # (measured): remainder's dividend and result and power's operands (libm, which the
+    # flags do not reach; remainder's divisor is flushed); expm1, sine, tan and tanh return
+    # tiny inputs as they are; negate and abs only flip or clear the sign bit; e8m0 has no
+    # sign, so abs and sign only read NaN. ``keeps_denormal_operands``: the indices of the operands kept.
+    keeps_denormal_operands: tuple = ()
     keeps_denormal_result: bool = False
     e8m0_keeps_denormals: bool = False
 
@@ -51,13 +52,15 @@ class OpTraits:
 
 
 def _traits(names: str, arity: int, kinds, **options) -> dict[str, OpTraits]:
+    if options.get("keeps_denormal_operands") is True:
+        options["keeps_denormal_operands"] = tuple(range(arity))
     return {name: OpTraits(name, arity, frozenset(kinds), **options) for name in names.split()}
 
 
 ELEMENTWISE: dict[str, OpTraits] = {
     **_traits("add multiply", 2, _ALL),
     **_traits("subtract divide", 2, _NUMBERS),
-    **_traits("remainder", 2, {_S, _U, _F}, keeps_denormal_operands=True,
+    **_traits("remainder", 2, {_S, _U, _F}, keeps_denormal_operands=(0,),
               keeps_denormal_result=True),
     **_traits("power", 2, _NUMBERS, transcendental=True, keeps_denormal_operands=True),
     **_traits("maximum minimum", 2, {_B, _S, _U, _F}, exact=True),
@@ -72,22 +75,24 @@ ELEMENTWISE: dict[str, OpTraits] = {
     **_traits("sign", 1, _NUMBERS, exact=True, e8m0_keeps_denormals=True),
     **_traits("not", 1, {_B, _S, _U}),
     **_traits("popcnt count_leading_zeros", 1, _INTS),
-    **_traits("floor ceil round_nearest_even round_nearest_afz", 1, {_F}, exact=True),
+    # e8m0: XLA's ceil of its one denormal, 2**-127, is 1 (floor and rounding give 0, not
+    # representable, either way)
+    **_traits("floor ceil round_nearest_even round_nearest_afz", 1, {_F}, exact=True,
+              e8m0_keeps_denormals=True),
     **_traits("sqrt", 1, {_F, _C}, transcendental=True, correctly_rounded=True),
-    **_traits("rsqrt exponential exponential_minus_one log log_plus_one logistic sine cosine "
-              "tan", 1, {_F, _C}, transcendental=True),
-    **_traits("tanh", 1, {_F, _C}, transcendental=True, keeps_denormal_operands=True,
-              keeps_denormal_result=True),
+    **_traits("rsqrt exponential log log_plus_one logistic cosine", 1, {_F, _C},
+              transcendental=True),
+    # XLA's approximations return a tiny input as it is (measured on bfloat16 and e8m0)
+    **_traits("exponential_minus_one sine tan tanh", 1, {_F, _C}, transcendental=True,
+              keeps_denormal_operands=True, keeps_denormal_result=True),
     **_traits("cbrt", 1, {_F}, transcendental=True),
     # predicates read their operands widened exactly (no denormal is flushed)
     **_traits("is_finite", 1, {_F}, result="bool", keeps_denormal_operands=True),
     # attributes: comparison_direction and compare_type
     **_traits("compare", 2, _ALL, result="bool", keeps_denormal_operands=True),
     **_traits("select", 3, _ALL, typed_operand=1),
-    # its result is one of its operands, as they are
-    **_traits("clamp", 3, {_B, _S, _U, _F}, typed_operand=1, exact=True,
-              keeps_denormal_operands=True, keeps_denormal_result=True,
-              e8m0_keeps_denormals=True),
+    # bfloat16 and e8m0 operands are flushed, as for maximum and minimum (measured)
+    **_traits("clamp", 3, {_B, _S, _U, _F}, typed_operand=1, exact=True),
     # every element type to every other; the result's dtype is the op's
     **_traits("convert", 1, _ALL),
 }

@@ -79,13 +79,13 @@ def expm1(x: Expr) -> Expr:
     # Kahan: exp(x) - 1 rescaled by x / log(exp(x)), exact where exp(x) rounds to 1.
     u = apply("exp", x)
     return select(eq(u, 1), x, select(eq(u - 1, -1), -1, select(
-        eq(u, math.inf), u, (u - 1) * x / apply("log", u))))
+        eq(u, math.inf), u, (u - 1) * (x / apply("log", u)))))
 
 
 def log1p(x: Expr) -> Expr:
     u = 1 + x
     return select(eq(u, 1), x, select(eq(u, math.inf), u,
-                                      apply("log", u) * x / (u - 1)))
+                                      apply("log", u) * (x / (u - 1))))
 
 
 def tanh(x: Expr) -> Expr:

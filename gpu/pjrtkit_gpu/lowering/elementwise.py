@@ -6,7 +6,8 @@ from __future__ import annotations
 import math
 
 from pjrtkit_gpu import codegen, dtypes as D, kernels
-from pjrtkit_gpu.elementwise_table import OPS, NoKernel, statements
+from pjrtkit_gpu.elementwise_table import (OPS, NoKernel, bfloat16_load, bfloat16_store,
+                                           statements)
 from pjrtkit_gpu.lowering.launching import blocks
 
 FUSED = "pjrtkit_gpu.fused_elementwise"
@@ -15,6 +16,8 @@ FUSED = "pjrtkit_gpu.fused_elementwise"
 def load_template(dtype) -> str:
     if dtype == D.BOOL:
         return "({v} != 0)"
+    if dtype == D.BFLOAT16:
+        return bfloat16_load("{v}")
     if dtype in D.NARROW_FLOATS:
         return "{v}.to(tl.float32)"
     return "{v}"
@@ -23,6 +26,8 @@ def load_template(dtype) -> str:
 def store_template(dtype) -> str:
     if dtype == D.BOOL:
         return "{v}.to(tl.uint8)"
+    if dtype == D.BFLOAT16:
+        return bfloat16_store("{v}")
     if dtype in D.NARROW_FLOATS:
         return f"{{v}}.to(tl.{D.storage_language_type(dtype)})"
     return "{v}"

@@ -171,23 +171,24 @@ def _attribute_key(name: str, attributes: dict) -> tuple:
 
 @functools.lru_cache(maxsize=4096)
 def _schedule(name: str, dtypes: tuple, out: np.dtype, key: tuple,
-              vectorized: bool) -> tuple[Expr, ...] | None:
-    """The operations computing op ``name`` as this module spells them, or None."""
+              vectorized: bool) -> tuple[tuple[Expr, ...] | None, str]:
+    """(the operations computing op ``name`` as this module spells them, "") or (None, why
+    not)."""
     attributes = dict(zip(("comparison_direction", "compare_type"), key))
     try:
         root = definitions.elementwise(name, dtypes, out, attributes)
         return tuple(schedule(root, lambda n: _spell(n, ["a"] * len(n.args), "r",
                                                      vectorized) is not None,
-                              definitions.define, RENDERER))
-    except Undefined:
-        return None
+                              definitions.define, RENDERER)), ""
+    except Undefined as exc:
+        return None, f"{PREFIX}{name} on {exc.dtype.name}: {exc}"
 
 
 def _render(e: Element, name: str) -> list[str] | None:
     if any(d not in DTYPES for d in (*e.dtypes, e.out)):
         return None
-    order = _schedule(name, tuple(e.dtypes), e.out, _attribute_key(name, e.attributes),
-                      e.vectorized)
+    order, _ = _schedule(name, tuple(e.dtypes), e.out, _attribute_key(name, e.attributes),
+                         e.vectorized)
     if order is None:
         return None
     local: dict[int, str] = {}
@@ -240,6 +241,24 @@ def emit(op: Op, args: list[str], result: str, vectorized: bool = True) -> list[
     rule = OP_TABLE.get(op.name)
     element = None if rule is None else _element(op, args, result, vectorized)
     return None if element is None else rule.emit(element)
+
+
+def explain(op: Op, vectorized: bool = False) -> str | None:
+    """Why ``emit`` declines ``op`` (naming op and dtype), or None when it emits it."""
+    if op.name not in OP_TABLE:
+        return f"{op.name} is not an elementwise op of pjrtkit.semantics"
+    for v in (*op.operands, *op.results):
+        dtype = getattr(v.type, "dtype", None)
+        if dtype not in DTYPES:
+            return (f"{op.name} on {getattr(dtype, 'name', v.type)}: {RENDERER} computes "
+                    f"only in {', '.join(sorted(d.name for d in DTYPES))}")
+    if _element(op, ["a"] * len(op.operands), "r", vectorized) is None:
+        return f"{op.name}: not one result without regions"
+    traits = ops.traits(op.name)
+    _, why = _schedule(traits.name, tuple(v.type.dtype for v in op.operands),
+                       op.results[0].type.dtype, _attribute_key(traits.name, op.attributes),
+                       vectorized)
+    return why or None
 
 
 def supports(op: Op, vectorized: bool = True) -> bool:
