@@ -11,12 +11,12 @@ from __future__ import annotations
 import numpy as np
 
 from pjrtkit.semantics.dtypes import (BFLOAT16, BOOL, FLOAT16, FLOAT32, FLOAT64, NARROW_INTS,
-                                      is_float, is_signed, is_unsigned)
+                                      int_range, is_float, is_signed, is_unsigned)
 from pjrtkit.semantics.dtypes import SIGNED_INTS as _SIGNED
 from pjrtkit.semantics.dtypes import UNSIGNED_INTS as _UNSIGNED
 
 __all__ = ["BFLOAT16", "BOOL", "FLOAT16", "FLOAT32", "FLOAT64",  # with the names below
-           "is_float", "is_signed", "is_unsigned"]
+           "int_range", "is_float", "is_signed", "is_unsigned"]
 
 SIGNED = tuple(sorted(_SIGNED - NARROW_INTS, key=lambda d: d.itemsize))
 UNSIGNED = tuple(sorted(_UNSIGNED - NARROW_INTS, key=lambda d: d.itemsize))

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import itertools
 
-import ml_dtypes
 import numpy as np
 
 from pjrtkit.errors import Unimplemented
@@ -21,7 +20,7 @@ from pjrtkit.reference.registry import REFERENCE
 from pjrtkit.stablehlo.attributes import padding_pairs
 
 
-_FLOAT4 = np.dtype(ml_dtypes.float4_e2m1fn)
+_FLOAT4 = dtypes.FLOAT4_E2M1FN
 
 # ufunc per body op, for bool operands and for everything else (StableHLO add on i1 is "or").
 _BODY_UFUNCS = {
