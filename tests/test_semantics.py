@@ -146,7 +146,8 @@ def test_every_definition_reaches_only_the_scalar_vocabulary():
             result = {"bool": D.BOOL, "real": D.real_part_of(dtype)}.get(traits.result, dtype)
             if name == "convert":
                 result = D.FLOAT32 if dtype != D.FLOAT32 else np.dtype(np.int32)
-            attributes = {"comparison_direction": "LT" if dtype not in D.COMPLEXES else "EQ"}
+            attributes = {"comparison_direction": "LT" if dtype not in D.COMPLEXES else "EQ",
+                          "exponent_bits": 5, "mantissa_bits": 2}
             root = definitions.elementwise(name, operands, result, attributes)
             try:
                 order = schedule(root, lambda n: False, definitions.define, "test")

@@ -54,6 +54,7 @@ LAX = {
     "exponential_minus_one": lax.expm1, "log": lax.log, "log_plus_one": lax.log1p,
     "logistic": lax.logistic, "tanh": lax.tanh, "sine": lax.sin, "cosine": lax.cos,
     "tan": lax.tan, "is_finite": lax.is_finite, "clamp": lax.clamp,
+    "reduce_precision": lambda x: lax.reduce_precision(x, exponent_bits=5, mantissa_bits=2),
 }
 COMPARISONS = {"EQ": lax.eq, "NE": lax.ne, "LT": lax.lt, "LE": lax.le, "GT": lax.gt,
                "GE": lax.ge}

@@ -154,7 +154,7 @@ def _spells(node: Expr) -> bool:
 
 @functools.lru_cache(maxsize=4096)
 def _schedule(name: str, dtypes: tuple, out: np.dtype, key: tuple) -> tuple[Expr, ...]:
-    attributes = dict(zip(("comparison_direction", "compare_type"), key))
+    attributes = dict(zip(ops.ELEMENTWISE[name].attributes, key))
     try:
         root = definitions.elementwise(name, dtypes, out, attributes)
         return tuple(schedule(root, _spells, definitions.define, RENDERER))
@@ -172,10 +172,7 @@ def statements(op, operands: list[str], result: str) -> list[str]:
         if not D.is_supported(value.type.dtype):
             raise NoKernel(f"{op.name} on {value.type.dtype.name} (the GPU kernels take "
                            f"{', '.join(d.name for d in D.SUPPORTED)})")
-    key = ()
-    if traits.name == "compare":
-        key = (op.attributes.get("comparison_direction"),
-               op.attributes.get("compare_type", "NOTYPE"))
+    key = definitions.attribute_key(traits.name, op.attributes)
     order = _schedule(traits.name, tuple(v.type.dtype for v in op.operands),
                       op.results[0].type.dtype, key)
     local: dict[int, str] = {}

@@ -4,8 +4,8 @@ rendered as NumPy.
 Every op of ``pjrtkit.semantics.ops.ELEMENTWISE`` (arithmetic, bit operations, compare, select,
 clamp, convert, ...) has one rule: it asks the NumPy renderer (``elementwise_numpy``) for the
 kernel of its operand and result dtypes at compile time, and an op or dtype the semantics do
-not define is UNIMPLEMENTED naming both. bitcast_convert, reduce_precision and real/imag/complex
-(moving bits, not computing values) have rules of their own here.
+not define is UNIMPLEMENTED naming both. bitcast_convert and real/imag/complex (moving bits,
+not computing values) have rules of their own here.
 
 Conventions shared by all kernels here:
 - float kernels run with NumPy floating-point warnings silenced, since inf/NaN results are
@@ -115,70 +115,6 @@ def lower_bitcast_convert(op, ctx):
         return view
 
     return lambda x: (bitcast(x),)
-
-
-# -- reduce_precision ---------------------------------------------------------------------------
-
-def reduce_precision_kernel(dtype: np.dtype, exponent_bits: int, mantissa_bits: int):
-    """A function rounding ``dtype`` values to the given format, bit for bit as XLA's
-    EmitReducePrecisionIR (ties to even, overflow to inf, underflow and denormals to zero,
-    NaN kept as it is — also with no mantissa bits, as the XLA in jaxlib does)."""
-    src_exp, src_mant = D.float_layout(dtype)
-    bits = D.unsigned_of(dtype)
-    u = bits.type
-    width = 8 * dtype.itemsize
-    sign_mask = u(1 << (width - 1))
-    exp_mask = u(((1 << src_exp) - 1) << src_mant)
-    round_mantissa = mantissa_bits < src_mant
-    if round_mantissa:
-        shift = src_mant - mantissa_bits
-        last_bit = 1 << shift
-        base_bias = u((last_bit >> 1) - 1)
-        truncation = u(~(last_bit - 1) & ((1 << width) - 1))
-        last_bit, shift = u(last_bit), u(shift)
-    reduce_exponent = exponent_bits < src_exp
-    if reduce_exponent:
-        bias = (1 << (src_exp - 1)) - 1
-        reduced_bias = (1 << (exponent_bits - 1)) - 1
-        max_exp = u((bias + reduced_bias) << src_mant)
-        min_exp = u((bias - reduced_bias) << src_mant)
-
-    def reduce(x):
-        xi = np.asarray(x).view(bits)
-        out = xi
-        if round_mantissa:
-            out = out + (((out & last_bit) >> shift) + base_bias)
-            out &= truncation
-        if reduce_exponent:
-            exponent = out & exp_mask
-            signed_zero = out & sign_mask
-            out = np.where(exponent > max_exp, signed_zero | exp_mask, out)
-            out = np.where(exponent <= min_exp, signed_zero, out)
-        is_nan = (xi & ~sign_mask) > exp_mask
-        result = np.asarray(out, dtype=bits).view(dtype)
-        return np.where(is_nan, x, result)
-
-    return reduce
-
-
-@REFERENCE.register("stablehlo.reduce_precision")
-def lower_reduce_precision(op, ctx):
-    dtype = op.operands[0].type.dtype
-    exponent_bits = int(op.attributes["exponent_bits"])
-    mantissa_bits = int(op.attributes["mantissa_bits"])
-    if not D.is_float(dtype):
-        raise ctx.unimplemented(op, f"reduce_precision on {dtype.name}")
-    if exponent_bits < 1 or mantissa_bits < 0:
-        raise ctx.unimplemented(op, f"exponent_bits={exponent_bits}, "
-                                    f"mantissa_bits={mantissa_bits} (need >= 1 and >= 0)")
-    if dtype in D.FLOAT8_AND_NARROWER:  # on its float32 value (their encodings differ)
-        reduce = reduce_precision_kernel(D.FLOAT32, exponent_bits, mantissa_bits)
-
-        def fn(x):
-            return reduce(np.asarray(x).astype(D.FLOAT32)).astype(dtype)
-    else:
-        fn = reduce_precision_kernel(dtype, exponent_bits, mantissa_bits)
-    return _make_kernel(fn, op.results[0].type.shape)
 
 
 # -- complex numbers and their parts ------------------------------------------------------------

@@ -87,12 +87,21 @@ def elementwise(name: str, operand_dtypes, result_dtype, attributes=None) -> Exp
             raise Undefined(name, d, f"{name} on {d.name}: not an element type pjrtkit knows")
     if D.facts(typed).kind not in traits.kinds:
         raise Undefined(name, typed, f"{name} is not defined on {typed.name}")
-    attr = None
-    if name == "compare":
-        attributes = attributes or {}
-        attr = (attributes.get("comparison_direction"), attributes.get("compare_type", "NOTYPE"))
+    attr = attribute_key(name, attributes) or None
+    if name == "reduce_precision" and not (int(attr[0]) >= 1 and int(attr[1]) >= 0):
+        raise Undefined(name, typed, f"reduce_precision to exponent_bits={attr[0]}, "
+                                     f"mantissa_bits={attr[1]} (needs >= 1 and >= 0)")
     return Expr(name, tuple(arg(i, d) for i, d in enumerate(dtypes)), np.dtype(result_dtype),
                 attr)
+
+
+def attribute_key(name: str, attributes) -> tuple:
+    """The values of the attributes op ``name``'s meaning depends on (``OpTraits.attributes``),
+    in order, with their defaults: a hashable key for renderers' caches."""
+    traits = ops.ELEMENTWISE[name]
+    attributes = attributes or {}
+    defaults = {"compare_type": "NOTYPE"}
+    return tuple(attributes.get(n, defaults.get(n)) for n in traits.attributes)
 
 
 def define(node: Expr, widen: bool = True) -> Expr | None:
@@ -108,6 +117,8 @@ def define(node: Expr, widen: bool = True) -> Expr | None:
         typed = node.args[traits.typed_operand].dtype
         if typed in D.NARROW_INTS and node.op in _WIDTH_AWARE:
             return _WIDTH_AWARE[node.op](node, typed)
+        if node.op in _OWN_TYPES:
+            return _OWN_TYPES[node.op](node)
         if D.compute_dtype(typed) != typed and (widen or not traits.exact
                                                 or typed in D.FLUSHES_DENORMALS):
             return _widened(node, traits, typed)
@@ -434,6 +445,43 @@ def _float_to_int(x: Expr, target: np.dtype) -> Expr:
     result = select(nan, 0, select(under, lowest, select(over, highest, in_range)))
     return cast(result, target)
 
+
+def reduce_precision(node: Expr) -> Expr:
+    """x rounded to a float of ``exponent_bits`` and ``mantissa_bits``, bit for bit as XLA's
+    EmitReducePrecisionIR: the mantissa rounded to nearest even, then too large an exponent
+    to inf and too small (denormals included) to zero, NaN kept as it is, also with no
+    mantissa bits. float8/float4 values are rounded on the bits of their compute type
+    (float16, or float32 for e8m0: measured, float8_e5m2fnuz's values below float16's
+    normals are float16 denormals, rounded, not flushed), other floats on their own bits."""
+    (x,) = node.args
+    exponent_bits, mantissa_bits = (int(a) for a in node.attr)
+    if x.dtype in D.FLOAT8_AND_NARROWER:  # on the bits of the type XLA computes it in
+        return _widened(node, ops.ELEMENTWISE["reduce_precision"], x.dtype)
+    source_exponent, source_mantissa = D.float_layout(x.dtype)
+    width = 8 * x.dtype.itemsize
+    unsigned = D.unsigned_of(x.dtype)
+    bits = bitcast(x, unsigned)
+    out = bits
+    if mantissa_bits < source_mantissa:
+        shift = source_mantissa - mantissa_bits
+        last_bit = 1 << shift
+        bias = ((out & last_bit) >> shift) + ((last_bit >> 1) - 1)
+        out = (out + bias) & (~(last_bit - 1) & ((1 << width) - 1))
+    if exponent_bits < source_exponent:
+        exponent_mask = ((1 << source_exponent) - 1) << source_mantissa
+        source_bias = (1 << (source_exponent - 1)) - 1
+        reduced_bias = (1 << (exponent_bits - 1)) - 1
+        exponent = out & exponent_mask
+        signed_zero = out & (1 << (width - 1))
+        out = select(gt(exponent, (source_bias + reduced_bias) << source_mantissa),
+                     signed_zero | exponent_mask, out)
+        out = select(le(exponent, (source_bias - reduced_bias) << source_mantissa),
+                     signed_zero, out)
+    return select(is_nan(x), x, bitcast(out, x.dtype))
+
+
+# ops that say themselves which type they compute in (not their type's compute type)
+_OWN_TYPES = {"reduce_precision": reduce_precision}
 
 # the primitives' recipes (those named like a StableHLO op are reached through its definition)
 DEFINITIONS.update({name: recipe for name, recipe in recipes.RECIPES.items()

@@ -30,6 +30,7 @@ class OpTraits:
     kinds: frozenset           # dtype kinds of its (typed) operand it is defined on
     result: str = "same"       # "same" dtype as the operand, "bool" (a predicate), "real" part
     typed_operand: int = 0     # the operand whose dtype the op is defined on (clamp: 1)
+    attributes: tuple = ()     # the attributes its meaning depends on
     # The result is one of the operands or a value exact in the operand's type, so a narrow
     # float may compute it in its own type (no widening and rounding back).
     exact: bool = False
@@ -88,8 +89,11 @@ ELEMENTWISE: dict[str, OpTraits] = {
     **_traits("cbrt", 1, {_F}, transcendental=True),
     # predicates read their operands widened exactly (no denormal is flushed)
     **_traits("is_finite", 1, {_F}, result="bool", keeps_denormal_operands=True),
-    # attributes: comparison_direction and compare_type
-    **_traits("compare", 2, _ALL, result="bool", keeps_denormal_operands=True),
+    **_traits("compare", 2, _ALL, result="bool", keeps_denormal_operands=True,
+              attributes=("comparison_direction", "compare_type")),
+    # rounds to a float format of exponent_bits and mantissa_bits (XLA's ReducePrecision)
+    **_traits("reduce_precision", 1, {_F}, attributes=("exponent_bits", "mantissa_bits"),
+              keeps_denormal_operands=True, keeps_denormal_result=True),
     **_traits("select", 3, _ALL, typed_operand=1),
     # bfloat16 and e8m0 operands are flushed, as for maximum and minimum (measured)
     **_traits("clamp", 3, {_B, _S, _U, _F}, typed_operand=1, exact=True),

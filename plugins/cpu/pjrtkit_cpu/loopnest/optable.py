@@ -142,6 +142,8 @@ def _spell(node: Expr, args: list[str], r: str, vectorized: bool) -> list[str] |
         return [f"{r} = {args[0]} {_COMPARISONS[node.attr[0]]} {args[1]}"]
     if op == "select":
         return [f"{r} = select({args[0]}, {t}({args[1]}), {t}({args[2]}))"]
+    if op == "bitcast" and (typed in FLOAT_DTYPES or node.dtype in FLOAT_DTYPES):
+        return [f"{r} = {scalar_type(typed)}({args[0]}).view({t})"]
     if op == "cast" or (op == "bitcast" and typed in INT_DTYPES and node.dtype in INT_DTYPES):
         if typed == BOOL:
             return [f"{r} = {t}(1) if {args[0]} else {t}(0)"]
@@ -164,9 +166,7 @@ def _spell(node: Expr, args: list[str], r: str, vectorized: bool) -> list[str] |
 # -- rendering an op ----------------------------------------------------------------------------
 
 def _attribute_key(name: str, attributes: dict) -> tuple:
-    if name != "compare":
-        return ()
-    return (attributes.get("comparison_direction"), attributes.get("compare_type", "NOTYPE"))
+    return definitions.attribute_key(name, attributes)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -174,7 +174,7 @@ def _schedule(name: str, dtypes: tuple, out: np.dtype, key: tuple,
               vectorized: bool) -> tuple[tuple[Expr, ...] | None, str]:
     """(the operations computing op ``name`` as this module spells them, "") or (None, why
     not)."""
-    attributes = dict(zip(("comparison_direction", "compare_type"), key))
+    attributes = dict(zip(ops.ELEMENTWISE[name].attributes, key))
     try:
         root = definitions.elementwise(name, dtypes, out, attributes)
         return tuple(schedule(root, lambda n: _spell(n, ["a"] * len(n.args), "r",
