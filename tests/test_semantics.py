@@ -30,7 +30,8 @@ NUMPY_SCALAR_TYPES = {"bool_", "int8", "int16", "int32", "int64", "uint8", "uint
 RENDERERS = {
     ROOT / "core" / "pjrtkit" / "reference" / "elementwise_numpy.py":
         # spelled whole where NumPy does them in fewer passes than their definitions
-        {"maximum", "minimum", "sign", "is_finite", "abs"},
+        {"maximum", "minimum", "sign", "is_finite", "abs", "shift_left", "shift_right_logical",
+         "shift_right_arithmetic"},
     ROOT / "plugins" / "cpu" / "pjrtkit_cpu" / "loopnest" / "optable.py":
         # vecmath's float32 versions are named after the ops they compute; "abs" is
         # Python's abs(), fabs's spelling

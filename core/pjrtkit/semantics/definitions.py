@@ -288,7 +288,7 @@ def _shift(node):
         signed = D.signed_of(a.dtype)
         amount = bitcast(select(out_of_range, width - 1, amount), signed)
         return bitcast(apply("ashr", bitcast(a, signed), amount), a.dtype)
-    safe = select(out_of_range, 0, amount)  # keeps the unselected shift defined
+    safe = amount & (width - 1)  # keeps the unselected shift defined (masking: vectorizes)
     shifted = apply("shl" if node.op == "shift_left" else "lshr", bitcast(a, unsigned), safe)
     return bitcast(select(out_of_range, 0, shifted), a.dtype)
 
