@@ -26,7 +26,7 @@ import numpy as np
 from pjrtkit.collectives import groups as G
 from pjrtkit.collectives.launch import current_device
 from pjrtkit.errors import InvalidArgument
-from pjrtkit.reference import dtypes as D
+from pjrtkit.semantics import dtypes as D
 from pjrtkit.reference.reduce import binary_body, body_ufunc, vectorized_region
 from pjrtkit.reference.registry import REFERENCE
 

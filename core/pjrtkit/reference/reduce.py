@@ -10,18 +10,17 @@ from __future__ import annotations
 
 import itertools
 
-import ml_dtypes
 import numpy as np
 
 from pjrtkit.errors import Unimplemented
 from pjrtkit.stablehlo.inline import inline_calls, inline_region_calls
 from pjrtkit.stablehlo.ir import Block, Op, Region, TensorType, Value
-from pjrtkit.reference import dtypes
+from pjrtkit.semantics import dtypes
 from pjrtkit.reference.registry import REFERENCE
 from pjrtkit.stablehlo.attributes import padding_pairs
 
 
-_FLOAT4 = np.dtype(ml_dtypes.float4_e2m1fn)
+_FLOAT4 = dtypes.FLOAT4_E2M1FN
 
 # ufunc per body op, for bool operands and for everything else (StableHLO add on i1 is "or").
 _BODY_UFUNCS = {

@@ -19,12 +19,12 @@ import numpy as np
 
 from pjrtkit.errors import InvalidArgument
 from pjrtkit.lowering.registry import custom_call_rule
+from pjrtkit.semantics.dtypes import COMPLEXES, FLOAT32, FLOAT64
 
 from pjrtkit_cpu.jax_rules import target
 from pjrtkit_cpu.lowering.registry import RULES
 
-LAPACK_DTYPES = frozenset(np.dtype(d) for d in (np.float32, np.float64, np.complex64,
-                                                np.complex128))
+LAPACK_DTYPES = frozenset({FLOAT32, FLOAT64, *COMPLEXES})
 
 
 def lapack(name: str, dtype: np.dtype) -> Callable:
