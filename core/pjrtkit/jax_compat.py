@@ -149,6 +149,14 @@ def linalg_primitive(name: str):
     return getattr(linalg, f"{name}_p")
 
 
+def linalg_function(name: str):
+    """A function of ``jax._src.lax.linalg`` that ``jax.lax.linalg`` does not export
+    (``geqrf``, ``householder_product``: the primitives behind QR; jax 0.10.2 to 0.12)."""
+    from jax._src.lax import linalg
+
+    return getattr(linalg, name)
+
+
 def backends_are_initialized() -> bool:
     """Whether JAX has started its backends (after which ``jax_platforms`` is ignored).
 
