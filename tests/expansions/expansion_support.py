@@ -2,7 +2,7 @@
 reference rules (which have no fft or linear-algebra rule), compared with XLA's CPU backend.
 
 ``expand(program, table)`` replaces every op a table key names (``"stablehlo.fft"``, or
-``"stablehlo.custom_call @Target"``) by the ops its expansion returns, inside regions and
+``custom_call_rule("Target")``) by the ops its expansion returns, inside regions and
 called functions too, repeating until none is left (an expansion may emit ops another
 expands).
 """
@@ -14,14 +14,16 @@ import jax
 import numpy as np
 
 from pjrtkit.lowering.plan import build_plan
+from pjrtkit.lowering.registry import CUSTOM_CALL, custom_call_rule
 from pjrtkit.reference import REFERENCE
 from pjrtkit.stablehlo.ir import Block, Program, Region
 from pjrtkit.testing.programs import lower_program
 
 
 def key_of(op) -> str:
-    if op.name == "stablehlo.custom_call":
-        return f"stablehlo.custom_call @{op.attributes.get('call_target_name', '')}"
+    """The key of ``op``'s expansion: its name, or ``custom_call_rule(target)``."""
+    if op.name == CUSTOM_CALL:
+        return custom_call_rule(op.attributes.get("call_target_name", ""))
     return op.name
 
 

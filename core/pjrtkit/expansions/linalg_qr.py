@@ -18,6 +18,7 @@ from __future__ import annotations
 
 
 from pjrtkit.errors import InvalidArgument
+from pjrtkit.lowering.registry import custom_call_rule
 from pjrtkit.expansions.builder import Builder, real_dtype
 from pjrtkit.expansions.linalg import (INDEX, adjoint, batch_shape, conj, expand_to,
                                        index_grid, is_complex, matmul, scalar_grid, starts,
@@ -158,7 +159,7 @@ def _abs2(b: Builder, x):
 
 
 EXPANSIONS = {
-    "stablehlo.custom_call @Qr": expand_qr,
-    "stablehlo.custom_call @ProductOfElementaryHouseholderReflectors": expand_householder_product,
+    custom_call_rule("Qr"): expand_qr,
+    custom_call_rule("ProductOfElementaryHouseholderReflectors"): expand_householder_product,
 }
 
