@@ -9,7 +9,7 @@ solves, QR's custom calls), so the program runs on the backend's primitive set:
 
 - **eigh**: up to ``JACOBI_MAX`` (256, where JAX's TPU rule also stops recursing) and whenever
   the Jacobi algorithm is asked for, pjrtkit's own cyclic Jacobi (``jax_impl/jacobi.py``); above,
-  JAX's own QDWH divide and conquer (TPU's algorithm, ``jax._src.tpu.linalg.eigh``), whose
+  JAX's own QDWH divide and conquer (the TPU's algorithm, in JAX's private tpu.linalg), whose
   blocks come back to this rule as Jacobi problems.
 - **svd**: JAX's own QDWH-based SVD (TPU's), which JAX registers for every platform but
   which refuses an explicit ``algorithm``: here the algorithm is a hint and every one is
