@@ -14,10 +14,13 @@ solves, QR's custom calls), so the program runs on the backend's primitive set:
 - **svd**: JAX's own QDWH-based SVD (TPU's), which JAX registers for every platform but
   which refuses an explicit ``algorithm``: here the algorithm is a hint and every one is
   answered by the polar decomposition.
-- **eig**, **schur**, **hessenberg**, **tridiagonal** (the non-symmetric eigenproblem and
-  LAPACK's reductions): no portable implementation (JAX has none outside LAPACK, cuSOLVER and
-  MAGMA, and pjrtkit none yet): the rule raises UNIMPLEMENTED naming the primitive and the
-  platform instead of JAX's generic "rule not found".
+- **eig**, **schur** (complex Schur form), **hessenberg** (JAX has no portable form of the
+  non-symmetric eigenproblem): pjrtkit's Householder reduction and shifted QR algorithm
+  (``jax_impl/schur.py``); eigenvalues of a real matrix come in exact conjugate pairs.
+- refused as UNIMPLEMENTED, naming the primitive and the platform instead of JAX's generic
+  "rule not found": schur of a real matrix in real Schur form (2x2 blocks: Francis'
+  double-shift QR is not implemented), schur with sorted eigenvalues (XLA's CPU backend
+  refuses it too) and **tridiagonal** (LAPACK's sytrd reduction).
 
 The rules import JAX lazily (a backend's hook module must load without it); every private
 JAX name they use goes through ``pjrtkit.jax_compat``.
@@ -60,6 +63,54 @@ def _svd_rule(ctx, operand, **params):
     return jax_compat.svd_polar_lowering()(ctx, operand, **params)
 
 
+def _eig_rule(ctx, operand, **params):
+    from jax.interpreters import mlir
+
+    from pjrtkit.expansions.jax_impl.schur import eig
+
+    left = bool(params.get("compute_left_eigenvectors", False))
+    right = bool(params.get("compute_right_eigenvectors", True))
+    return mlir.lower_fun(lambda a: eig(a, left=left, right=right), multiple_results=True)(
+        ctx, operand)
+
+
+def _schur_rule(ctx, operand, **params):
+    from jax.interpreters import mlir
+
+    from pjrtkit.expansions.jax_impl.schur import complex_schur
+
+    (aval,) = ctx.avals_in
+    if params.get("sort_eig_vals"):
+        raise NotImplementedError("UNIMPLEMENTED: schur with sorted eigenvalues (as on XLA's "
+                                  "CPU backend, whose LAPACK call does not sort either)")
+    if not _is_complex(aval.dtype):
+        raise NotImplementedError(
+            "UNIMPLEMENTED: schur of a real matrix in real Schur form (2x2 blocks for "
+            "complex pairs, Francis' double-shift QR) is not implemented; the complex Schur "
+            "form is (jax.scipy.linalg.schur(a, output='complex'))")
+    vectors = bool(params.get("compute_schur_vectors", True))
+
+    def impl(a):
+        t, z = complex_schur(a)
+        return (t, z) if vectors else (t,)
+
+    return mlir.lower_fun(impl, multiple_results=True)(ctx, operand)
+
+
+def _hessenberg_rule(ctx, operand, **params):
+    from jax.interpreters import mlir
+
+    from pjrtkit.expansions.jax_impl.schur import hessenberg
+
+    return mlir.lower_fun(hessenberg, multiple_results=True)(ctx, operand)
+
+
+def _is_complex(dtype) -> bool:
+    import numpy as np
+
+    return np.dtype(dtype).kind == "c"
+
+
 def unimplemented_rule(primitive: str, why: str):
     """A JAX lowering rule that refuses ``primitive`` with UNIMPLEMENTED and ``why``."""
 
@@ -71,9 +122,8 @@ def unimplemented_rule(primitive: str, why: str):
     return rule
 
 
-_NO_PORTABLE_FORM = ("it has no portable implementation in JAX (only LAPACK, cuSOLVER and "
-                     "MAGMA kernels) or in pjrtkit yet; run it on pjrtkit_cpu or XLA's CPU "
-                     "backend")
+_NO_PORTABLE_FORM = ("it has no portable implementation in JAX (only LAPACK and cuSOLVER "
+                     "kernels) or in pjrtkit yet; run it on pjrtkit_cpu or XLA's CPU backend")
 
 
 def portable_linalg_rules() -> Iterable[JaxLoweringRule]:
@@ -86,8 +136,10 @@ def portable_linalg_rules() -> Iterable[JaxLoweringRule]:
     rules = {
         "eigh": _eigh_rule,
         "svd": _svd_rule,
-        **{name: unimplemented_rule(name, _NO_PORTABLE_FORM)
-           for name in ("eig", "schur", "hessenberg", "tridiagonal")},
+        "eig": _eig_rule,
+        "schur": _schur_rule,
+        "hessenberg": _hessenberg_rule,
+        "tridiagonal": unimplemented_rule("tridiagonal", _NO_PORTABLE_FORM),
     }
     return [JaxLoweringRule(jax_compat.linalg_primitive(name), rule)
             for name, rule in rules.items()]
