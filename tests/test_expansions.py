@@ -254,3 +254,65 @@ def test_without_a_primitive_set_programs_reach_the_plugin_as_written():
     program = lower_program(lambda a: a + a, np.ones(2, np.float32))
     backend.compile(program=program, options=OPTIONS, devices=())
     assert plugin_programs == [program]
+
+
+# -- rewrites a backend's rule calls for a case it lacks ----------------------------------------
+
+def _rewritten(fn, args, name, expansion):
+    """``fn``'s program with each ``name`` op replaced by ``expansion``'s ops, run by the
+    reference rules."""
+    program = lower_program(fn, *args)
+    assert any(_has_groups_or_batching(op) for op in walk_ops(program) if op.name == name)
+
+    def rewrite(region):
+        for block in region.blocks:
+            ops = []
+            for op in block.ops:
+                for inner in op.regions:
+                    rewrite(inner)
+                ops.extend(expansion(op, program) if op.name == name else [op])
+            block.ops[:] = ops
+
+    for function in program.functions.values():
+        rewrite(function.body)
+    assert name not in {op.name for op in walk_ops(program)} or all(
+        not _has_groups_or_batching(op) for op in walk_ops(program) if op.name == name)
+    flat = [np.asarray(a) for a in args]
+    return [np.asarray(r) for r in build_plan(program, RULES)(*flat)]
+
+
+def _has_groups_or_batching(op):
+    a = op.attributes
+    if op.name == "stablehlo.gather":
+        return bool(a["dimension_numbers"].operand_batching_dims)
+    if op.name == "stablehlo.scatter":
+        return bool(a["scatter_dimension_numbers"].input_batching_dims)
+    return (a.get("feature_group_count", 1), a.get("batch_group_count", 1)) != (1, 1)
+
+
+def test_batched_gather_scatter_and_grouped_convolution_rewrites():
+    from pjrtkit.expansions.batched_indexing import (gather_without_batching,
+                                                     scatter_without_batching)
+    from pjrtkit.expansions.grouped_convolution import ungrouped_convolution
+
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(4, 6)).astype(np.float32)
+    order = np.argsort(x, axis=1).astype(np.int32)
+    cases = [
+        (lambda a, i: jnp.take_along_axis(a, i, axis=1), (x, order), "stablehlo.gather",
+         gather_without_batching),
+        (lambda a, i: jax.grad(lambda a: jnp.sum(jnp.take_along_axis(a, i, 1) ** 2))(a),
+         (x, order), "stablehlo.scatter", scatter_without_batching),
+        (lambda a, k: lax.conv_general_dilated(a, k, (1, 1), "SAME", feature_group_count=2),
+         (rng.normal(size=(2, 4, 5, 5)).astype(np.float32),
+          rng.normal(size=(6, 2, 3, 3)).astype(np.float32)), "stablehlo.convolution",
+         ungrouped_convolution),
+        (lambda a, k: lax.conv_general_dilated(a, k, (1, 1), "VALID", batch_group_count=2),
+         (rng.normal(size=(4, 3, 5, 5)).astype(np.float32),
+          rng.normal(size=(4, 3, 2, 2)).astype(np.float32)), "stablehlo.convolution",
+         ungrouped_convolution),
+    ]
+    for fn, args, name, expansion in cases:
+        ours = _rewritten(fn, args, name, expansion)
+        for a, b in zip(ours, run_on_xla_cpu(fn, args)):
+            assert_close(a, b, loosen=4.0)

@@ -49,3 +49,27 @@ def _cplx(name, shape):
 ])
 def test_complex_programs_on_the_emulated_gpu(agrees_with_xla, name, fn, arity):
     agrees_with_xla(fn, *[_cplx(f"{name}{i}", (3, 4)) for i in range(arity)], loosen=4.0)
+
+
+def test_cases_the_gpu_rules_hand_to_the_core(agrees_with_xla):
+    """Batched gathers/scatters and grouped convolutions go through the core's rewrites
+    (``lower_by_expansion``); cumulative products and integer scatter-max run as kernels."""
+    import jax
+    from jax import lax
+
+    from gpu_support import sample
+
+    x = sample("tk", (4, 6), np.float32)
+    order = np.argsort(x, axis=1).astype(np.int32)
+    agrees_with_xla(lambda a, i: (jnp.take_along_axis(a, i, axis=1),
+                                  jax.grad(lambda a: jnp.sum(jnp.take_along_axis(a, i, 1) ** 2))(a)),
+                    x, order)
+    image, kernel = sample("img", (1, 4, 5, 5), np.float32), sample("k", (4, 2, 2, 2), np.float32)
+    agrees_with_xla(lambda a, k: lax.conv_general_dilated(a, k, (1, 1), "VALID",
+                                                         feature_group_count=2), image, kernel)
+    agrees_with_xla(lambda a: jnp.cumprod(a, axis=1), sample("cp", (3, 5), np.float32))
+    base = sample("sm", (5, 3), np.int32)
+    idx = np.array([[1], [3], [1], [7]], np.int32)
+    upd = sample("su", (4, 3), np.int32)
+    agrees_with_xla(lambda a, i, u: (a.at[i[:, 0]].max(u, mode="drop"),
+                                     a.at[i[:, 0]].min(u, mode="drop")), base, idx, upd)

@@ -48,6 +48,8 @@ ALWAYS = frozenset({"stablehlo.constant", "func.call", *TERMINATORS})
 MAX_DEPTH = 32
 # Modules of this package that are the mechanism, not expansions.
 _MECHANISM = frozenset({"build", "legalize", "formats", "narrow_codec"})
+# Modules with rewrites that backends call from their own rules (``lower_by_expansion``) for a
+# case of an op they otherwise implement: they have no EXPANSIONS table.
 
 
 def expansion_key(op: Op) -> str:
@@ -181,6 +183,16 @@ def _expand_ops(ops, program, primitives, table, depth: int) -> list[Op]:
         replacement = expansion(op, program)
         out.extend(_expand_ops(replacement, program, primitives, table, depth + 1))
     return out
+
+
+def lower_by_expansion(op: Op, ctx, expansion: Expansion):
+    """For a lowering rule that lacks a case of its op (a batched gather, a grouped
+    convolution): the kernel of ``expansion``'s ops, compiled with the backend's own rules as a
+    region taking the op's operands (``ctx.compile_region``). The expansion must not give the
+    same case back."""
+    ops = expansion(op, ctx.program)
+    terminator = Op("stablehlo.return", tuple(op.results), (), {}, (), op.location)
+    return ctx.compile_region(Region([Block(tuple(op.operands), [*ops, terminator])]))
 
 
 def reachable_dtypes(primitives: PrimitiveSet) -> frozenset[str]:

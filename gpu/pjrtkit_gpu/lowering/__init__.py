@@ -11,6 +11,7 @@ naming both.
 from __future__ import annotations
 
 from pjrtkit.lowering.approx_top_k import approx_top_k
+from pjrtkit.callbacks import HOST_CALLBACK_TARGET, make_host_callback_rule
 from pjrtkit.expansions.formats import STORED_ONLY
 from pjrtkit.lowering.registry import LoweringRegistry, custom_call_rule
 from pjrtkit.types import PrimitiveSet
@@ -27,11 +28,26 @@ from pjrtkit_gpu.lowering.sort import SORT_RULES
 from pjrtkit_gpu.lowering.structural import STRUCTURAL_RULES
 from pjrtkit_gpu.lowering.windowed import WINDOWED_RULES
 
+
+
+def _device_copies(ctx):
+    """A host callback's copies on the device the program is compiled for: operands to the host
+    before the call, results back after it (the driver waits for the device's stream), and an
+    empty array as a token."""
+    driver, device = ctx.payloads.driver, ctx.payloads.device_index
+    return (driver.to_host, lambda array: driver.from_host(device, array),
+            driver.empty(device, (0,), dtypes.BOOL))
+
+
+# jax.pure_callback / io_callback / debug.print: the core's rule with device copies.
+HOST_CALLBACK = make_host_callback_rule(transfers=_device_copies)
+
 RULES = LoweringRegistry("pjrtkit_gpu", {**ELEMENTWISE_RULES, **STRUCTURAL_RULES, **REDUCE_RULES,
                                          **DOT_RULES, **CONTROL_FLOW_RULES, **INDEXING_RULES,
                                          **WINDOWED_RULES, **SORT_RULES,
                                          **PALLAS_RULES,
-                                         custom_call_rule("ApproxTopK"): approx_top_k},
+                                         custom_call_rule("ApproxTopK"): approx_top_k,
+                                         custom_call_rule(HOST_CALLBACK_TARGET): HOST_CALLBACK},
                          dtypes=(*dtypes.SUPPORTED, *STORED_ONLY))
 
 
