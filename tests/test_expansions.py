@@ -316,3 +316,21 @@ def test_batched_gather_scatter_and_grouped_convolution_rewrites():
         ours = _rewritten(fn, args, name, expansion)
         for a, b in zip(ours, run_on_xla_cpu(fn, args)):
             assert_close(a, b, loosen=4.0)
+
+
+# -- rng_bit_generator as integer arithmetic ---------------------------------------------------
+
+@pytest.mark.parametrize("algorithm", ["DEFAULT", "PHILOX", "THREE_FRY"])
+@pytest.mark.parametrize("shape,dtype", [((4,), np.uint64), ((3, 5), np.uint32), ((7,), np.uint8),
+                                         ((2, 3), np.uint16), ((), np.uint32), ((5,), np.uint64)])
+def test_rng_bit_generator_is_bit_identical_to_xla(algorithm, shape, dtype):
+    algo = getattr(lax.RandomAlgorithm, f"RNG_{algorithm}")
+
+    def fn(state):
+        return lax.rng_bit_generator(state, shape, dtype=dtype, algorithm=algo)
+
+    state = np.array([0x0123456789ABCDEF, 0xFFFFFFFFFFFFFFFE], np.uint64)  # the counter wraps
+    lacking = RULES.op_names - {"stablehlo.rng_bit_generator"}
+    with jax.enable_x64(True):
+        program = assert_agrees(fn, state, prims=primitives(ops=lacking))
+    assert "stablehlo.rng_bit_generator" not in {op.name for op in walk_ops(program)}
