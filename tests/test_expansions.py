@@ -293,7 +293,7 @@ def _has_groups_or_batching(op):
 def test_batched_gather_scatter_and_grouped_convolution_rewrites():
     from pjrtkit.expansions.batched_indexing import (gather_without_batching,
                                                      scatter_without_batching)
-    from pjrtkit.expansions.grouped_convolution import ungrouped_convolution
+    from pjrtkit.expansions.convolution import ungrouped_convolution
 
     rng = np.random.default_rng(3)
     x = rng.normal(size=(4, 6)).astype(np.float32)
@@ -334,3 +334,33 @@ def test_rng_bit_generator_is_bit_identical_to_xla(algorithm, shape, dtype):
     with jax.enable_x64(True):
         program = assert_agrees(fn, state, prims=primitives(ops=lacking))
     assert "stablehlo.rng_bit_generator" not in {op.name for op in walk_ops(program)}
+
+
+CONVOLUTIONS = {
+    "same": (lambda a, k: lax.conv_general_dilated(a, k, (1, 1), "SAME"), (2, 3, 6, 5),
+             (4, 3, 3, 3)),
+    "strided_dilated": (lambda a, k: lax.conv_general_dilated(
+        a, k, (2, 1), ((1, 2), (0, 1)), lhs_dilation=(1, 2), rhs_dilation=(2, 1)), (1, 2, 7, 6),
+        (3, 2, 2, 3)),
+    "grouped_nhwc": (lambda a, k: lax.conv_general_dilated(
+        a, k, (1, 1), "VALID", dimension_numbers=("NHWC", "HWIO", "NHWC"),
+        feature_group_count=2), (2, 5, 5, 4), (2, 2, 2, 6)),
+    "conv1d_transpose": (lambda a, k: lax.conv_transpose(a, k, (2,), "SAME",
+                                                         dimension_numbers=("NCH", "OIH", "NCH")),
+                         (1, 3, 8), (2, 3, 3)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CONVOLUTIONS))
+def test_convolution_as_dots_for_a_backend_without_convolution(name):
+    fn, lhs_shape, rhs_shape = CONVOLUTIONS[name]
+    rng = np.random.default_rng(len(name))
+    args = (rng.normal(size=lhs_shape).astype(np.float32),
+            rng.normal(size=rhs_shape).astype(np.float32))
+    program = assert_agrees(fn, *args, prims=primitives(ops=RULES.op_names - {
+        "stablehlo.convolution"}), loosen=4.0)
+    assert "stablehlo.convolution" not in {op.name for op in walk_ops(program)}
+    # a gradient (a convolution with window reversal and batch groups inside)
+    grad = jax.grad(lambda a, k: jnp.sum(fn(a, k) ** 2), argnums=(0, 1))
+    assert_agrees(grad, *args, prims=primitives(ops=RULES.op_names - {"stablehlo.convolution"}),
+                  loosen=8.0)

@@ -4,14 +4,14 @@ implicit GEMM (rows: batch x output positions, columns: output features, contrac
 features x window positions; the input tile is gathered from the operand on the fly, never
 materialised), with any dimension numbers, strides, padding, lhs/rhs dilation and window
 reversal. Grouped convolutions (feature_group_count / batch_group_count > 1) are the core's
-ungrouped convolutions per group (``pjrtkit.expansions.grouped_convolution``).
+ungrouped convolutions per group (``pjrtkit.expansions.convolution``).
 """
 from __future__ import annotations
 
 import math
 
 from pjrtkit.expansions import lower_by_expansion
-from pjrtkit.expansions.grouped_convolution import ungrouped_convolution
+from pjrtkit.expansions.convolution import ungrouped_convolution
 from pjrtkit.stablehlo.attributes import padding_pairs
 from pjrtkit_gpu import codegen, dtypes as D, kernels
 from pjrtkit_gpu.lowering.launching import blocks, row_major_strides
