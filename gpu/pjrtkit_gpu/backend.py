@@ -18,6 +18,7 @@ from pjrtkit.types import (Capabilities, CompiledProgram, DeviceSpec, MemorySpac
                            PlatformInfo, Topology)
 
 from pjrtkit_gpu import __version__, dtypes
+from pjrtkit_gpu.device_array import is_storable
 from pjrtkit_gpu.drivers import select_driver
 
 MEMORY_KINDS = ("device", "pinned_host")
@@ -102,7 +103,7 @@ class GpuBackend:
     # -- memory -----------------------------------------------------------------------------
     @hookimpl
     def pjrtkit_transfer_to_device(self, array, device, memory_kind):
-        if not dtypes.is_supported(array.dtype):
+        if not is_storable(array.dtype):
             raise Unimplemented(f"{self.platform}: {array.dtype.name} buffers (the GPU kernels "
                                 f"take {', '.join(d.name for d in dtypes.SUPPORTED)})")
         driver = self.driver()
@@ -147,6 +148,15 @@ class GpuBackend:
                 plans[index] = build_plan(program, registry_for(driver, index, self.platform))
         return CompiledProgram(executable=GpuExecutable(driver, plans),
                                cost=estimate_cost(program))
+
+    @hookimpl
+    def pjrtkit_primitive_set(self):
+        """What the Triton rules implement; the core's expansions bring complex numbers,
+        narrow types, fft and linear algebra down to it (none of those has a GPU rule)."""
+        self.driver()  # chooses Triton's mode before the kernels are imported
+        from pjrtkit_gpu.lowering import PRIMITIVES
+
+        return PRIMITIVES
 
     @hookimpl
     def pjrtkit_capabilities(self):
