@@ -32,9 +32,10 @@ def primitives(lacking=(), ops=None) -> PrimitiveSet:
                         custom_call_targets=RULES.custom_call_targets)
 
 
-def run_expanded(fn, args, prims):
-    """(expanded program, outputs) of ``fn`` on ``args`` through the expansions for ``prims``."""
-    program = expansions.expand(lower_program(fn, *args), prims)
+def run_expanded(fn, args, prims, platform=None):
+    """(expanded program, outputs) of ``fn`` on ``args`` through the expansions for ``prims``
+    (lowered for ``platform``: a name nothing registers gives JAX's generic lowering)."""
+    program = expansions.expand(lower_program(fn, *args, platform=platform), prims)
     flat = [np.asarray(a) for a in jax.tree_util.tree_leaves(args)]
     with np.errstate(all="ignore"):
         return program, [np.asarray(r) for r in build_plan(program, RULES)(*flat)]

@@ -46,7 +46,7 @@ def expand_fft(op, program=None) -> list:
     _check(op, kind, lengths)
     b = Builder(op.location)
     if result.type.size == 0 or operand.type.size == 0:
-        return b.finish([b.full(0, result.type.shape, result.type.dtype)], [result])
+        return b.finish([b.constant(0, result.type.dtype, result.type.shape)], [result])
     rank = operand.type.rank
     axes = list(range(rank - len(lengths), rank))
     precision = real_dtype(operand.type.dtype)
@@ -194,7 +194,8 @@ def _dense(b, data, is_complex, position, matrix, dtype, real_out=False):
             raise AssertionError("a real-to-real DFT is not needed")
         real = np.stack([mr, mi], axis=-1)                             # (n, k, 2)
         contract = ((position,), (0,))
-    return b.dot(data, b.constant(real.astype(dtype)), contract=contract)
+    real = real.astype(dtype)
+    return b.dot(data, b.constant(real, dtype, real.shape), contract=contract)
 
 
 def _radix(n: int) -> int | None:
@@ -212,17 +213,17 @@ def _complex_multiply(b, data, constant, dims):
     last = len(shape) - 1
     cr = np.stack([constant.real, constant.real], axis=-1).astype(data.type.dtype)
     ci = np.stack([-constant.imag, constant.imag], axis=-1).astype(data.type.dtype)
-    scale = b.broadcast(b.constant(cr), shape, (*dims, last))
-    cross = b.broadcast(b.constant(ci), shape, (*dims, last))
+    scale = b.broadcast(b.constant(cr, cr.dtype, cr.shape), shape, (*dims, last))
+    cross = b.broadcast(b.constant(ci, ci.dtype, ci.shape), shape, (*dims, last))
     swapped = b.concatenate([b.slice_along(data, last, 1, 2), b.slice_along(data, last, 0, 1)],
                             last)
-    return b.add(b.mul(data, scale), b.mul(swapped, cross))
+    return b.add(b.multiply(data, scale), b.multiply(swapped, cross))
 
 
 def _as_complex(b, data):
     """A real signal as a complex one (zero imaginary part)."""
     shape = (*data.type.shape, 1)
-    return b.concatenate([b.reshape(data, shape), b.full(0, shape, data.type.dtype)],
+    return b.concatenate([b.reshape(data, shape), b.constant(0, data.type.dtype, shape)],
                          len(shape) - 1)
 
 
@@ -289,12 +290,13 @@ def _pad_along(b, data, position, count):
         return data
     shape = list(data.type.shape)
     shape[position] = count
-    return b.concatenate([data, b.full(0, shape, data.type.dtype)], position)
+    return b.concatenate([data, b.constant(0, data.type.dtype, shape)], position)
 
 
 def _scale_along(b, data, position, weights):
     """``data`` times real ``weights`` along ``position`` (both components)."""
-    return b.mul(data, b.broadcast(b.constant(weights), data.type.shape, (position,)))
+    weights = b.constant(weights, weights.dtype, weights.shape)
+    return b.multiply(data, b.broadcast(weights, data.type.shape, (position,)))
 
 
 

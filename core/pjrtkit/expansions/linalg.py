@@ -39,7 +39,7 @@ def is_complex(value) -> bool:
 
 
 def conj(b: Builder, x):
-    return b.complex(b.real(x), b.neg(b.imag(x))) if is_complex(x) else x
+    return b.complex(b.real(x), b.negate(b.imag(x))) if is_complex(x) else x
 
 
 def transpose_matrices(b: Builder, x):
@@ -75,7 +75,7 @@ def scalar_grid(b: Builder, scalar, shape):
 def starts(b: Builder, rank: int, **at):
     """Start indices for a dynamic slice: zero except the dimensions given (negative from the
     end: ``starts(b, 4, d_2=i)`` means dimension rank-2 starts at value ``i``)."""
-    zero = b.scalar(0, INDEX)
+    zero = b.constant(0, INDEX)
     out = [zero] * rank
     for key, value in at.items():
         out[rank - int(key[2:])] = value
@@ -85,7 +85,7 @@ def starts(b: Builder, rank: int, **at):
 def to_dtype_of(b: Builder, real_value, like):
     """A real value as ``like``'s dtype (complex with zero imaginary part when complex)."""
     if like.type.dtype.kind == "c":
-        return b.complex(real_value, b.full(0, real_value.type.shape, real_value.type.dtype))
+        return b.complex(real_value, b.constant(0, real_value.type.dtype, real_value.type.shape))
     return b.convert(real_value, like.type.dtype)
 
 
@@ -101,7 +101,7 @@ def triangle_mask(b: Builder, shape, *, lower: bool, diagonal: bool):
 def nan_unless(b: Builder, ok, x):
     """``x`` where ``ok`` (shape (*batch, 1, 1)), NaN elsewhere."""
     shape = x.type.shape
-    nan = b.full(np.nan, shape, real_dtype(x.type.dtype))
+    nan = b.constant(np.nan, real_dtype(x.type.dtype), shape)
     return b.select(expand_to(b, ok, shape), x, to_dtype_of(b, nan, x))
 
 
@@ -113,7 +113,7 @@ def expand_cholesky(op, program=None) -> list:
     _expect_square(op, a)
     b = Builder(op.location)
     if a.type.size == 0:
-        return b.finish([b.full(0, a.type.shape, a.type.dtype)], [result])
+        return b.finish([b.constant(0, a.type.dtype, a.type.shape)], [result])
     lower = bool(op.attributes.get("lower", False))
     factor = cholesky_lower(b, a if lower else adjoint(b, a))
     return b.finish([factor if lower else adjoint(b, factor)], [result])
@@ -131,21 +131,21 @@ def cholesky_lower(b: Builder, a):
         factor, ok = values
         column = s.dynamic_slice(a, starts(s, rank, d_1=j), (*batch, n, 1))
         row = s.dynamic_slice(factor, starts(s, rank, d_2=j), (*batch, 1, n))
-        c = s.sub(column, matmul(s, factor, adjoint(s, row)))
+        c = s.subtract(column, matmul(s, factor, adjoint(s, row)))
         pivot = s.dynamic_slice(c, starts(s, rank, d_2=j), (*batch, 1, 1))
         pivot = s.real(pivot) if is_complex(pivot) else pivot
-        ok = s.and_(ok, s.compare(pivot, s.full(0, pivot.type.shape, real), "GT"))
+        ok = s.and_(ok, s.compare(pivot, s.constant(0, real, pivot.type.shape), "GT"))
         root = s.sqrt(pivot)
-        scaled = s.div(c, expand_to(s, to_dtype_of(s, root, c), c.type.shape))
+        scaled = s.divide(c, expand_to(s, to_dtype_of(s, root, c), c.type.shape))
         j_grid = scalar_grid(s, j, rows.type.shape)
         new = s.select(s.compare(rows, j_grid, "GT"), scaled,
                        s.select(s.compare(rows, j_grid, "EQ"),
                                 expand_to(s, to_dtype_of(s, root, c), c.type.shape),
-                                s.full(0, c.type.shape, c.type.dtype)))
+                                s.constant(0, c.type.dtype, c.type.shape)))
         return [s.dynamic_update_slice(factor, new, starts(s, rank, d_1=j)), ok]
 
-    zeros = b.full(0, shape, a.type.dtype)
-    ok = b.full(True, (*batch, 1, 1), np.bool_)
+    zeros = b.constant(0, a.type.dtype, shape)
+    ok = b.constant(True, np.bool_, (*batch, 1, 1))
     factor, ok = b.counted_loop(n, [zeros, ok], step)
     return nan_unless(b, ok, factor)
 
@@ -172,7 +172,7 @@ def expand_triangular_solve(op, program=None) -> list:
                               f"agree (left_side={left})")
     b = Builder(op.location)
     if rhs.type.size == 0:
-        return b.finish([b.full(0, rhs.type.shape, rhs.type.dtype)], [result])
+        return b.finish([b.constant(0, rhs.type.dtype, rhs.type.shape)], [result])
     solution = triangular_solve(b, a, rhs, left=left, lower=bool(attributes.get("lower", False)),
                                 transpose=transpose,
                                 unit_diagonal=bool(attributes.get("unit_diagonal", False)))
@@ -184,7 +184,7 @@ def triangular_solve(b: Builder, a, rhs, *, left: bool, lower: bool, transpose: 
     """X with op(A) X = B (``left``) or X op(A) = B, A triangular (see the module doc)."""
     # Only the named triangle is read: the rest (and the diagonal when it is unit) is zero.
     a = b.select(triangle_mask(b, a.type.shape, lower=lower, diagonal=not unit_diagonal), a,
-                 b.full(0, a.type.shape, a.type.dtype))
+                 b.constant(0, a.type.dtype, a.type.shape))
     conjugate = False
     if not left:  # X op(A) = B  <=>  op(A)^T X^T = B^T
         rhs = transpose_matrices(b, rhs)
@@ -212,21 +212,21 @@ def _substitute(b: Builder, a, rhs, *, lower: bool, unit_diagonal: bool):
     if not unit_diagonal:
         eye = b.compare(index_grid(b, a.type.shape, rank - 2),
                         index_grid(b, a.type.shape, rank - 1), "EQ")
-        diagonal = b.sum(b.select(eye, a, b.full(0, a.type.shape, a.type.dtype)), (rank - 1,))
+        diagonal = b.sum(b.select(eye, a, b.constant(0, a.type.dtype, a.type.shape)), (rank - 1,))
         diagonal = b.reshape(diagonal, (*batch, m, 1))
 
     def step(s: Builder, t, values):
         (solution,) = values
-        i = t if lower else s.sub(s.scalar(m - 1, INDEX), t)
+        i = t if lower else s.subtract(s.constant(m - 1, INDEX), t)
         a_row = s.dynamic_slice(a, starts(s, rank, d_2=i), (*batch, 1, m))
         b_row = s.dynamic_slice(rhs, starts(s, rank, d_2=i), (*batch, 1, columns))
-        row = s.sub(b_row, matmul(s, a_row, solution))
+        row = s.subtract(b_row, matmul(s, a_row, solution))
         if diagonal is not None:
             pivot = s.dynamic_slice(diagonal, starts(s, rank, d_2=i), (*batch, 1, 1))
-            row = s.div(row, expand_to(s, pivot, row.type.shape))
+            row = s.divide(row, expand_to(s, pivot, row.type.shape))
         return [s.dynamic_update_slice(solution, row, starts(s, rank, d_2=i))]
 
-    (solution,) = b.counted_loop(m, [b.full(0, shape, rhs.type.dtype)], step)
+    (solution,) = b.counted_loop(m, [b.constant(0, rhs.type.dtype, shape)], step)
     return solution
 
 

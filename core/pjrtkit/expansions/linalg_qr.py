@@ -41,8 +41,8 @@ def expand_qr(op, program=None) -> list:
                               f"{op.describe()}")
     b = Builder(op.location)
     if a.type.size == 0:
-        return b.finish([b.full(0, a.type.shape, a.type.dtype),
-                         b.full(0, (*batch, k), a.type.dtype)], [packed_result, taus_result])
+        return b.finish([b.constant(0, a.type.dtype, a.type.shape),
+                         b.constant(0, a.type.dtype, (*batch, k))], [packed_result, taus_result])
     packed, taus = householder_qr(b, a)
     return b.finish([packed, taus], [packed_result, taus_result])
 
@@ -63,33 +63,33 @@ def householder_qr(b: Builder, a):
         alpha = s.dynamic_slice(column, starts(s, rank, d_2=j), one_by_one)
         j_rows = scalar_grid(s, j, rows.type.shape)
         below = s.compare(rows, j_rows, "GT")
-        zero_column = s.full(0, column.type.shape, dtype)
+        zero_column = s.constant(0, dtype, column.type.shape)
         x = s.select(below, column, zero_column)
         x_norm2 = s.reshape(s.sum(_abs2(s, x), (rank - 2,)), one_by_one)
         alpha_re = s.real(alpha) if is_complex(alpha) else alpha
-        alpha_im = s.imag(alpha) if is_complex(alpha) else s.full(0, one_by_one, real)
-        zero = s.full(0, one_by_one, real)
+        alpha_im = s.imag(alpha) if is_complex(alpha) else s.constant(0, real, one_by_one)
+        zero = s.constant(0, real, one_by_one)
         trivial = s.and_(s.compare(x_norm2, zero, "EQ"), s.compare(alpha_im, zero, "EQ"))
-        norm = s.sqrt(s.add(s.add(s.mul(alpha_re, alpha_re), s.mul(alpha_im, alpha_im)),
+        norm = s.sqrt(s.add(s.add(s.multiply(alpha_re, alpha_re), s.multiply(alpha_im, alpha_im)),
                             x_norm2))
-        beta = s.select(s.compare(alpha_re, zero, "GE"), s.neg(norm), norm)
+        beta = s.select(s.compare(alpha_re, zero, "GE"), s.negate(norm), norm)
         beta = s.select(trivial, alpha_re, beta)
-        safe_beta = s.select(trivial, s.full(1, one_by_one, real), beta)
+        safe_beta = s.select(trivial, s.constant(1, real, one_by_one), beta)
         beta_d = to_dtype_of(s, beta, alpha)
-        tau = s.div(s.sub(to_dtype_of(s, safe_beta, alpha), alpha),
+        tau = s.divide(s.subtract(to_dtype_of(s, safe_beta, alpha), alpha),
                     to_dtype_of(s, safe_beta, alpha))
-        tau = s.select(trivial, s.full(0, one_by_one, dtype), tau)
-        denominator = s.sub(alpha, beta_d)
-        denominator = s.select(trivial, s.full(1, one_by_one, dtype), denominator)
-        v = s.select(below, s.div(x, expand_to(s, denominator, x.type.shape)),
-                     s.select(s.compare(rows, j_rows, "EQ"), s.full(1, column.type.shape, dtype),
+        tau = s.select(trivial, s.constant(0, dtype, one_by_one), tau)
+        denominator = s.subtract(alpha, beta_d)
+        denominator = s.select(trivial, s.constant(1, dtype, one_by_one), denominator)
+        v = s.select(below, s.divide(x, expand_to(s, denominator, x.type.shape)),
+                     s.select(s.compare(rows, j_rows, "EQ"), s.constant(1, dtype, column.type.shape),
                               zero_column))
         # Columns right of j: A <- A - conj(tau) v (v^H A).
         update = matmul(s, v, matmul(s, adjoint(s, v), packed))
-        update = s.mul(expand_to(s, conj(s, tau), shape), update)
+        update = s.multiply(expand_to(s, conj(s, tau), shape), update)
         j_columns = scalar_grid(s, j, shape)
         right = s.compare(columns, j_columns, "GT")
-        packed = s.select(right, s.sub(packed, update), packed)
+        packed = s.select(right, s.subtract(packed, update), packed)
         new_column = s.select(below, v, s.select(s.compare(rows, j_rows, "EQ"),
                                                  expand_to(s, beta_d, column.type.shape),
                                                  column))
@@ -98,7 +98,7 @@ def householder_qr(b: Builder, a):
                                       starts(s, rank - 1, d_1=j))
         return [packed, taus]
 
-    packed, taus = b.counted_loop(k, [a, b.full(0, (*batch, k), dtype)], step)
+    packed, taus = b.counted_loop(k, [a, b.constant(0, dtype, (*batch, k))], step)
     return packed, taus
 
 
@@ -119,7 +119,7 @@ def expand_householder_product(op, program=None) -> list:
                               f"{op.describe()}")
     b = Builder(op.location)
     if a.type.size == 0:
-        return b.finish([b.full(0, a.type.shape, a.type.dtype)], [result])
+        return b.finish([b.constant(0, a.type.dtype, a.type.shape)], [result])
     return b.finish([householder_product(b, a, taus)], [result])
 
 
@@ -131,21 +131,21 @@ def householder_product(b: Builder, a, taus):
     dtype = a.type.dtype
     rows = index_grid(b, (*batch, m, 1), rank - 2)
     identity = b.select(b.compare(index_grid(b, shape, rank - 2), index_grid(b, shape, rank - 1),
-                                  "EQ"), b.full(1, shape, dtype), b.full(0, shape, dtype))
+                                  "EQ"), b.constant(1, dtype, shape), b.constant(0, dtype, shape))
 
     def step(s: Builder, t, values):
         (q,) = values
-        i = s.sub(s.scalar(k - 1, INDEX), t)
+        i = s.subtract(s.constant(k - 1, INDEX), t)
         column = s.dynamic_slice(a, starts(s, rank, d_1=i), (*batch, m, 1))
         i_rows = scalar_grid(s, i, rows.type.shape)
-        zero_column = s.full(0, column.type.shape, dtype)
+        zero_column = s.constant(0, dtype, column.type.shape)
         v = s.select(s.compare(rows, i_rows, "GT"), column,
-                     s.select(s.compare(rows, i_rows, "EQ"), s.full(1, column.type.shape, dtype),
+                     s.select(s.compare(rows, i_rows, "EQ"), s.constant(1, dtype, column.type.shape),
                               zero_column))
         tau = s.reshape(s.dynamic_slice(taus, starts(s, rank - 1, d_1=i), (*batch, 1)),
                         (*batch, 1, 1))
         update = matmul(s, v, matmul(s, adjoint(s, v), q))
-        return [s.sub(q, s.mul(expand_to(s, tau, shape), update))]
+        return [s.subtract(q, s.multiply(expand_to(s, tau, shape), update))]
 
     (q,) = b.counted_loop(k, [identity], step)
     return q
@@ -154,8 +154,8 @@ def householder_product(b: Builder, a, taus):
 def _abs2(b: Builder, x):
     if is_complex(x):
         re, im = b.real(x), b.imag(x)
-        return b.add(b.mul(re, re), b.mul(im, im))
-    return b.mul(x, x)
+        return b.add(b.multiply(re, re), b.multiply(im, im))
+    return b.multiply(x, x)
 
 
 EXPANSIONS = {

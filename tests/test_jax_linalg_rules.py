@@ -13,14 +13,13 @@ import numpy as np
 import pytest
 
 from pjrtkit import jax_compat
-from pjrtkit.expansions import fft, jax_linalg, linalg, linalg_qr
+from pjrtkit.expansions import jax_linalg
 from pjrtkit.expansions.jax_impl.jacobi import jacobi_eigh, tournament_permutation
 from pjrtkit.testing.programs import run_on_xla_cpu
 from pjrtkit.testing.tolerances import assert_close
 
-from expansion_support import run_expanded
+from expansion_support import primitives, run_expanded
 
-TABLE = {**fft.EXPANSIONS, **linalg.EXPANSIONS, **linalg_qr.EXPANSIONS}
 # Eigen-solvers agree with LAPACK to a few n * eps * ||A||, not to the table's few ulps.
 LOOSEN = 100.0
 
@@ -109,7 +108,7 @@ def test_jacobi_eigh_expanded_onto_primitives_runs_on_the_reference_rules(dtype)
     the reference rules: the same numbers as XLA's CPU backend running the same algorithm."""
     a = _hermitian(f"pipeline{dtype}", (2, 5, 5), dtype)
     with jax.enable_x64(True):
-        ours, _ = run_expanded(jacobi_eigh, (a,), TABLE, platform="pjrtkit_expansions_test")
+        _, ours = run_expanded(jacobi_eigh, (a,), primitives(), platform="pjrtkit_expansions_test")
         reference = run_on_xla_cpu(jacobi_eigh, (a,))
     for x, r, name in zip(_invariants(*ours), _invariants(*reference),
                           ("eigenvalues", "reconstruction", "V^H V")):
