@@ -38,6 +38,22 @@ def _batched(fn, a):
     return fn(a)
 
 
+# Updates at a traced index as dynamic_update_slice, not scatter (``x.at[i].set``): every
+# backend has the former, and a complex scatter becomes one over two operands after the complex
+# expansion, which not every backend's scatter takes.
+
+def _set_row(x, i, row):
+    return lax.dynamic_update_slice(x, row[None, :].astype(x.dtype), (i, 0))
+
+
+def _set_column(x, j, column):
+    return lax.dynamic_update_slice(x, column[:, None].astype(x.dtype), (0, j))
+
+
+def _set_entry(x, i, value):
+    return lax.dynamic_update_slice(x, jnp.reshape(value, (1,)).astype(x.dtype), (i,))
+
+
 # -- Householder reflectors ----------------------------------------------------------------------
 
 def _reflector(column, pivot):
@@ -83,8 +99,8 @@ def _hessenberg_one(a):
         h = h - tau * jnp.outer(jnp.dot(h, v, precision=HIGHEST), jnp.conj(v))
         packed_column = jnp.where(columns > j + 1, v, h[:, j])
         packed_column = jnp.where(columns == j + 1, beta.astype(a.dtype), packed_column)
-        h = h.at[:, j].set(packed_column)
-        return h, taus.at[j].set(tau)
+        h = _set_column(h, j, packed_column)
+        return h, _set_entry(taus, j, tau)
 
     return lax.fori_loop(0, n - 1, step, (a, jnp.zeros((n - 1,), a.dtype)))
 
@@ -140,7 +156,10 @@ def _complex_schur_one(a):
     def deflate(h):
         diagonal = jnp.abs(jnp.diagonal(h))
         small = jnp.abs(subdiagonal(h)) <= eps * (diagonal[:-1] + diagonal[1:])
-        keep = jnp.ones((n, n), bool).at[sub, sub - 1].set(~small)
+        small_at = jnp.zeros((n, n), bool)
+        small_at = small_at | ((index[:, None] == index[None, :] + 1)
+                               & jnp.pad(small, (1, 0))[:, None])
+        keep = ~small_at
         return jnp.where(keep, h, jnp.zeros_like(h))
 
     def active_bottom(h):
@@ -169,9 +188,9 @@ def _complex_schur_one(a):
             c, s = _givens(m[k, k], m[k + 1, k])
             c_ = c.astype(m.dtype)
             row_k, row_k1 = m[k], m[k + 1]
-            m = m.at[k].set(c_ * row_k + s * row_k1)
-            m = m.at[k + 1].set(-jnp.conj(s) * row_k + c_ * row_k1)
-            return m, cs.at[k].set(c), ss.at[k].set(s)
+            m = _set_row(m, k, c_ * row_k + s * row_k1)
+            m = _set_row(m, k + 1, -jnp.conj(s) * row_k + c_ * row_k1)
+            return m, _set_entry(cs, k, c), _set_entry(ss, k, s)
 
         m, cs, ss = lax.fori_loop(0, n - 1, left, (m, jnp.zeros((n - 1,), real),
                                                     jnp.zeros((n - 1,), h.dtype)))
@@ -180,11 +199,11 @@ def _complex_schur_one(a):
             m, z = carry
             c_, s = cs[k].astype(m.dtype), ss[k]
             col_k, col_k1 = m[:, k], m[:, k + 1]
-            m = m.at[:, k].set(c_ * col_k + jnp.conj(s) * col_k1)
-            m = m.at[:, k + 1].set(-s * col_k + c_ * col_k1)
+            m = _set_column(m, k, c_ * col_k + jnp.conj(s) * col_k1)
+            m = _set_column(m, k + 1, -s * col_k + c_ * col_k1)
             zk, zk1 = z[:, k], z[:, k + 1]
-            z = z.at[:, k].set(c_ * zk + jnp.conj(s) * zk1)
-            z = z.at[:, k + 1].set(-s * zk + c_ * zk1)
+            z = _set_column(z, k, c_ * zk + jnp.conj(s) * zk1)
+            z = _set_column(z, k + 1, -s * zk + c_ * zk1)
             return m, z
 
         m, z = lax.fori_loop(0, n - 1, right, (m, z))
@@ -219,7 +238,7 @@ def _triangular_eigenvectors(t):
         small = jnp.maximum(eps * jnp.abs(values), tiny)
         divisor = jnp.where(jnp.abs(divisor) < small, small.astype(t.dtype), divisor)
         new = jnp.where(index > i, -row / divisor, (index == i).astype(t.dtype))
-        return x.at[i].set(new)
+        return _set_row(x, i, new)
 
     return lax.fori_loop(0, n, step, jnp.zeros_like(t))
 
