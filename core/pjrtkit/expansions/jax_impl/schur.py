@@ -71,9 +71,10 @@ def _reflector(column, pivot):
     norm = jnp.sqrt(alpha_re * alpha_re + alpha_im * alpha_im + x_norm2)
     beta = jnp.where(alpha_re >= 0, -norm, norm)
     beta = jnp.where(trivial, alpha_re, beta).astype(real)
-    safe_beta = jnp.where(trivial, jnp.ones_like(beta), beta)
+    # In alpha's dtype: JAX's tests run with strict dtype promotion.
+    safe_beta = jnp.where(trivial, jnp.ones_like(beta), beta).astype(alpha.dtype)
     tau = jnp.where(trivial, jnp.zeros_like(alpha), (safe_beta - alpha) / safe_beta)
-    denominator = jnp.where(trivial, jnp.ones_like(alpha), alpha - beta)
+    denominator = jnp.where(trivial, jnp.ones_like(alpha), alpha - beta.astype(alpha.dtype))
     v = jnp.where(below, x / denominator, (rows == pivot).astype(column.dtype))
     return v, tau, beta
 
@@ -258,7 +259,7 @@ def _normalized(vectors):
 def eig(a, *, left: bool, right: bool):
     """[eigenvalues, left vectors if ``left``, right vectors if ``right``], complex, for a batch
     of square matrices (real ones solved in complex arithmetic)."""
-    complex_dtype = jnp.result_type(a.dtype, np.complex64)
+    complex_dtype = np.result_type(np.dtype(a.dtype), np.complex64)
     one = functools.partial(_eig_one, left=left, right=right,
                             real_input=not jnp.issubdtype(a.dtype, jnp.complexfloating))
     return list(_batched(one, a.astype(complex_dtype)))
