@@ -23,7 +23,7 @@ from pjrtkit.contract import register_checked
 from pjrtkit.errors import (Internal, InvalidArgument, PjrtError, Unimplemented,
                             host_out_of_memory)
 from pjrtkit.types import (Capabilities, CompiledProgram, CompileOptions, DeviceSpec,
-                           JaxLoweringRule, MemoryStats, PlatformInfo, Topology)
+                           JaxLoweringRule, MemoryStats, PlatformInfo, PrimitiveSet, Topology)
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +39,7 @@ class Backend:
         self._pm.add_hookspecs(hookspecs)
         self._pm.register(builtin, "pjrtkit.builtin")
         register_checked(self._pm, plugin, f"pjrtkit.backends.{name}", name)
+        self._primitive_set: PrimitiveSet | None | object = _UNASKED
         self.platform_name = f"pjrtkit_{name}"  # until the plugin names itself, for messages
         self.platform: PlatformInfo = self._call("pjrtkit_platform")
         self.platform_name = self.platform.name
@@ -98,15 +99,51 @@ class Backend:
     # -- compile and execute -----------------------------------------------------------------
     def compile(self, *, program, options: CompileOptions,
                 devices: Sequence[DeviceSpec]) -> CompiledProgram:
+        """The plugin's compile of ``program``, rewritten first into the backend's primitive
+        set when it declares one (``pjrtkit.expansions``)."""
+        primitives = self.primitive_set()
+        if primitives is not None:
+            program = self._expanded(program, primitives)
         return self._call("pjrtkit_compile", program=program, options=options,
                           devices=tuple(devices))
 
+    def primitive_set(self) -> PrimitiveSet | None:
+        """What the backend's compiler implements itself (None: it takes programs as they
+        are); asked once."""
+        if self._primitive_set is _UNASKED:
+            answer = self._call("pjrtkit_primitive_set")
+            if answer is not None and not isinstance(answer, PrimitiveSet):
+                raise Internal(f"{self.platform_name}: pjrtkit_primitive_set returned "
+                               f"{type(answer).__name__}, expected PrimitiveSet or None")
+            self._primitive_set = answer
+        return self._primitive_set
+
+    def _expanded(self, program, primitives: PrimitiveSet):
+        from pjrtkit import expansions
+
+        try:
+            return expansions.expand(program, primitives)
+        except PjrtError as exc:
+            raise type(exc)(f"{self.platform_name}: {exc}", code=exc.code) from exc
+        except MemoryError as exc:
+            raise host_out_of_memory(exc, f"{self.platform_name}: expanding a program") from exc
+        except Exception as exc:
+            raise Internal(f"{self.platform_name}: bug in the core's expansions: "
+                           f"{type(exc).__name__}: {exc}") from exc
+
     # -- capabilities ------------------------------------------------------------------------
     def capabilities(self) -> Capabilities:
+        """What the plugin declares, widened by what the core's expansions reach when it
+        declares a primitive set."""
         answer = self._call("pjrtkit_capabilities")
         if not isinstance(answer, Capabilities):
             raise Internal(f"{self.platform_name}: pjrtkit_capabilities returned "
                            f"{type(answer).__name__}, expected Capabilities")
+        primitives = self.primitive_set()
+        if primitives is not None:
+            from pjrtkit import expansions
+
+            answer = expansions.widened(answer, primitives)
         return answer
 
     # -- what the ABI layer asks for ---------------------------------------------------------
@@ -153,4 +190,5 @@ class Backend:
         return tuple(rules)
 
 
-_OPTIONAL_ANSWERS = frozenset({"pjrtkit_make_topology"})
+_OPTIONAL_ANSWERS = frozenset({"pjrtkit_make_topology", "pjrtkit_primitive_set"})
+_UNASKED = object()

@@ -104,15 +104,23 @@ class HostCallbackError(Internal):
 
 def make_host_callback_rule(to_host: Callable[[Any], np.ndarray] = np.asarray,
                             from_host: Callable[[np.ndarray], Any] = lambda a: a,
-                            token: Any = HOST_TOKEN):
+                            token: Any = HOST_TOKEN, *,
+                            transfers: Callable[[Any], tuple] | None = None):
     """A lowering rule for ``custom_call_rule(HOST_CALLBACK_TARGET)``.
 
     ``to_host`` turns an operand payload into a NumPy array before the call and ``from_host``
     turns each returned NumPy array into a result payload; a host-memory plugin keeps the
     defaults, a device plugin passes its copies. ``token`` is the payload of a token result.
+    A device plugin whose copies depend on the compile (the device the program is compiled for,
+    found in ``ctx.payloads``) passes ``transfers(ctx) -> (to_host, from_host, token)``
+    instead, asked once per callback op at compile time.
     """
 
     def host_callback(op, ctx):
+        if transfers is not None:
+            op_to_host, op_from_host, op_token = transfers(ctx)
+        else:
+            op_to_host, op_from_host, op_token = to_host, from_host, token
         key = op.attributes.get("backend_config", "")
         if not isinstance(key, str) or not key:
             raise InvalidArgument(f"custom_call @{HOST_CALLBACK_TARGET} without a callback key in "
@@ -122,7 +130,8 @@ def make_host_callback_rule(to_host: Callable[[Any], np.ndarray] = np.asarray,
         results = op.results
         expected = tuple(None if isinstance(v.type, TokenType) else
                          (tuple(v.type.shape), np.dtype(v.type.dtype)) for v in results)
-        return _host_callback_kernel(entry, is_token, expected, to_host, from_host, token)
+        return _host_callback_kernel(entry, is_token, expected, op_to_host, op_from_host,
+                                     op_token)
 
     return host_callback
 

@@ -24,7 +24,7 @@ import pluggy
 from pjrtkit._markers import PROJECT
 from pjrtkit.stablehlo.ir import Program
 from pjrtkit.types import (Capabilities, CompiledProgram, CompileOptions, DeviceSpec,
-                           JaxLoweringRule, MemoryStats, PlatformInfo, Topology)
+                           JaxLoweringRule, MemoryStats, PlatformInfo, PrimitiveSet, Topology)
 
 # The spec marker stays private to this module: only the contract declares hooks.
 _hookspec = pluggy.HookspecMarker(PROJECT)
@@ -309,6 +309,37 @@ def pjrtkit_compile(program: Program, options: CompileOptions,
         @hookimpl
         def pjrtkit_compile(program, options, devices):
             return CompiledProgram(Executable(build_plan(program, RULES)))
+    """
+
+
+@_hookspec(firstresult=True)
+def pjrtkit_primitive_set() -> PrimitiveSet | None:
+    """Declare the primitive set the backend's compiler implements, so that the core rewrites
+    what a program holds beyond it into that set before ``pjrtkit_compile`` (complex numbers
+    onto pairs of reals, float8/float4/int2/int4 onto wider types, fft and linear algebra onto
+    loops of dots, ...: ``pjrtkit.expansions``). A backend's own rule always wins: only ops the
+    set does not implement are rewritten. Called once per backend, on its first compile.
+
+    Returns:
+        ``PrimitiveSet(ops, dtypes, custom_call_targets)``, usually read off the backend's
+        ``LoweringRegistry``; or None (the built-in answer): the backend takes programs as
+        JAX wrote them and nothing is rewritten.
+
+    Raises:
+        Nothing in practice; an error here fails every compile of the backend (INTERNAL).
+
+    firstresult: yes.
+
+    What is not in the set and has no expansion stays in the program, and the backend's
+    compile answers UNIMPLEMENTED for it as before. ``pjrtkit_capabilities`` answers are
+    widened by what the expansions reach (``Backend.capabilities``).
+
+    Example::
+
+        @hookimpl
+        def pjrtkit_primitive_set():
+            return PrimitiveSet(ops=RULES.op_names, dtypes={"float32", "int32", "bool"},
+                                custom_call_targets=RULES.custom_call_targets)
     """
 
 

@@ -150,6 +150,40 @@ def linalg_primitive(name: str):
     return getattr(linalg, f"{name}_p")
 
 
+def is_jacobi_eigh(algorithm) -> bool:
+    """Whether ``eigh_p``'s ``algorithm`` parameter asks for Jacobi
+    (``lax.linalg.EighImplementation.JACOBI``: the form JAX's QDWH eigh asks for its blocks)."""
+    from jax._src.lax import linalg
+
+    return algorithm == linalg.EighImplementation.JACOBI
+
+
+def eigh_qdwh_implementation():
+    """JAX's QDWH-based eigh (the TPU's): ``impl(x, *, lower, sort_eigenvalues,
+    subset_by_index) -> (vectors, values)``, blocks of at most 256 solved by ``eigh_p`` with
+    the Jacobi algorithm (``jax._src.tpu.linalg.eigh._eigh_qdwh_impl``, jax 0.10.2 to 0.12)."""
+    from jax._src.tpu.linalg import eigh
+
+    return eigh._eigh_qdwh_impl
+
+
+def svd_polar_lowering():
+    """JAX's lowering rule of ``svd_p`` by the polar decomposition (QDWH, the TPU's; JAX
+    registers it for every platform): ``rule(ctx, operand, *, full_matrices, compute_uv,
+    subset_by_index, algorithm)`` (``jax._src.tpu.linalg.svd._svd_tpu_lowering_rule``)."""
+    from jax._src.tpu.linalg import svd
+
+    return svd._svd_tpu_lowering_rule
+
+
+def linalg_function(name: str):
+    """A function of ``jax._src.lax.linalg`` that ``jax.lax.linalg`` does not export
+    (``geqrf``, ``householder_product``: the primitives behind QR; jax 0.10.2 to 0.12)."""
+    from jax._src.lax import linalg
+
+    return getattr(linalg, name)
+
+
 def backends_are_initialized() -> bool:
     """Whether JAX has started its backends (after which ``jax_platforms`` is ignored).
 

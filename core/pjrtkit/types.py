@@ -196,6 +196,36 @@ class Capabilities:
 
 
 @dataclasses.dataclass(frozen=True)
+class PrimitiveSet:
+    """What a backend's compiler implements itself (``pjrtkit_primitive_set``); the core
+    rewrites everything else a program holds into this set before ``pjrtkit_compile`` sees it
+    (``pjrtkit.expansions``).
+
+    ``ops``: StableHLO op names with a rule (``"stablehlo.add"``; ``stablehlo.constant``,
+    ``func.call`` and the terminators need not be named). ``custom_call_targets``: the
+    ``stablehlo.custom_call`` targets with a rule. ``dtypes``: NumPy names of the element
+    types its rules compute on (``"float32"``). An op is implemented when its name (or its
+    custom-call target) is declared and every operand and result has a declared element type.
+
+    Buffers of every PJRT type are stored as bytes whatever ``dtypes`` says: arguments and
+    results of a type outside it (complex64, float8_e4m3fn, int4, ...) reach the backend as
+    its buffers, and the core's rewrite reinterprets them with ``stablehlo.bitcast_convert``
+    to and from a declared type (complex64 <-> float32[..., 2], float8 <-> uint8, int4 <->
+    int8), which the backend's bitcast rule must accept for those types.
+    """
+
+    ops: frozenset[str]
+    dtypes: frozenset[str]
+    custom_call_targets: frozenset[str] = frozenset()
+
+    def __post_init__(self):
+        for field in ("ops", "dtypes", "custom_call_targets"):
+            value = getattr(self, field)
+            if not isinstance(value, frozenset):
+                object.__setattr__(self, field, frozenset(value))
+
+
+@dataclasses.dataclass(frozen=True)
 class JaxLoweringRule:
     """A JAX lowering rule a plugin contributes for its own platform (``pjrtkit_jax_lowering_rules``).
 

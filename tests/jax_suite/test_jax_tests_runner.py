@@ -136,3 +136,21 @@ def test_a_tpu_backend_is_compared_with_xla_cpu_tested_as_tpu_too(tmp_path):
     s = settings_from(parser.parse_args(["--jax-tests", str(tree), "--backend", "tpu",
                                          "--reference-device-tag", "cpu"]))
     assert environment(s, "reference", tmp_path / "r.jsonl")[DUT_VARIABLE] == "cpu"
+
+
+def test_vendor_checks_answer_as_the_reference_on_a_pjrtkit_gpu_platform(monkeypatch):
+    """Tag gpu on pjrtkit_cuda: JAX's is_device_cuda() would find "cuda" in the platform
+    version and ask XLA's (absent) gpu backend for its compute capability; the plugin makes the
+    vendor checks answer False, as on the XLA cpu reference run."""
+    import importlib
+
+    from pjrtkit_tools.jax_tests.pytest_plugin import answer_vendor_checks_as_the_reference
+
+    test_util = importlib.import_module("jax._src.test_util")
+    monkeypatch.setattr(test_util, "is_device_cuda", lambda: True)
+    monkeypatch.setattr(test_util, "is_device_rocm", lambda: True)
+    answer_vendor_checks_as_the_reference(test_util)
+    assert not test_util.is_device_cuda() and not test_util.is_device_rocm()
+    assert not test_util.is_cuda_compute_capability_at_least("8.0")
+    assert not test_util.is_cuda_compute_capability_equal("9.0")
+    assert {"cuda", "rocm"}.isdisjoint(test_util._get_device_tags())

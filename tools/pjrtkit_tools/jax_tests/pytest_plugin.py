@@ -12,6 +12,13 @@ an entry point, so it touches no other pytest run. Two environment variables dri
     a file to which the controlling process appends one JSON line per test report and per
     worker that went down. Unlike junitxml, written once at the end, the record survives a run
     that is killed at its time limit or whose controller dies.
+
+A pjrtkit GPU platform tested with the tag ``gpu`` is not XLA's CUDA or ROCm backend, but
+JAX's ``jtu.is_device_cuda()`` finds "cuda" in its platform version and then asks XLA's
+``gpu`` backend for the compute capability (``xla_bridge.local_devices(backend="gpu")``),
+which does not exist here: every test that asks fails before it starts. So on a pjrtkit
+platform the vendor checks answer False, as they do for the XLA cpu reference run under the
+same tag, and both runs select the same tests (``answer_vendor_checks_as_the_reference``).
 """
 from __future__ import annotations
 
@@ -30,11 +37,21 @@ def pytest_configure(config):
     if tag:
         import jax
 
-        importlib.import_module("jax._src.test_util")  # defines the jax_test_dut flag
+        test_util = importlib.import_module("jax._src.test_util")  # defines jax_test_dut
         jax.config.update("jax_test_dut", tag)
+        if os.environ.get("JAX_PLATFORMS", "").startswith("pjrtkit_"):
+            answer_vendor_checks_as_the_reference(test_util)
     path = os.environ.get(RECORD_VARIABLE)
     if path and not hasattr(config, "workerinput"):
         config.pluginmanager.register(OutcomeRecorder(path), "pjrtkit-jax-tests-recorder")
+
+
+def answer_vendor_checks_as_the_reference(test_util) -> None:
+    """``is_device_cuda`` and ``is_device_rocm`` of JAX's test_util answer False (see the
+    module docstring); the checks built on them (compute capability, device tags "cuda" and
+    "rocm") follow, since test_util calls them through its module globals."""
+    test_util.is_device_cuda = lambda: False
+    test_util.is_device_rocm = lambda: False
 
 
 def first_line_of_failure(report) -> str:

@@ -1,0 +1,114 @@
+"""The dtype facts the expansions need, in one place: which types they rewrite, what into, and
+each narrow float format's layout.
+
+Facts are read from ml_dtypes (``finfo`` and its own conversions), never typed in, except the
+one place XLA's CPU backend differs from ml_dtypes (a NaN converted to float4_e2m1fn, measured:
+XLA gives -0.0 for either sign, ml_dtypes +-0.0). When the core's semantics source lands,
+this module's facts move there.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import ml_dtypes
+import numpy as np
+
+BOOL = np.dtype(np.bool_)
+FLOAT16 = np.dtype(np.float16)
+FLOAT32 = np.dtype(np.float32)
+FLOAT64 = np.dtype(np.float64)
+INT8, UINT8 = np.dtype(np.int8), np.dtype(np.uint8)
+UINT32, UINT64 = np.dtype(np.uint32), np.dtype(np.uint64)
+
+COMPLEX_PARTS = {np.dtype(np.complex64): FLOAT32, np.dtype(np.complex128): FLOAT64}
+
+FLOAT8_AND_FLOAT4 = tuple(np.dtype(getattr(ml_dtypes, name)) for name in (
+    "float8_e5m2", "float8_e4m3fn", "float8_e4m3b11fnuz", "float8_e5m2fnuz", "float8_e4m3fnuz",
+    "float8_e4m3", "float8_e3m4", "float8_e8m0fnu", "float4_e2m1fn"))
+NARROW_INTS = tuple(np.dtype(getattr(ml_dtypes, name))
+                    for name in ("int2", "int4", "uint2", "uint4"))
+NARROW = FLOAT8_AND_FLOAT4 + NARROW_INTS
+# The types the expansions rewrite into others: a backend declaring a primitive set stores
+# buffers of these as bytes (and reinterprets them with stablehlo.bitcast_convert) without
+# computing on them.
+STORED_ONLY = (*COMPLEX_PARTS, *NARROW)
+
+
+@dataclasses.dataclass(frozen=True)
+class FloatFormat:
+    """A float8/float4 format: ``bits`` (8 or 4), ``mantissa`` bits, ``exponent`` bits,
+    ``bias``, ``min_exponent`` (of the smallest normal), ``max`` (largest finite), ``kind``:
+    ``ieee`` (infinities; NaN is an all-ones exponent with a non-zero mantissa), ``fn`` (no
+    infinities; NaN is all ones), ``fnuz`` (no infinities, no -0; NaN is the sign bit alone),
+    ``f4`` (neither infinities nor NaN: overflow saturates), ``e8m0`` (exponent only, no sign,
+    no zero; NaN is all ones); ``nan_code``: a NaN's encoding (sign bit clear), ``inf_code``."""
+
+    dtype: np.dtype
+    bits: int
+    mantissa: int
+    exponent: int
+    bias: int
+    min_exponent: int
+    max: float
+    kind: str
+    nan_code: int
+    inf_code: int | None
+
+    @property
+    def compute(self) -> np.dtype:
+        return compute_dtype(self.dtype)
+
+
+@functools.cache
+def float_format(dtype) -> FloatFormat:
+    dtype = np.dtype(dtype)
+    info = ml_dtypes.finfo(dtype)
+    bits = 4 if dtype == np.dtype(ml_dtypes.float4_e2m1fn) else 8
+
+    def code(x) -> int:
+        return int(np.array(x, FLOAT32).astype(dtype).view(UINT8))
+
+    inf = np.isinf(np.array(np.inf, FLOAT32).astype(dtype).astype(FLOAT32))
+    nan = np.isnan(np.array(np.nan, FLOAT32).astype(dtype).astype(FLOAT32))
+    if int(info.nmant) == 0:
+        kind = "e8m0"
+    elif inf:
+        kind = "ieee"
+    elif not nan:
+        kind = "f4"
+    elif code(np.nan) == 1 << (bits - 1):
+        kind = "fnuz"
+    else:
+        kind = "fn"
+    nan_code = (1 << (bits - 1)) if kind == "f4" else code(np.nan)  # XLA: NaN -> -0.0
+    return FloatFormat(dtype=dtype, bits=bits, mantissa=int(info.nmant), exponent=int(info.nexp),
+                       bias=1 - int(info.minexp), min_exponent=int(info.minexp),
+                       max=float(info.max), kind=kind, nan_code=nan_code,
+                       inf_code=code(np.inf) if inf else None)
+
+
+def compute_dtype(dtype) -> np.dtype:
+    """The type XLA's CPU backend computes a narrow type in, which is also the type the
+    narrow pass stores its values in: float16 for the float8/float4 formats (float32 for
+    float8_e8m0fnu, whose range float16 lacks), int8/uint8 for the sub-byte integers."""
+    dtype = np.dtype(dtype)
+    if dtype == np.dtype(ml_dtypes.float8_e8m0fnu):
+        return FLOAT32
+    if dtype in FLOAT8_AND_FLOAT4:
+        return FLOAT16
+    if dtype in NARROW_INTS:
+        return INT8 if ml_dtypes.iinfo(dtype).min < 0 else UINT8
+    return dtype
+
+
+def int_bits(dtype) -> int:
+    return int(ml_dtypes.iinfo(np.dtype(dtype)).bits)
+
+
+def is_narrow_float(dtype) -> bool:
+    return np.dtype(dtype) in FLOAT8_AND_FLOAT4
+
+
+def is_narrow_int(dtype) -> bool:
+    return np.dtype(dtype) in NARROW_INTS
