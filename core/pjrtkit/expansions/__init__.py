@@ -37,7 +37,7 @@ import numpy as np
 
 from pjrtkit.errors import Unimplemented
 from pjrtkit.lowering.registry import CUSTOM_CALL, custom_call_rule
-from pjrtkit.stablehlo.ir import TERMINATORS, Block, Op, Program, Region, TensorType
+from pjrtkit.stablehlo.ir import TERMINATORS, Block, Op, Program, Region, TensorType, walk_ops
 from pjrtkit.types import Capabilities, PrimitiveSet
 
 Expansion = Callable[[Op, Program], list[Op]]
@@ -167,6 +167,8 @@ def _apply_op_expansions(program: Program, primitives: PrimitiveSet) -> Program:
     table = op_expansions()
     if not table:
         return program
+    if not any(_expandable(op, primitives, table) for op in walk_ops(program)):
+        return program
     functions = dict(program.functions)
     work = dataclasses.replace(program, functions=functions)
     done: set[str] = set()
@@ -177,6 +179,10 @@ def _apply_op_expansions(program: Program, primitives: PrimitiveSet) -> Program:
             functions[name] = dataclasses.replace(
                 function, body=_expand_region(function.body, work, primitives, table, 0))
     return work
+
+
+def _expandable(op: Op, primitives: PrimitiveSet, table) -> bool:
+    return not implements(primitives, op) and expansion_key(op) in table
 
 
 def _expand_region(region: Region, program: Program, primitives, table, depth: int) -> Region:
