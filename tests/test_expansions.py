@@ -364,3 +364,21 @@ def test_convolution_as_dots_for_a_backend_without_convolution(name):
     grad = jax.grad(lambda a, k: jnp.sum(fn(a, k) ** 2), argnums=(0, 1))
     assert_agrees(grad, *args, prims=primitives(ops=RULES.op_names - {"stablehlo.convolution"}),
                   loosen=8.0)
+
+
+def test_jax_level_expansions_join_a_primitive_backends_rules(monkeypatch):
+    from pjrtkit.types import JaxLoweringRule
+
+    mine, theirs = object(), object()
+    monkeypatch.setattr(expansions, "jax_lowering_rules",
+                        lambda: [JaxLoweringRule(mine, len), JaxLoweringRule(theirs, len)])
+
+    class WithOwnRule(RealOnlyBackend):
+        @hookimpl
+        def pjrtkit_jax_lowering_rules(self):
+            return [JaxLoweringRule(theirs, print)]
+
+    rules = {id(r.primitive): r.rule for r in Backend("own", WithOwnRule()).jax_lowering_rules()}
+    assert rules == {id(theirs): print, id(mine): len}  # the plugin's own rule wins
+    import template_backend  # no primitive set: nothing added
+    assert Backend("template", template_backend).jax_lowering_rules() == ()

@@ -171,7 +171,9 @@ class Backend:
 
     # -- what JAX is told --------------------------------------------------------------------
     def jax_lowering_rules(self) -> tuple[JaxLoweringRule, ...]:
-        """Every implementation's JAX lowering rules, flattened; each primitive at most once."""
+        """Every implementation's JAX lowering rules, flattened; each primitive at most once;
+        for a backend declaring a primitive set, the expansions' JAX rules for the primitives it
+        gives none for."""
         answers = self._call("pjrtkit_jax_lowering_rules")
         rules: list[JaxLoweringRule] = []
         seen: set[int] = set()
@@ -187,6 +189,12 @@ class Backend:
                         f"{record.primitive} twice; JAX keeps one rule per primitive and platform")
                 seen.add(id(record.primitive))
                 rules.append(record)
+        if self.primitive_set() is not None:
+            # JAX-level expansions (primitives JAX lowers only on its own platforms) for the
+            # primitives the plugin gives no rule of its own
+            from pjrtkit import expansions
+
+            rules += [r for r in expansions.jax_lowering_rules() if id(r.primitive) not in seen]
         return tuple(rules)
 
 

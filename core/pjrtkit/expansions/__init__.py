@@ -13,7 +13,9 @@ A backend that implements ``pjrtkit_primitive_set`` gets every program rewritten
    ``EXPANSIONS = {key: expansion}``, keyed by op name (``"stablehlo.fft"``) or custom-call
    target (``"custom_call @Qr"``, or ``custom_call_rule("Qr")``'s spelling); a key claimed
    twice is an error. The ops they return may use complex and narrow types: the next steps
-   lower those.
+   lower those. A module may also export ``JAX_LOWERING_RULES`` (a function returning
+   ``JaxLoweringRule`` records): JAX rules for primitives JAX lowers only on its own platforms,
+   registered for backends declaring a primitive set (``jax_lowering_rules``).
 2. **Complex numbers onto pairs of reals** (``complex.py``), for the complex types the set
    lacks.
 3. **float8, float4_e2m1fn, int2/int4/uint2/uint4 onto their compute types** (``narrow.py``),
@@ -35,7 +37,7 @@ import numpy as np
 
 from pjrtkit.errors import Unimplemented
 from pjrtkit.lowering.registry import CUSTOM_CALL, custom_call_rule
-from pjrtkit.stablehlo.ir import TERMINATORS, Block, Op, Program, Region, TensorType
+from pjrtkit.stablehlo.ir import TERMINATORS, Block, Op, Program, Region, TensorType, walk_ops
 from pjrtkit.types import Capabilities, PrimitiveSet
 
 Expansion = Callable[[Op, Program], list[Op]]
@@ -67,15 +69,18 @@ def _normalized(key: str) -> str:
     return key
 
 
+def _expansion_modules():
+    return [importlib.import_module(f"{__name__}.{info.name}")
+            for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name)
+            if info.name not in _MECHANISM]
+
+
 @functools.cache
 def op_expansions() -> dict[str, Expansion]:
     """Every module's ``EXPANSIONS`` table, merged (imported on first use)."""
     table: dict[str, Expansion] = {}
     owner: dict[str, str] = {}
-    for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
-        if info.name in _MECHANISM:
-            continue
-        module = importlib.import_module(f"{__name__}.{info.name}")
+    for module in _expansion_modules():
         for key, expansion in getattr(module, "EXPANSIONS", {}).items():
             key = _normalized(key)
             if key in table:
@@ -84,6 +89,19 @@ def op_expansions() -> dict[str, Expansion]:
             table[key] = expansion
             owner[key] = module.__name__
     return table
+
+
+def jax_lowering_rules() -> list:
+    """JAX lowering rules the expansions bring (``JaxLoweringRule`` records) for primitives JAX
+    lowers only on its own platforms (eigh, svd, ...): every module's ``JAX_LOWERING_RULES``, a
+    function returning them (JAX is imported only when it is called). ``Backend`` adds them
+    for a backend declaring a primitive set, where its plugin gives no rule of its own."""
+    rules = []
+    for module in _expansion_modules():
+        make = getattr(module, "JAX_LOWERING_RULES", None)
+        if make is not None:
+            rules.extend(make())
+    return rules
 
 
 def implements(primitives: PrimitiveSet, op: Op) -> bool:
@@ -149,6 +167,8 @@ def _apply_op_expansions(program: Program, primitives: PrimitiveSet) -> Program:
     table = op_expansions()
     if not table:
         return program
+    if not any(_expandable(op, primitives, table) for op in walk_ops(program)):
+        return program
     functions = dict(program.functions)
     work = dataclasses.replace(program, functions=functions)
     done: set[str] = set()
@@ -159,6 +179,10 @@ def _apply_op_expansions(program: Program, primitives: PrimitiveSet) -> Program:
             functions[name] = dataclasses.replace(
                 function, body=_expand_region(function.body, work, primitives, table, 0))
     return work
+
+
+def _expandable(op: Op, primitives: PrimitiveSet, table) -> bool:
+    return not implements(primitives, op) and expansion_key(op) in table
 
 
 def _expand_region(region: Region, program: Program, primitives, table, depth: int) -> Region:

@@ -145,8 +145,11 @@ def _philox_bits(bits: _Bits, op: Op, state, shape, dtype):
     return new_state, values
 
 
-def _half_split(shape):
-    """XLA's SplitShapeIntoHalves (see the reference's random_bits)."""
+def split_shape_into_halves(shape):
+    """XLA's SplitShapeIntoHalves for Threefry's 32-bit results: (the half shape, with a
+    trivial dimension after the split one; the axis the two halves are concatenated along; the
+    shape rounded up to even along the split), or None for a scalar. The split is the first
+    even dimension, else the largest (the first of equals)."""
     if not shape:
         return None
     even = [i for i, d in enumerate(shape) if d % 2 == 0]
@@ -173,7 +176,7 @@ def _threefry_bits(bits: _Bits, op: Op, state, shape, dtype):
         values = _narrowed(b, b.reshape(joined, shape), dtype)
         used = n
     else:
-        split = _half_split(shape)
+        split = split_shape_into_halves(shape)
         half_shape, axis, rounded = split if split else ((1,), 0, (2,))
         used = math.prod(half_shape)
         counters = _counters(bits, counter, used)
