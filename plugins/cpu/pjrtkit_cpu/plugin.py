@@ -10,7 +10,9 @@ from pjrtkit.stablehlo.ir import walk_ops
 from pjrtkit.types import Capabilities, CompiledProgram, PlatformInfo
 
 from pjrtkit_cpu import __version__, blas
+from pjrtkit_cpu import fusion
 from pjrtkit_cpu.fusion import maybe_fuse
+from pjrtkit_cpu.fusion.whole import WholeProgram, fuse_whole_program, whole_program_of
 from pjrtkit_cpu.topology import DEVICE_KIND, cpu_topology, device_count, parse_topology_name
 
 PLATFORM = "pjrtkit_cpu"
@@ -68,9 +70,12 @@ def compile_with_rules(program, rules) -> CompiledProgram:
     """``program`` fused and planned with ``rules`` (the cpu's ``RULES`` or a registry merged
     from them), as a ``CpuExecutable`` with its cost. Public on purpose: the tpu plugin compiles
     with the cpu's kernels through it (its own dtypes and numerics on top)."""
-    plan = build_plan(maybe_fuse(program), rules)
+    fused = maybe_fuse(program)
+    if fusion.ENABLED:
+        fused = fuse_whole_program(fused)
+    plan = build_plan(fused, rules)
     uses_blas = any(op.name in _BLAS_OPS for op in walk_ops(program))
-    return CompiledProgram(executable=CpuExecutable(plan, uses_blas),
+    return CompiledProgram(executable=CpuExecutable(plan, uses_blas, whole_program_of(plan)),
                            cost=estimate_cost(program))
 
 
@@ -81,16 +86,22 @@ class CpuExecutable:
     """A plan plus what running it needs to know, decided at compile time; the core calls
     ``execute`` for every execution (``pjrtkit.types.PluginExecutable``)."""
 
-    __slots__ = ("plan", "uses_blas")
+    __slots__ = ("plan", "uses_blas", "whole", "native_kernel")
 
-    def __init__(self, plan, uses_blas: bool):
+    def __init__(self, plan, uses_blas: bool, whole: WholeProgram | None = None):
         self.plan = plan
         self.uses_blas = uses_blas
+        # A program that is one fused loop: compiled with a C entry, handed to the core's C
+        # execute path (pjrtkit.types.NativeKernel) through ``native_kernel(device)``.
+        self.whole = whole
+        self.native_kernel = None if whole is None else whole.native_kernel
 
     def execute(self, arguments, devices):
         # Kernels follow XLA's semantics for overflow, NaN and division by zero; NumPy's
         # warnings about them are noise, and one errstate per execution is cheaper than one
         # per kernel.
+        if self.whole is not None:
+            self.whole.called()
         run = self.plan
         with np.errstate(all="ignore"):
             if not self.uses_blas:
