@@ -140,6 +140,13 @@ class PluginExecutable(Protocol):
     # Optional: ``native_kernel(device: DeviceSpec) -> NativeKernel | None``, the plugin's hand-
     # over to the core's C execute path (see ``NativeKernel``). An executable without this
     # method (or with it None) is always run through ``execute``.
+    #
+    # Optional: ``execute_launch(arguments, devices, launch) -> outputs | None``, one launch
+    # over several devices (``arguments[d]`` for ``devices[d]``, the position d in the launch
+    # ``launch``, a ``pjrtkit.collectives.launch.Launch``) run by the plugin itself, for
+    # instance every device on the calling thread in lockstep
+    # (``pjrtkit.collectives.lockstep.LockstepProgram``); None: not this program, and the core
+    # runs ``execute`` once per device, each on its own thread.
 
 
 @dataclasses.dataclass(frozen=True)

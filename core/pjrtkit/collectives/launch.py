@@ -75,6 +75,12 @@ def current_device() -> DeviceContext | None:
     return getattr(_current, "device", None)
 
 
+def set_current_device(context: DeviceContext | None) -> None:
+    """Mark the calling thread as running ``context``'s device (a lockstep launch switches
+    device between steps; ``running_as`` is the scoped form)."""
+    _current.device = context
+
+
 @contextlib.contextmanager
 def running_as(context: DeviceContext | None):
     """Mark the calling thread as running ``context``'s device while the block runs."""
@@ -110,6 +116,9 @@ class Launch:
         self._meetings: dict[Any, _Meeting] = {}
         self._finished: set[int] = set()
         self.error: PjrtError | None = None
+        # A lockstep launch's meetings of the current collective step (collectives/lockstep.py)
+        self.lockstep_meetings: dict[Any, list] = {}
+        self.lockstep_depositing = False
 
     def device(self, position: int) -> DeviceContext:
         return DeviceContext(self, position)

@@ -8,7 +8,7 @@ from time import perf_counter
 
 import numpy as np
 
-from pjrtkit.collectives.launch import launch_on_threads
+from pjrtkit.collectives.launch import Launch, launch_on_threads
 from pjrtkit.errors import Internal, InvalidArgument, PjrtError, host_out_of_memory
 from pjrtkit.runtime import serialized_executable
 from pjrtkit.runtime.buffer import Buffer, count_allocations
@@ -423,9 +423,18 @@ def run_together(exe: Executable, payloads: list, specs: list) -> list:
 
 
 def run_launch(exe: Executable, payloads: list, specs: list) -> list:
-    """One launch over several devices (``pjrtkit.collectives.launch.launch_on_threads``): the
-    plugin's ``execute`` for each device on its own thread."""
-    execute = exe.compiled.executable.execute
+    """One launch over several devices: the plugin's ``execute_launch`` when it has one (every
+    device on this thread, in lockstep: ``pjrtkit.collectives.lockstep``), else
+    (``pjrtkit.collectives.launch.launch_on_threads``) the plugin's ``execute`` for each
+    device on its own thread."""
+    plugin = exe.compiled.executable
+    execute_launch = getattr(plugin, "execute_launch", None)
+    if execute_launch is not None:
+        results = execute_launch(payloads, specs,
+                                 Launch(exe.name, exe.num_replicas, exe.num_partitions))
+        if results is not None:
+            return results
+    execute = plugin.execute
 
     def run_device(position: int) -> list:
         out = execute([payloads[position]], [specs[position]])
