@@ -23,6 +23,7 @@ there, once per process instead of once per device.
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import threading
 from collections.abc import Callable
 from time import perf_counter
@@ -31,6 +32,8 @@ from typing import Any
 from pjrtkit import profiling
 from pjrtkit.collectives.launch import DeviceContext, Launch, set_current_device
 from pjrtkit.errors import Internal
+from pjrtkit.stablehlo.inline import inline_calls
+from pjrtkit.stablehlo.ir import Program, Region
 
 # Ops whose kernels meet the other devices of the launch (through DeviceContext).
 COLLECTIVES = frozenset({
@@ -244,6 +247,25 @@ def _run_collective(step: tuple, devices: list, envs: list, launch: Launch) -> N
     for device, env in zip(devices, envs):
         _run_steps([step], device, env)
     launch.lockstep_meetings = {}
+
+
+def with_collectives_on_top(program: Program) -> Program:
+    """``program`` with the calls of its entry block that hold collectives inlined
+    (``stablehlo.inline``), so that ``LockstepProgram.of`` finds them as steps: shard_map's
+    body arrives as a called function. Returned as is when there is nothing to inline (or the
+    callee is too big to inline: it then stays a call and runs on threads)."""
+    function = program.functions.get(program.entry)
+    if function is None or len(function.body.blocks) != 1:
+        return program
+    block = function.body.entry
+    if not any(op.name in _CALLS and _meets_inside(op, program, set()) for op in block.ops):
+        return program
+    inlined = inline_calls(block, program)
+    if inlined is block:
+        return program
+    body = Region([inlined])
+    return dataclasses.replace(program, functions={
+        **program.functions, program.entry: dataclasses.replace(function, body=body)})
 
 
 def _meets_inside(op: Any, program: Any, seen: set[str]) -> bool:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from pjrtkit import hookimpl
-from pjrtkit.collectives.lockstep import LockstepProgram
+from pjrtkit.collectives.lockstep import LockstepProgram, with_collectives_on_top
 from pjrtkit.lowering.plan import build_plan
 from pjrtkit.stablehlo.cost import estimate_cost
 from pjrtkit.stablehlo.ir import walk_ops
@@ -72,7 +72,7 @@ def compile_with_rules(program, rules) -> CompiledProgram:
     """``program`` fused and planned with ``rules`` (the cpu's ``RULES`` or a registry merged
     from them), as a ``CpuExecutable`` with its cost. Public on purpose: the tpu plugin compiles
     with the cpu's kernels through it (its own dtypes and numerics on top)."""
-    fused = maybe_fuse(swap_transposed_dots(program))
+    fused = maybe_fuse(swap_transposed_dots(with_collectives_on_top(program)))
     if fusion.ENABLED:
         fused = fuse_whole_program(fused)
     plan = build_plan(fused, rules)
