@@ -12,6 +12,7 @@ from pjrtkit.types import Capabilities, CompiledProgram, PlatformInfo
 
 from pjrtkit_cpu import __version__, blas
 from pjrtkit_cpu import fusion
+from pjrtkit_cpu.contraction import contract_program, reciprocal_program
 from pjrtkit_cpu.dot_layout import swap_transposed_dots
 from pjrtkit_cpu.fusion import maybe_fuse
 from pjrtkit_cpu.fusion.whole import WholeProgram, fuse_whole_program, whole_program_of
@@ -72,9 +73,11 @@ def compile_with_rules(program, rules) -> CompiledProgram:
     """``program`` fused and planned with ``rules`` (the cpu's ``RULES`` or a registry merged
     from them), as a ``CpuExecutable`` with its cost. Public on purpose: the tpu plugin compiles
     with the cpu's kernels through it (its own dtypes and numerics on top)."""
-    fused = maybe_fuse(swap_transposed_dots(with_collectives_on_top(program)))
+    program = reciprocal_program(swap_transposed_dots(with_collectives_on_top(program)))
+    fused = maybe_fuse(program)
     if fusion.ENABLED:
         fused = fuse_whole_program(fused)
+    fused = contract_program(fused)
     plan = build_plan(fused, rules)
     uses_blas = any(op.name in _BLAS_OPS for op in walk_ops(program))
     executable = CpuExecutable(plan, uses_blas, whole_program_of(plan),
