@@ -120,7 +120,10 @@ class LoopSpec:
         for p, (v, t) in enumerate(zip(terminator.operands, self.types)):
             val = src.get(v)
             if not t.shape:
-                new_scalars.append((f"s_c{p}", val.expr))
+                # (a rank-0 value computed into a one-element buffer is read out of it: a
+                # scalar carry holding the buffer was Numba's "Cannot unify bool and
+                # array(bool, 1d, C)", numpyro's NUTS tree building)
+                new_scalars.append((f"s_c{p}", val.element("0")))
                 continue
             if val.kind == "array" and val.expr == f"c{p}":
                 continue  # the carry itself (passed through or updated in place)
