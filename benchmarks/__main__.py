@@ -22,12 +22,12 @@ EXIT_OK, EXIT_FAIL, EXIT_SETUP = 0, 1, 2
 
 
 def parse_args(argv):
-    from benchmarks.workloads import WORKLOADS
+    from benchmarks.workloads import by_name
 
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks", description=__doc__, allow_abbrev=False,
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="workloads: " + ", ".join(w.name for w in WORKLOADS))
+        epilog="workloads: " + ", ".join(w.name for w in by_name([""])))
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--quick", action="store_true",
                       help="fewer, shorter samples (the whole suite in well under 3 minutes)")
@@ -58,23 +58,23 @@ def main(argv=None) -> int:
     if env is not None and not {"-h", "--help"} & set(argv):
         blas_env.rerun_without_overrides(argv, env)
     args = parse_args(argv)
-    from benchmarks import runner, workloads
+    from benchmarks import plot, report, runner, timing, workloads
 
     try:
         chosen = (workloads.by_name([n.strip() for n in args.only.split(",") if n.strip()])
-                  if args.only else workloads.WORKLOADS)
+                  if args.only else workloads.by_name([""]))
     except ValueError as exc:
         print(f"benchmarks: {exc}", file=sys.stderr)
         return EXIT_SETUP
     try:
-        runner.enable_platforms(workloads.devices_needed(chosen))
+        runner.enable_platforms(workloads.devices_needed(chosen),
+                                workloads.platforms_needed(chosen))
         devs = runner.devices()
     except Exception as exc:  # noqa: BLE001
         print(f"benchmarks: cannot start {runner.BACKEND} and {runner.REFERENCE}: {exc}",
               file=sys.stderr)
         return EXIT_SETUP
 
-    from benchmarks import plot, report, timing
     mode = "smoke" if args.smoke else "quick" if args.quick else "full"
     settings = {"smoke": timing.SMOKE, "quick": timing.QUICK, "full": timing.FULL}[mode]
     if args.repeats is not None:
@@ -102,6 +102,10 @@ def main(argv=None) -> int:
                   if r.background_compile_s >= 0.05 else "")
         if r.partition_s is not None:
             waited += f", {r.partition_s:.2f} s of it partitioning once"
+        if r.first_ten_s:
+            waited += ", first ten calls " + " / ".join(
+                f"{report.fmt_time(r.first_ten_s.get(b))}" for b in (runner.BACKEND,
+                                                                     runner.REFERENCE))
         print(f"  {w.name:<18} {status:<8} ratio {ratio:>8}  ({time.perf_counter() - t0:.1f} s"
               f"{waited})", flush=True)
         if r.error_traceback:
@@ -117,10 +121,12 @@ def main(argv=None) -> int:
         print(f"wrote {args.json}")
     if args.plot:
         rows = [(r.workload.name, r.ratio, r.workload.target) for r in results
-                if r.workload.devices == 1]
+                if r.workload.devices == 1 and not r.workload.real]
         rows.append(("geomean", doc["geomean_ratio"], workloads.GEOMEAN_TARGET))
         rows += [(f"{r.workload.name} ({r.workload.devices} dev)", r.ratio, r.workload.target)
-                 for r in results if r.workload.devices > 1]
+                 for r in results if r.workload.devices > 1 and not r.workload.real]
+        rows += [(r.workload.name, r.ratio, r.workload.target) for r in results
+                 if r.workload.real]
         plot.write(args.plot, rows, f"pjrtkit_cpu vs xla cpu ({mode})")
         print(f"wrote {args.plot}")
     return EXIT_OK if all(r.ok for r in results) else EXIT_FAIL

@@ -28,12 +28,21 @@ class Workload:
     target: float            # largest acceptable pjrtkit_s / xla_s
     make: Callable[[str], tuple[Callable, tuple]]
     loosen: float = 1.0
-    kind: str = "execute"    # "execute": time calls; "compile": time lower(...).compile()
+    # "execute": time calls of jax.jit(fn); "compile": time lower(...).compile(); "call": time
+    # calls of fn itself, un-jitted, with the backend's device as JAX's default device
+    kind: str = "execute"
     # Workloads over several devices run on the first ``devices`` devices of each backend,
     # ``place(args, devices)`` putting the NumPy inputs there; they are reported on their own
     # lines, outside the single-device geomean.
     devices: int = 1
     place: Callable[[tuple, list], tuple] | None = None
+    # Real workloads (``real_workloads``): outside the geomean, with their time to steady state
+    real: bool = False
+    # The pjrtkit platform it runs on (default ``runner.BACKEND``), e.g. "pjrtkit_tpu"
+    backend: str | None = None
+    # ``close(actual, expected, loosen)`` raising AssertionError: a check other than the
+    # per-dtype tolerances (a sampler's posterior, say)
+    close: Callable[[Any, Any, float], None] | None = None
 
 
 def _rng(seed: int = 0) -> np.random.Generator:
@@ -265,18 +274,30 @@ WORKLOADS: list[Workload] = [
 GEOMEAN_TARGET = 1.5
 
 
+def _all_workloads() -> list[Workload]:
+    from benchmarks.real_workloads import REAL_WORKLOADS
+
+    return WORKLOADS + REAL_WORKLOADS
+
+
 def devices_needed(chosen: list[Workload]) -> int:
     """How many devices each backend needs for ``chosen``."""
     return max((w.devices for w in chosen), default=1)
 
 
+def platforms_needed(chosen: list[Workload]) -> list[str]:
+    """The pjrtkit platforms besides the default one that ``chosen`` runs on."""
+    return sorted({w.backend for w in chosen if w.backend})
+
+
 def by_name(names: list[str]) -> list[Workload]:
     """Workloads whose name contains any of ``names`` (in suite order)."""
-    chosen = [w for w in WORKLOADS if any(n in w.name for n in names)]
-    unknown = [n for n in names if not any(n in w.name for w in WORKLOADS)]
+    everything = _all_workloads()
+    chosen = [w for w in everything if any(n in w.name for n in names)]
+    unknown = [n for n in names if not any(n in w.name for w in everything)]
     if unknown:
         raise ValueError(f"unknown workload(s) {unknown}; known: "
-                         f"{', '.join(w.name for w in WORKLOADS)}")
+                         f"{', '.join(w.name for w in everything)}")
     return chosen
 
 
