@@ -1,6 +1,6 @@
 """pjrtkit_cpu vs XLA's CPU backend, workload by workload, in one process.
 
-    .venv/bin/python -m benchmarks [--quick | --smoke] [--only NAMES] [--repeats N]
+    .venv/bin/python -m benchmarks [--quick | --smoke] [--only NAMES] [--real] [--repeats N]
                                    [--json PATH] [--plot PATH.png] [--keep-blas-env]
 
 A machine-wide OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE slows NumPy's OpenBLAS but not XLA: the
@@ -38,6 +38,10 @@ def parse_args(argv):
                         help="comma-separated workloads (substrings of names), e.g. dispatch,matmul")
     parser.add_argument("--repeats", type=int, metavar="N",
                         help="samples per backend (median taken over them); overrides the mode")
+    parser.add_argument("--real", action="store_true",
+                        help="also run the real workloads (benchmarks/real_workloads.py: flax, "
+                             "optax, numpyro, the bench extra; minutes more, numpyro's NUTS "
+                             "most); --only selects them by name too")
     parser.add_argument("--json", metavar="PATH", help="write the results as JSON")
     parser.add_argument("--plot", metavar="PATH.png", help="write a PNG bar chart of the ratios")
     parser.add_argument("--keep-blas-env", action="store_true",
@@ -61,8 +65,10 @@ def main(argv=None) -> int:
     from benchmarks import plot, report, runner, timing, workloads
 
     try:
-        chosen = (workloads.by_name([n.strip() for n in args.only.split(",") if n.strip()])
-                  if args.only else workloads.by_name([""]))
+        if args.only:
+            chosen = workloads.by_name([n.strip() for n in args.only.split(",") if n.strip()])
+        else:
+            chosen = [w for w in workloads.by_name([""]) if args.real or not w.real]
     except ValueError as exc:
         print(f"benchmarks: {exc}", file=sys.stderr)
         return EXIT_SETUP

@@ -291,9 +291,12 @@ def platforms_needed(chosen: list[Workload]) -> list[str]:
 
 
 def by_name(names: list[str]) -> list[Workload]:
-    """Workloads whose name contains any of ``names`` (in suite order)."""
+    """Workloads whose name contains any of ``names`` (in suite order); a name that is a
+    workload's whole name selects that one alone (``scan_rnn``, not ``scan_rnn_large``)."""
     everything = _all_workloads()
-    chosen = [w for w in everything if any(n in w.name for n in names)]
+    exact = {w.name for w in everything}
+    chosen = [w for w in everything
+              if any(n == w.name or (n not in exact and n in w.name) for n in names)]
     unknown = [n for n in names if not any(n in w.name for w in everything)]
     if unknown:
         raise ValueError(f"unknown workload(s) {unknown}; known: "

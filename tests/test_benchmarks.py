@@ -53,7 +53,8 @@ def read_png(path: Path) -> tuple[int, int, bytes]:
 @pytest.fixture(scope="module")
 def smoke(tmp_path_factory):
     out = tmp_path_factory.mktemp("bench")
-    proc = run_suite("--smoke", "--json", str(out / "r.json"), "--plot", str(out / "r.png"))
+    proc = run_suite("--smoke", "--real", "--json", str(out / "r.json"), "--plot",
+                     str(out / "r.png"))
     return proc, out
 
 
