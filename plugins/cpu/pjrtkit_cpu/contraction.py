@@ -29,10 +29,11 @@ operand order of its optimized HLO (``jax.vmap(jnp.linspace)`` contracts the rig
 short loop and folds a multiply by a constant away: ``jnp.histogram(x, 3)``'s edges (a
 3-element linspace) differ by one ulp for about half of all inputs, as before this pass.
 
-Applied to the top-level blocks of every function and to the unfused fallback of fused
-loops (``lowering/fused.py``), so that a program gives the same bits before and after its
-loop is compiled; not inside loop bodies and branches, whose native loops contract on their
-own and whose interpreted bodies are left as they are.
+Applied to the top-level blocks of the entry function and of the functions only they call,
+and to the unfused fallback of fused loops (``lowering/fused.py``), so that a program gives the
+same bits before and after its loop is compiled; not inside loop bodies and branches (nor the
+functions they call), whose native loops contract on their own and whose interpreted bodies
+are left as they are.
 """
 from __future__ import annotations
 
@@ -54,12 +55,15 @@ _ADDS = ("stablehlo.add", "stablehlo.subtract")
 
 
 def contract_program(program: Program) -> Program:
-    """``program`` with the multiply-adds of its functions' top-level blocks contracted (the
-    input is not modified; returned as is when nothing changes)."""
+    """``program`` with the multiply-adds of the top-level blocks of its entry function and of
+    the functions only those blocks call contracted (the input is not modified; returned as is
+    when nothing changes). A function a loop body or branch calls is left as it is: native
+    loops inline it and contract on their own (they have no multiply_add op)."""
+    eligible = _called_from_top(program) - _called_inside_regions(program)
     functions = {}
     changed = False
     for name, function in program.functions.items():
-        if len(function.body.blocks) != 1:
+        if name not in eligible or len(function.body.blocks) != 1:
             functions[name] = function
             continue
         block = contract_block(function.body.entry)
@@ -68,6 +72,44 @@ def contract_program(program: Program) -> Program:
             function = dataclasses.replace(function, body=Region([block]))
         functions[name] = function
     return dataclasses.replace(program, functions=functions) if changed else program
+
+
+def _calls(ops) -> set[str]:
+    return {str(op.attributes.get("callee", "")) for op in ops if op.name == "func.call"}
+
+
+def _called_from_top(program: Program) -> set[str]:
+    """The entry function and the functions called from top-level blocks, transitively."""
+    found, pending = set(), [program.entry]
+    while pending:
+        name = pending.pop()
+        function = program.functions.get(name)
+        if name in found or function is None:
+            continue
+        found.add(name)
+        for block in function.body.blocks:
+            pending.extend(_calls(block.ops))
+    return found
+
+
+def _called_inside_regions(program: Program) -> set[str]:
+    """Functions some op's region (a loop body, a branch) calls, transitively."""
+    found: set[str] = set()
+    for function in program.functions.values():
+        for block in function.body.blocks:
+            for op in block.ops:
+                for region in op.regions:
+                    found |= _calls(_walk(region))
+    pending = list(found)
+    while pending:
+        function = program.functions.get(pending.pop())
+        if function is None:
+            continue
+        for block in function.body.blocks:
+            for callee in _calls(block.ops) - found:
+                found.add(callee)
+                pending.append(callee)
+    return found
 
 
 def contract_region(region: Region) -> Region:

@@ -79,3 +79,24 @@ def test_linspace_matches_xla_bit_for_bit(rng):
         lo = np.float32(rng.standard_normal())
         hi = np.float32(rng.standard_normal() * 3)
         _same_bits(lambda a, b: jnp.linspace(a, b, 50), lo, hi)
+
+
+def test_a_loop_body_keeps_its_native_loop(rng):
+    # The body of a fori_loop is a called function: contracting it would give the native loop
+    # an op it does not have, and the loop would stay interpreted.
+    from jax import lax
+
+    from pjrtkit_cpu.loops import native
+
+    x = rng.standard_normal(128).astype(np.float32)
+    def fn(v):
+        return lax.fori_loop(0, 50, lambda i, c: c * 0.999 + i.astype(jnp.float32) * 1e-6, v)
+
+    before = native.STATS["native"]
+    interpreted, compiled = _runs(fn, x)
+    assert native.STATS["native"] > before
+    # The native loop contracts as XLA does; the interpreted body (before it is compiled)
+    # rounds op by op, within tolerance.
+    (ref,) = run_on_xla_cpu(fn, (x,))
+    assert np.array_equal(compiled[0].view(np.uint32), ref.view(np.uint32))
+    np.testing.assert_allclose(interpreted[0], ref, rtol=1e-5)
