@@ -109,7 +109,7 @@ def main(argv=None) -> int:
         if r.partition_s is not None:
             waited += f", {r.partition_s:.2f} s of it partitioning once"
         if r.first_ten_s:
-            waited += ", first ten calls " + " / ".join(
+            waited += f", first {w.steady_calls} calls " + " / ".join(
                 f"{report.fmt_time(r.first_ten_s.get(b))}" for b in (runner.BACKEND,
                                                                      runner.REFERENCE))
         print(f"  {w.name:<18} {status:<8} ratio {ratio:>8}  ({time.perf_counter() - t0:.1f} s"

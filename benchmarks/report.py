@@ -77,8 +77,8 @@ def table(results: list[Result]) -> str:
                      "included, pjrtkit / xla:")
         for r in real:
             lines.append(_row(r))
-            lines.append(f"{'':<18} first call {_pair(r.first_call_s)}, first ten calls "
-                         f"{_pair(r.first_ten_s)}")
+            lines.append(f"{'':<18} first call {_pair(r.first_call_s)}, first "
+                         f"{r.workload.steady_calls} calls {_pair(r.first_ten_s)}")
     problems = [r for r in results if not r.ok]
     for r in problems:
         lines.append("")

@@ -123,8 +123,7 @@ def wait_for_background(timeout_s: float = 120.0) -> float:
     return time.perf_counter() - start
 
 
-# Calls counted in the time to steady state of a real workload; samples per backend at most.
-STEADY_CALLS = 10
+# Samples per backend of a real workload at most (each is seconds long).
 REAL_REPEATS = 5
 
 
@@ -163,7 +162,7 @@ def run(workload: Workload, size: str, settings: timing.Settings) -> Result:
                 outs[b] = jax.block_until_ready(calls[b]())
                 if workload.real:  # time to steady state: compile and unfused calls included
                     result.first_call_s[b] = time.perf_counter() - start
-                    for _ in range(STEADY_CALLS - 1):
+                    for _ in range(workload.steady_calls - 1):
                         jax.block_until_ready(calls[b]())
                     result.first_ten_s[b] = time.perf_counter() - start
             if workload.devices > 1:

@@ -43,6 +43,8 @@ class Workload:
     # ``close(actual, expected, loosen)`` raising AssertionError: a check other than the
     # per-dtype tolerances (a sampler's posterior, say)
     close: Callable[[Any, Any, float], None] | None = None
+    # Calls in a real workload's time to steady state ("first ten calls" unless it says why)
+    steady_calls: int = 10
 
 
 def _rng(seed: int = 0) -> np.random.Generator:
