@@ -41,7 +41,7 @@ $(STAMP): pyproject.toml setup.py tools/pyproject.toml $(CONSTRAINTS) gpu/pyproj
 	$(if $(strip $(TRITON)),sed 's/^triton==.*/triton==$(TRITON)/' $(CONSTRAINTS) > $(PIP_CONSTRAINTS))
 	$(BIN)/python -m pip install -q --upgrade "pip>=24" -c $(PIP_CONSTRAINTS)
 	$(BIN)/python -m pip install -q -c $(PIP_CONSTRAINTS) setuptools wheel cffi
-	$(BIN)/python -m pip install -q -c $(PIP_CONSTRAINTS) --no-build-isolation -e tools -e '.[dev]'
+	$(BIN)/python -m pip install -q -c $(PIP_CONSTRAINTS) --no-build-isolation -e tools -e '.[dev,bench]'
 	$(BIN)/python -m pip install -q -c $(PIP_CONSTRAINTS) --no-build-isolation -e 'gpu[cuda,rocm]'
 	for plugin in $(PLUGINS); do \
 		$(BIN)/python -m pip install -q -c $(PIP_CONSTRAINTS) --no-build-isolation -e plugins/$$plugin || exit 1; \

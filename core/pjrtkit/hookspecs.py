@@ -289,7 +289,13 @@ def pjrtkit_compile(program: Program, options: CompileOptions,
         device. The core calls it for every execution, inline on the caller's thread when the
         program is cheap, else on the client's worker thread, and completes the events; an
         exception it raises reaches JAX through the outputs' events (a PjrtError with its
-        code, anything else as INTERNAL naming the executable's type).
+        code, anything else as INTERNAL naming the executable's type). Two optional methods
+        of the executable make executions cheaper, both documented on
+        ``pjrtkit.types.PluginExecutable``: ``native_kernel(device)`` hands a C function for
+        the whole program to the core's C execute path (``pjrtkit.types.NativeKernel``: calls
+        answered in C without entering Python), and ``execute_launch(arguments, devices,
+        launch)`` runs a launch over several devices itself (in lockstep,
+        ``pjrtkit.collectives.lockstep``).
 
     Raises:
         Unimplemented naming the op and dtype for anything the backend lacks (so the failure

@@ -137,6 +137,55 @@ class PluginExecutable(Protocol):
         reaches JAX through the outputs' events.
         """
 
+    # Optional: ``native_kernel(device: DeviceSpec) -> NativeKernel | None``, the plugin's hand-
+    # over to the core's C execute path (see ``NativeKernel``). An executable without this
+    # method (or with it None) is always run through ``execute``.
+    #
+    # Optional: ``execute_launch(arguments, devices, launch) -> outputs | None``, one launch
+    # over several devices (``arguments[d]`` for ``devices[d]``, the position d in the launch
+    # ``launch``, a ``pjrtkit.collectives.launch.Launch``) run by the plugin itself, for
+    # instance every device on the calling thread in lockstep
+    # (``pjrtkit.collectives.lockstep.LockstepProgram``); None: not this program, and the core
+    # runs ``execute`` once per device, each on its own thread.
+
+
+@dataclasses.dataclass(frozen=True)
+class NativeKernel:
+    """A C function that runs a whole program on one device, so that the core can answer
+    ``PJRT_LoadedExecutable_Execute`` in C without entering Python (the C execute path, see
+    ARCHITECTURE.md). A plugin hands it over through its executable's optional method
+    ``native_kernel(device)`` (``PluginExecutable``): the core asks at executions it serves in
+    Python, one device at a time, until it gets one; None means "not (yet)": the cpu plugin
+    answers None until its Numba ``cfunc`` is compiled. Asked again after every answer of None,
+    so a method that is cheap to call is expected (an attribute read).
+
+    The core uses it only for executables on one device that donate nothing, whose arguments
+    and outputs are arrays (no tokens) of rank <= 8, while C answers are on (not under
+    PJRTKIT_TRACE_ABI or PJRTKIT_PROFILE), and only with ready arguments of that device whose
+    contents it may read (``argument_address``); anything else keeps the ordinary path.
+
+    ``address``: ``int kernel(void* const* arguments, void* const* outputs, void* context)``,
+    arguments and outputs in the program's order, each the address of its dense row-major
+    contents; it returns 0 on success. Anything else is an error: the core discards the
+    outputs and runs the program through ``execute`` instead, which reports it. It must not
+    keep the pointers, must not write arguments, must be safe to call from any thread
+    concurrently and must not need the GIL (a Numba ``cfunc`` with ``nopython``).
+    ``context``: passed through (an address; 0 for none). ``keepalive``: what keeps the code
+    and the context alive (a Numba cfunc, arrays of constants); held as long as the executable.
+    ``argument_address(payload)``: the address of a payload's dense row-major contents in the
+    kernel's address space, or None when it has none (a strided view): such an argument keeps
+    that call on the ordinary path. Outputs are host memory the core allocates (64-byte
+    aligned) and counts in the device memory's ledger; the payload of one, when Python needs
+    it, is ``pjrtkit_transfer_to_device`` of a NumPy array over that memory (the cpu plugin's
+    payload is that array). A plugin whose outputs cannot be host memory (a GPU's) needs an
+    allocator in this record first; not there yet.
+    """
+
+    address: int
+    argument_address: Callable[[Any], int | None]
+    context: int = 0
+    keepalive: Any = None
+
 
 @dataclasses.dataclass(frozen=True)
 class CompiledProgram:

@@ -6,6 +6,7 @@ from typing import Any
 from pjrtkit.abi._cffi import ffi, lib
 from pjrtkit.abi.args import Args, int_list, string
 from pjrtkit.abi.dtypes import to_code, to_dtype
+from pjrtkit.abi import native
 from pjrtkit.abi.errors import pjrt_function
 from pjrtkit.abi.fn_client import client_of
 from pjrtkit.abi.handles import (
@@ -102,9 +103,19 @@ def client_create_error_buffer(args: Any) -> None:
 
 @pjrt_function("PJRT_Buffer_Destroy", never_fails=True)
 def buffer_destroy(args: Any) -> None:
-    ref = BUFFERS.release(Args(args).req("buffer"))
+    ptr = Args(args).req("buffer")
+    if ptr != NULL:
+        c = ffi.cast(_BUFFER_STRUCT, ptr)
+        if c.head.kind == BufferRef.KIND and c.head.ref == NULL and c.native == 1:
+            lib.pjrtkit_native_buffer_destroy(ptr)  # an output of the C path (C answers off)
+            return
+    ref = BUFFERS.release(ptr)
     if ref is not None:
+        native.detach(ref.c)
         ref.obj.destroy()
+
+
+_BUFFER_STRUCT = ffi.typeof("pjrtkit_buffer*")
 
 
 @pjrt_function("PJRT_Buffer_ElementType")
@@ -185,7 +196,9 @@ def buffer_memory(args: Any) -> None:
 
 @pjrt_function("PJRT_Buffer_Delete")
 def buffer_delete(args: Any) -> None:
-    buffer_of(Args(args)).obj.delete()
+    ref = buffer_of(Args(args))
+    native.detach(ref.c)
+    ref.obj.delete()
 
 
 @pjrt_function("PJRT_Buffer_IsDeleted")

@@ -4,7 +4,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from pjrtkit.abi import named_values
+from pjrtkit.abi import named_values, native
 from pjrtkit.abi.args import Args, data, string
 from pjrtkit.abi.errors import pjrt_function
 from pjrtkit.abi.fn_executable import new_loaded_executable
@@ -43,6 +43,7 @@ def client_create(slot: int, args: Any) -> None:
             log.warning("pjrtkit backend %r: creating its %s client failed: %s: %s",
                         backend.name, backend.platform_name, type(exc).__name__, exc)
         raise
+    native.install_ledgers(client)  # memory counts the C execute path shares (abi/native.py)
     a.set("client", CLIENTS.new(ClientRef(client, backend)))
 
 

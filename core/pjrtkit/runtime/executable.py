@@ -8,7 +8,7 @@ from time import perf_counter
 
 import numpy as np
 
-from pjrtkit.collectives.launch import launch_on_threads
+from pjrtkit.collectives.launch import Launch, launch_on_threads
 from pjrtkit.errors import Internal, InvalidArgument, PjrtError, host_out_of_memory
 from pjrtkit.runtime import serialized_executable
 from pjrtkit.runtime.buffer import Buffer, count_allocations
@@ -157,6 +157,26 @@ class Executable:
                                           self.options.serialized, self.fingerprint)
 
 
+class NativePlan:
+    """A loaded executable as the C execute path runs it (``LoadedExecutable.native_plan``):
+    the plugin's ``kernel`` (``pjrtkit.types.NativeKernel``), the one ``device``, each
+    argument's ``(dtype, shape)`` and each output's ``(dtype, shape, nbytes, memory)``."""
+
+    __slots__ = ("kernel", "device", "arguments", "outputs")
+    MAX_RANK = 8      # dims a handle struct holds (pjrtkit_handles.h)
+    MAX_VALUES = 64   # arguments or outputs C handles per call (pjrtkit_native_execute.h)
+
+    def __init__(self, kernel, device, arguments: tuple, outputs: tuple):
+        self.kernel = kernel
+        self.device = device
+        self.arguments = arguments
+        self.outputs = outputs
+
+
+# ``native_plan`` of an executable the C execute path can never run.
+NO_NATIVE_PLAN = "no native plan"
+
+
 class InlineSpeed:
     """Whether a program is quick enough to run on the caller's thread: the cost estimate
     first (``quick``), then the time of each execution (``record``). A program whose last
@@ -218,6 +238,33 @@ class LoadedExecutable:
         return (device, [device.spec], outputs, self.client.executor,
                 exe.compiled.executable.execute, exe.num_parameters, allocations,
                 exe.argument_types)
+
+    def native_plan(self):
+        """What the C execute path needs to run this executable without Python: a
+        ``NativePlan`` once the plugin hands over a kernel (``NativeKernel``), None while it
+        has not (ask again later), ``NO_NATIVE_PLAN`` when it never can: more than one
+        device, donation, a token argument or output, a rank past ``NativePlan.MAX_RANK``,
+        or a plugin executable without ``native_kernel``. Only for a program quick enough to
+        run on the caller's thread (``InlineSpeed``): C runs it there."""
+        plan = self._inline
+        if plan is None or self._deleted:
+            return NO_NATIVE_PLAN
+        native_kernel = getattr(self.executable.compiled.executable, "native_kernel", None)
+        if native_kernel is None:
+            return NO_NATIVE_PLAN
+        device, _specs, outputs = plan[:3]
+        arguments = plan[7]
+        if (any(a is None or len(a[1]) > NativePlan.MAX_RANK for a in arguments)
+                or any(len(shape) > NativePlan.MAX_RANK for _d, shape, _n, _m in outputs)
+                or len(arguments) > NativePlan.MAX_VALUES
+                or len(outputs) > NativePlan.MAX_VALUES):
+            return NO_NATIVE_PLAN
+        if not self._speed.quick:
+            return None
+        kernel = native_kernel(device.spec)
+        if kernel is None:
+            return None
+        return NativePlan(kernel, device, tuple(arguments), tuple(outputs))
 
     def execute_inline(self, arguments: list) -> tuple[list, Event] | None:
         """The common case of ``execute``, cheaply: one device, no donation, a cheap program,
@@ -376,9 +423,18 @@ def run_together(exe: Executable, payloads: list, specs: list) -> list:
 
 
 def run_launch(exe: Executable, payloads: list, specs: list) -> list:
-    """One launch over several devices (``pjrtkit.collectives.launch.launch_on_threads``): the
-    plugin's ``execute`` for each device on its own thread."""
-    execute = exe.compiled.executable.execute
+    """One launch over several devices: the plugin's ``execute_launch`` when it has one (every
+    device on this thread, in lockstep: ``pjrtkit.collectives.lockstep``), else
+    (``pjrtkit.collectives.launch.launch_on_threads``) the plugin's ``execute`` for each
+    device on its own thread."""
+    plugin = exe.compiled.executable
+    execute_launch = getattr(plugin, "execute_launch", None)
+    if execute_launch is not None:
+        results = execute_launch(payloads, specs,
+                                 Launch(exe.name, exe.num_replicas, exe.num_partitions))
+        if results is not None:
+            return results
+    execute = plugin.execute
 
     def run_device(position: int) -> list:
         out = execute([payloads[position]], [specs[position]])
