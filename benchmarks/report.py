@@ -47,7 +47,7 @@ def _row(r: Result) -> str:
 
 
 def _pair(times: dict) -> str:
-    p, x = times.get(BACKEND), times.get(REFERENCE)
+    p, x = times.get(runner.BACKEND), times.get(runner.REFERENCE)
     ratio = f" ({p / x:.2f}x)" if p and x else ""
     return f"{fmt_time(p)} / {fmt_time(x)}{ratio}"
 
@@ -138,7 +138,7 @@ def document(results: list[Result], *, mode: str, settings: Any, elapsed_s: floa
             "devices": r.workload.devices,
             "partition_s": r.partition_s,
             "real": r.workload.real,
-            "platform": r.workload.backend or BACKEND,
+            "platform": r.workload.backend or runner.BACKEND,
             "first_call_s": dict(r.first_call_s) or None,
             "first_ten_s": dict(r.first_ten_s) or None,
             "mismatch": r.mismatch,
