@@ -166,6 +166,9 @@ def _callback_prototypes(static: bool) -> str:
     for t in SERIALIZED_TYPES:
         lines.append(f"{storage}void pjrtkit_free_{t}({t}*);")
     lines.append(f"{storage}void pjrtkit_chunk_deleter(void*, void*);")
+    # The PJRT_CallbackError a plugin hands the host's key-value callbacks (abi/kv_store.py).
+    lines.append(f"{storage}PJRT_Error* pjrtkit_kv_callback_error(PJRT_Error_Code, const char*, "
+                 f"size_t);")
     # The fast paths' own callbacks (pjrtkit_fast_paths.h).
     lines.append(f"{storage}void pjrtkit_drain_destroyed(PJRT_Buffer**, size_t);")
     lines.append(f"{storage}PJRT_Error* pjrtkit_execute_inline(void*, void**, size_t, "

@@ -5,12 +5,15 @@ import logging
 from typing import Any
 
 from pjrtkit.abi import named_values
-from pjrtkit.abi.args import Args, data, string
+from pjrtkit.abi.args import Args, data, string, struct_array
 from pjrtkit.abi.errors import pjrt_function
 from pjrtkit.abi.fn_executable import new_loaded_executable
 from pjrtkit.abi.handles import CLIENTS, NULL, ClientRef, deref
 from pjrtkit.abi.slots import backend_for_slot
+from pjrtkit.abi.kv_store import CallbackStore
 from pjrtkit.bounded_calls import call_within
+from pjrtkit.discovery import start_timeout_s
+from pjrtkit.distributed.placement import placement_from_options, rendezvous_timeout_s
 from pjrtkit.errors import FailedPrecondition, InvalidArgument
 
 log = logging.getLogger("pjrtkit.abi")
@@ -26,15 +29,20 @@ def client_create(slot: int, args: Any) -> None:
     a.require_outputs("client")
     options = named_values.read(a.req("create_options"), a.req("num_options"),
                                 "PJRT_Client_Create_Args.create_options")
-    # kv_get/kv_put/kv_try_get serve multi-process key-value exchange; pjrtkit clients are
-    # single-process, so the callbacks are accepted and not used.
+    # Under jax.distributed: node_id/num_nodes in the options and the job's key-value store
+    # as three callbacks (pjrtkit.distributed; the client exchanges topologies over them).
+    store = CallbackStore.from_create_args(a)
     backend = backend_for_slot(slot)
     from pjrtkit.runtime.client import Client  # runtime is imported lazily: abi must load alone
-    # The plugin's client hook may never return; JAX would wait for ever (bounded_calls).
+    # The plugin's client hook may never return; JAX would wait for ever (bounded_calls). The
+    # topology exchange of a multi-process job waits for the other processes on top of that.
+    timeout = start_timeout_s()
+    if placement_from_options(options, backend.platform_name) is not None:
+        timeout += rendezvous_timeout_s()
     try:
-        client = call_within(lambda: Client(backend, options),
+        client = call_within(lambda: Client(backend, options, store=store),
                              f"creating a {backend.platform_name} client "
-                             "(pjrtkit_client_topology)")
+                             "(pjrtkit_client_topology)", timeout)
     except Exception as exc:
         # JAX registers pjrtkit platforms quietly (jax_compat.register_plugin): unless the
         # platform is asked for, it keeps this error to itself. Say it once here; a machine
@@ -51,6 +59,22 @@ def client_destroy(args: Any) -> None:
     ref = CLIENTS.release(Args(args).req("client"))
     if ref is not None:
         ref.obj.destroy()
+
+
+@pjrt_function("PJRT_Client_UpdateGlobalProcessInfo")
+def client_update_global_process_info(args: Any) -> None:
+    """jaxlib (IFRT's process watcher, distributed mode) tells every process's state; an error
+    here aborts jaxlib, so only malformed Args fail."""
+    a = Args(args)
+    ref = client_of(a)
+    infos = []
+    for info in struct_array(a.req("process_infos"), a.req("num_process_infos"),
+                             "PJRT_Client_UpdateGlobalProcessInfo_Args.process_infos"):
+        size = info.opt("error_message_size", 0)
+        message = string(info.req("error_message"), size, "PJRT_ProcessInfo.error_message") \
+            if size else ""
+        infos.append((int(info.req("task_id")), int(info.req("state")), message))
+    ref.obj.update_process_states(infos)
 
 
 @pjrt_function("PJRT_Client_PlatformName")

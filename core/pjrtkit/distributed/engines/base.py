@@ -1,0 +1,76 @@
+"""The one interface every collective engine implements, and how the engine is chosen.
+
+An engine moves bytes between the processes of one group of devices: ``all_gather`` of one
+equal-sized block per process. It sets itself up through the job's key-value store (the only
+channel every PJRT host provides: ranks, addresses, unique ids) and moves the data itself.
+"""
+from __future__ import annotations
+
+import abc
+import importlib.util
+import os
+from collections.abc import Sequence
+
+import numpy as np
+
+from pjrtkit.errors import FailedPrecondition, InvalidArgument
+
+ENGINE_TIMEOUT_VARIABLE = "PJRTKIT_COLLECTIVES_TIMEOUT_S"
+# gloo's own default: an operation that waits longer than this fails.
+DEFAULT_ENGINE_TIMEOUT_S = 1800.0
+
+
+class EngineUnavailable(FailedPrecondition):
+    """The engine cannot run here (its package is missing, no driver, no launcher)."""
+
+
+class CollectiveEngine(abc.ABC):
+    """Engine ``name`` for the processes of one client (``runtime``: placement, store,
+    timeouts)."""
+
+    name: str = ""
+    # What `pip install` brings the engine (for messages).
+    extra: str = ""
+
+    def __init__(self, runtime):
+        self.runtime = runtime
+
+    @classmethod
+    @abc.abstractmethod
+    def problem(cls) -> str | None:
+        """Why the engine cannot run in this process, or None when it can (cheap: no import
+        of the engine's package)."""
+
+    @classmethod
+    def chosen_automatically(cls) -> bool:
+        """Whether ``PJRTKIT_COLLECTIVES`` unset may pick this engine here."""
+        return cls.problem() is None
+
+    @abc.abstractmethod
+    def all_gather(self, devices: tuple[int, ...], processes: tuple[int, ...],
+                   block: np.ndarray) -> Sequence[np.ndarray]:
+        """Every process's ``block`` (uint8, equal sizes), in ``processes`` order. ``devices``
+        (global device ids) names the group: each group has its own communicator, so
+        collectives of different groups may run at once. Raises on a lost peer."""
+
+    def close(self) -> None:  # noqa: B027 - optional: engines without communicators
+        """Release communicators (the client is destroyed)."""
+
+
+def engine_timeout_s() -> float:
+    value = os.environ.get(ENGINE_TIMEOUT_VARIABLE, "").strip()
+    try:
+        seconds = float(value) if value else DEFAULT_ENGINE_TIMEOUT_S
+    except ValueError:
+        seconds = -1.0
+    if not seconds > 0:
+        raise InvalidArgument(f"{ENGINE_TIMEOUT_VARIABLE}={value!r} is not a positive number "
+                              f"of seconds")
+    return seconds
+
+
+def module_missing(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is None
+    except (ImportError, ValueError):
+        return True

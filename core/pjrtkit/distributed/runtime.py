@@ -1,0 +1,134 @@
+"""One client's part in a multi-process job: its placement, the key-value store, the processes'
+states as jaxlib reports them, the collective engine, and what a failed collective says."""
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import threading
+
+from pjrtkit.distributed import liveness
+from pjrtkit.distributed.engines.base import CollectiveEngine
+from pjrtkit.distributed.engines.choice import choose_engine
+from pjrtkit.distributed.placement import Placement, rendezvous_timeout_s
+from pjrtkit.distributed.store import KeyValueStore, PrefixedStore
+from pjrtkit.distributed.topology import exchange_topology
+from pjrtkit.errors import ErrorCode, FailedPrecondition, PjrtError
+from pjrtkit.types import MultiProcessSupport, Topology
+
+log = logging.getLogger(__name__)
+
+# PJRT_ProcessState values (PJRT_Client_UpdateGlobalProcessInfo).
+PROCESS_STATES = {0: "unspecified", 1: "uninitialized", 2: "disconnected", 3: "connected",
+                  4: "error"}
+LOST_STATES = frozenset({"disconnected", "error"})
+
+# Clients of one platform made in this process so far: their keys must differ (the store does
+# not overwrite), and every process of an SPMD program makes them in the same order.
+_generations: dict[str, itertools.count] = {}
+_generations_lock = threading.Lock()
+
+
+def _next_generation(platform: str) -> int:
+    with _generations_lock:
+        return next(_generations.setdefault(platform, itertools.count()))
+
+
+class ProcessRuntime:
+    """Made by the client when ``num_nodes > 1``; ``join`` exchanges topologies."""
+
+    def __init__(self, platform: str, placement: Placement, store: KeyValueStore | None,
+                 support: MultiProcessSupport | None):
+        if support is None:
+            raise FailedPrecondition(
+                f"{platform} runs in one process only: its plugin does not declare multi-process "
+                f"support (pjrtkit_multi_process), so it cannot be used with jax.distributed "
+                f"({placement.num_nodes} processes)")
+        if store is None:
+            raise FailedPrecondition(
+                f"{platform}: a job of {placement.num_nodes} processes needs the PJRT host's "
+                f"key-value store, and PJRT_Client_Create was given none")
+        self.platform = platform
+        self.placement = placement
+        self.support = support
+        self.root_store = store
+        self.store = PrefixedStore(store, f"pjrtkit/{_next_generation(platform)}/")
+        self.rendezvous_timeout_s = rendezvous_timeout_s()
+        self.engine_class = choose_engine(support.engines, platform)
+        self._engine: CollectiveEngine | None = None
+        self._engine_lock = threading.Lock()
+        self.process_states: dict[int, tuple[str, str]] = {}
+        self._identities: dict[int, dict] = {}
+
+    def join(self, local: Topology) -> Topology:
+        """The job's topology (every process's devices), and this process made known for
+        naming it after a failure."""
+        self.store.put(f"process/{self.placement.node_id}",
+                       json.dumps(liveness.identity()).encode())
+        return exchange_topology(local, self.placement, self.store,
+                                 global_topology=self.support.global_topology,
+                                 timeout_s=self.rendezvous_timeout_s, platform=self.platform)
+
+    def engine(self) -> CollectiveEngine:
+        with self._engine_lock:
+            if self._engine is None:
+                self._engine = self.engine_class(self)
+            return self._engine
+
+    # -- the processes' states ---------------------------------------------------------------
+    def update_process_states(self, infos: list[tuple[int, int, str]]) -> None:
+        """PJRT_Client_UpdateGlobalProcessInfo: (task id, state, error message) per process."""
+        for task, state, message in infos:
+            name = PROCESS_STATES.get(state, f"state {state}")
+            if self.process_states.get(task, (None,))[0] != name:
+                log.info("%s: process %d is %s%s", self.platform, task, name,
+                         f" ({message})" if message else "")
+            self.process_states[task] = (name, message)
+
+    def _identity(self, node: int) -> dict | None:
+        if node not in self._identities:
+            blob = self.store.try_get(f"process/{node}")
+            if blob is None:
+                return None
+            self._identities[node] = json.loads(blob)
+        return self._identities[node]
+
+    def lost_processes(self, processes) -> dict[int, str]:
+        """Which of ``processes`` are gone, with how we know: a process on this host whose
+        pid is no longer running, or one the coordination service reports disconnected."""
+        lost = {}
+        here = liveness.identity()
+        for node in processes:
+            if node == self.placement.node_id:
+                continue
+            state = self.process_states.get(node)
+            if state and state[0] in LOST_STATES:
+                lost[node] = f"the coordination service reports it {state[0]}"
+                continue
+            identity = self._identity(node)
+            if identity and liveness.same_host(identity, here) and not liveness.running(identity):
+                lost[node] = f"its process (pid {identity['pid']}) has ended"
+        return lost
+
+    def collective_error(self, exc: Exception, program: str, processes) -> PjrtError:
+        """What a failed collective across ``processes`` becomes."""
+        if isinstance(exc, PjrtError) and exc.code != ErrorCode.UNKNOWN:
+            return exc
+        lost = self.lost_processes(processes)
+        where = (f"{self.platform}: a collective of {program} across processes "
+                 f"{list(processes)} failed on {self.engine_class.name} in process "
+                 f"{self.placement.node_id}")
+        if lost:
+            names = "; ".join(f"process {node}: {how}" for node, how in sorted(lost.items()))
+            return PjrtError(f"{where}: lost {names} ({type(exc).__name__}: {exc})",
+                             code=ErrorCode.UNAVAILABLE)
+        return PjrtError(f"{where}: {type(exc).__name__}: {exc}", code=ErrorCode.INTERNAL)
+
+    def close(self) -> None:
+        with self._engine_lock:
+            engine, self._engine = self._engine, None
+        if engine is not None:
+            engine.close()
+
+
+
