@@ -21,6 +21,7 @@ HERE = pathlib.Path(__file__).resolve().parent
 DECLARATIONS = (HERE / "pjrt_declarations.h").read_text()
 HANDLE_STRUCTS = (HERE / "pjrtkit_handles.h").read_text()
 FAST_PATHS = (HERE / "pjrtkit_fast_paths.h").read_text()
+PROCESS_STATES = (HERE / "pjrtkit_process_states.h").read_text()
 
 API_MAJOR = 0
 API_MINOR = 90
@@ -134,7 +135,8 @@ def _c_answer_source() -> str:
 
 
 # Answered (when possible) by hand-written C in pjrtkit_fast_paths.h.
-_FAST_PATH_ANSWERS = frozenset({"PJRT_Buffer_Destroy"})
+_FAST_PATH_ANSWERS = frozenset({"PJRT_Buffer_Destroy",
+                                "PJRT_Client_UpdateGlobalProcessInfo"})
 # Entry points written by hand in pjrtkit_fast_paths.h instead of generated.
 _HAND_WRITTEN_ENTRY_POINTS = frozenset({"PJRT_LoadedExecutable_Execute"})
 
@@ -292,6 +294,7 @@ CDEF = (
     + _callback_prototypes(static=False)
     + "\n}\n"
     + "void pjrtkit_fill_api(PJRT_Api* api, int slot);\n"
+    + "int pjrtkit_process_state(int task, int* state, int* error_code);\n"
     + _guarded_deleter_prototypes()
     + f"#define PJRTKIT_MAX_BACKENDS {MAX_BACKENDS}\n"
     + f"#define PJRTKIT_API_MINOR {API_MINOR}\n"
@@ -308,6 +311,7 @@ SOURCE = (
     + _callback_prototypes(static=True)
     + _c_answer_source()
     + FAST_PATHS
+    + PROCESS_STATES
     + _fill_api_source()
 )
 

@@ -5,6 +5,7 @@ import logging
 from typing import Any
 
 from pjrtkit.abi import named_values
+from pjrtkit.abi._cffi import ffi, lib
 from pjrtkit.abi.args import Args, data, string, struct_array
 from pjrtkit.abi.errors import pjrt_function
 from pjrtkit.abi.fn_executable import new_loaded_executable
@@ -14,7 +15,7 @@ from pjrtkit.abi.kv_store import CallbackStore
 from pjrtkit.bounded_calls import call_within
 from pjrtkit.discovery import start_timeout_s
 from pjrtkit.distributed.placement import placement_from_options, rendezvous_timeout_s
-from pjrtkit.errors import FailedPrecondition, InvalidArgument
+from pjrtkit.errors import FailedPrecondition, Internal, InvalidArgument
 
 log = logging.getLogger("pjrtkit.abi")
 
@@ -40,7 +41,8 @@ def client_create(slot: int, args: Any) -> None:
     if placement_from_options(options, backend.platform_name) is not None:
         timeout += rendezvous_timeout_s()
     try:
-        client = call_within(lambda: Client(backend, options, store=store),
+        client = call_within(lambda: Client(backend, options, store=store,
+                                        process_state=process_state),
                              f"creating a {backend.platform_name} client "
                              "(pjrtkit_client_topology)", timeout)
     except Exception as exc:
@@ -63,18 +65,27 @@ def client_destroy(args: Any) -> None:
 
 @pjrt_function("PJRT_Client_UpdateGlobalProcessInfo")
 def client_update_global_process_info(args: Any) -> None:
-    """jaxlib (IFRT's process watcher, distributed mode) tells every process's state; an error
-    here aborts jaxlib, so only malformed Args fail."""
+    """Answered in C (pjrtkit_process_states.h: jaxlib's watcher thread must never wait for
+    the GIL); Python sees only the calls C refused, and says what is wrong with them."""
     a = Args(args)
-    ref = client_of(a)
-    infos = []
-    for info in struct_array(a.req("process_infos"), a.req("num_process_infos"),
-                             "PJRT_Client_UpdateGlobalProcessInfo_Args.process_infos"):
-        size = info.opt("error_message_size", 0)
-        message = string(info.req("error_message"), size, "PJRT_ProcessInfo.error_message") \
-            if size else ""
-        infos.append((int(info.req("task_id")), int(info.req("state")), message))
-    ref.obj.update_process_states(infos)
+    client_of(a)
+    infos = struct_array(a.req("process_infos"), a.req("num_process_infos"),
+                         "PJRT_Client_UpdateGlobalProcessInfo_Args.process_infos")
+    for info in infos:
+        info.req("error_code")  # the struct must reach the fields C reads
+        task = info.req("task_id")
+        if not 0 <= task < lib.PJRTKIT_MAX_PROCESSES:
+            raise InvalidArgument(f"{info.name}.task_id is {task}; pjrtkit keeps the states of "
+                                  f"tasks 0..{lib.PJRTKIT_MAX_PROCESSES - 1}")
+    raise Internal("PJRT_Client_UpdateGlobalProcessInfo: the C answer declined valid Args")
+
+
+def process_state(task: int) -> tuple[int, int] | None:
+    """(PJRT_ProcessState, error code) jaxlib last reported for ``task``, or None."""
+    state, code = ffi.new("int*"), ffi.new("int*")
+    if not lib.pjrtkit_process_state(task, state, code):
+        return None
+    return state[0], code[0]
 
 
 @pjrt_function("PJRT_Client_PlatformName")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import itertools
 import json
-import logging
 import threading
+from collections.abc import Callable
 
 from pjrtkit.distributed import liveness
 from pjrtkit.distributed.engines.base import CollectiveEngine
@@ -16,7 +16,6 @@ from pjrtkit.distributed.topology import exchange_topology
 from pjrtkit.errors import ErrorCode, FailedPrecondition, PjrtError
 from pjrtkit.types import MultiProcessSupport, Topology
 
-log = logging.getLogger(__name__)
 
 # PJRT_ProcessState values (PJRT_Client_UpdateGlobalProcessInfo).
 PROCESS_STATES = {0: "unspecified", 1: "uninitialized", 2: "disconnected", 3: "connected",
@@ -38,7 +37,8 @@ class ProcessRuntime:
     """Made by the client when ``num_nodes > 1``; ``join`` exchanges topologies."""
 
     def __init__(self, platform: str, placement: Placement, store: KeyValueStore | None,
-                 support: MultiProcessSupport | None):
+                 support: MultiProcessSupport | None,
+                 process_state: Callable[[int], tuple[int, int] | None] | None = None):
         if support is None:
             raise FailedPrecondition(
                 f"{platform} runs in one process only: its plugin does not declare multi-process "
@@ -57,7 +57,13 @@ class ProcessRuntime:
         self.engine_class = choose_engine(support.engines, platform)
         self._engine: CollectiveEngine | None = None
         self._engine_lock = threading.Lock()
-        self.process_states: dict[int, tuple[str, str]] = {}
+        self._prepared = threading.Thread(target=self._prepare, daemon=True,
+                                          name=f"pjrtkit-{platform}-engine-import")
+        self._prepare_error: BaseException | None = None
+        self._prepared.start()
+        # (PJRT_ProcessState, error code) of a process as jaxlib last reported it
+        # (PJRT_Client_UpdateGlobalProcessInfo, kept by the C layer), or None.
+        self.process_state = process_state or (lambda task: None)
         self._identities: dict[int, dict] = {}
 
     def join(self, local: Topology) -> Topology:
@@ -69,21 +75,20 @@ class ProcessRuntime:
                                  global_topology=self.support.global_topology,
                                  timeout_s=self.rendezvous_timeout_s, platform=self.platform)
 
+    def _prepare(self) -> None:
+        try:
+            self.engine_class.prepare()
+        except BaseException as exc:  # noqa: BLE001 - raised by the first collective
+            self._prepare_error = exc
+
     def engine(self) -> CollectiveEngine:
         with self._engine_lock:
             if self._engine is None:
+                self._prepared.join()
+                if self._prepare_error is not None:
+                    raise self._prepare_error
                 self._engine = self.engine_class(self)
             return self._engine
-
-    # -- the processes' states ---------------------------------------------------------------
-    def update_process_states(self, infos: list[tuple[int, int, str]]) -> None:
-        """PJRT_Client_UpdateGlobalProcessInfo: (task id, state, error message) per process."""
-        for task, state, message in infos:
-            name = PROCESS_STATES.get(state, f"state {state}")
-            if self.process_states.get(task, (None,))[0] != name:
-                log.info("%s: process %d is %s%s", self.platform, task, name,
-                         f" ({message})" if message else "")
-            self.process_states[task] = (name, message)
 
     def _identity(self, node: int) -> dict | None:
         if node not in self._identities:
@@ -101,9 +106,10 @@ class ProcessRuntime:
         for node in processes:
             if node == self.placement.node_id:
                 continue
-            state = self.process_states.get(node)
-            if state and state[0] in LOST_STATES:
-                lost[node] = f"the coordination service reports it {state[0]}"
+            state = self.process_state(node)
+            name = PROCESS_STATES.get(state[0]) if state else None
+            if name in LOST_STATES:
+                lost[node] = f"the coordination service reports it {name}"
                 continue
             identity = self._identity(node)
             if identity and liveness.same_host(identity, here) and not liveness.running(identity):

@@ -18,7 +18,7 @@ from pjrtkit.runtime.memory_limits import MemoryPool, host_memory_bytes, per_dev
 
 
 class Client:
-    def __init__(self, backend, options: dict, *, store=None):
+    def __init__(self, backend, options: dict, *, store=None, process_state=None):
         self.backend = backend
         self.platform_name = backend.platform_name
         self.platform_version = backend.platform.version
@@ -28,7 +28,7 @@ class Client:
         placement = placement_from_options(options, self.platform_name)
         if placement is not None:
             self.distributed = ProcessRuntime(self.platform_name, placement, store,
-                                              backend.multi_process())
+                                              backend.multi_process(), process_state)
             self.process_index = placement.node_id
         self._topology = backend.client_topology(options=options)
         if self.distributed is not None:
@@ -190,12 +190,6 @@ class Client:
             serialized_executable.check_fingerprint(fingerprint,
                                                     loaded.executable.fingerprint, data)
         return loaded
-
-    # -- processes -------------------------------------------------------------------------------
-    def update_process_states(self, infos: list[tuple[int, int, str]]) -> None:
-        """PJRT_Client_UpdateGlobalProcessInfo (distributed jobs only)."""
-        if self.distributed is not None:
-            self.distributed.update_process_states(infos)
 
     def destroy(self) -> None:
         self.executor.shutdown()

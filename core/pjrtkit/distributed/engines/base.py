@@ -9,6 +9,7 @@ from __future__ import annotations
 import abc
 import importlib.util
 import os
+import threading
 from collections.abc import Sequence
 
 import numpy as np
@@ -41,6 +42,12 @@ class CollectiveEngine(abc.ABC):
         """Why the engine cannot run in this process, or None when it can (cheap: no import
         of the engine's package)."""
 
+    @classmethod  # noqa: B027 - optional: nothing to import by default
+    def prepare(cls) -> None:
+        """Import what the engine needs (run on a thread when the client is made, so the first
+        collective does not import a large package inside a launch)."""
+        return None
+
     @classmethod
     def chosen_automatically(cls) -> bool:
         """Whether ``PJRTKIT_COLLECTIVES`` unset may pick this engine here."""
@@ -55,6 +62,31 @@ class CollectiveEngine(abc.ABC):
 
     def close(self) -> None:  # noqa: B027 - optional: engines without communicators
         """Release communicators (the client is destroyed)."""
+
+
+class Communicators:
+    """An engine's communicators, one per group of devices, each made once by ``make`` at its
+    first use. Groups are made independently: a process may be making two at once (two of its
+    devices in different groups), and its peers may make them in another order, so no lock is
+    held across ``make`` for more than its own group."""
+
+    def __init__(self, make):
+        self._make = make
+        self._lock = threading.Lock()
+        self._slots: dict[tuple[int, ...], list] = {}  # devices -> [lock, communicator]
+
+    def get(self, devices: tuple[int, ...], processes: tuple[int, ...]):
+        with self._lock:
+            slot = self._slots.setdefault(devices, [threading.Lock(), None])
+        with slot[0]:
+            if slot[1] is None:
+                slot[1] = self._make(devices, processes)
+            return slot[1]
+
+    def take_all(self) -> list:
+        with self._lock:
+            slots, self._slots = self._slots, {}
+        return [comm for _, comm in slots.values() if comm is not None]
 
 
 def engine_timeout_s() -> float:

@@ -9,13 +9,12 @@ over those connections. ``GLOO_SOCKET_IFNAME`` picks the network interface (gloo
 from __future__ import annotations
 
 import datetime
-import threading
 from collections.abc import Sequence
 
 import numpy as np
 
-from pjrtkit.distributed.engines.base import (CollectiveEngine, engine_timeout_s,
-                                              module_missing)
+from pjrtkit.distributed.engines.base import (CollectiveEngine, Communicators,
+                                              engine_timeout_s, module_missing)
 
 
 def _torch_store_class():
@@ -64,40 +63,33 @@ class GlooEngine(CollectiveEngine):
             return "torch is not installed (pip install 'pjrtkit[gloo]')"
         return None
 
+    @classmethod
+    def prepare(cls) -> None:
+        import torch.distributed  # noqa: F401 - about 2 s; done before the first collective
+
     def __init__(self, runtime):
         super().__init__(runtime)
-        self._lock = threading.Lock()
-        self._groups: dict[tuple[int, ...], object] = {}
-        self._store = None
+        self._groups = Communicators(self._make_group)
+        self._store = _torch_store_class()(runtime.store, runtime.rendezvous_timeout_s)
+        self._timeout = datetime.timedelta(seconds=engine_timeout_s())
 
-    def _group(self, devices: tuple[int, ...], processes: tuple[int, ...]):
-        with self._lock:
-            group = self._groups.get(devices)
-            if group is not None:
-                return group
-            import torch.distributed as dist
+    def _make_group(self, devices: tuple[int, ...], processes: tuple[int, ...]):
+        import torch.distributed as dist
 
-            if self._store is None:
-                self._store = _torch_store_class()(self.runtime.store,
-                                                   self.runtime.rendezvous_timeout_s)
-            node = self.runtime.placement.node_id
-            prefix = "gloo/" + ",".join(map(str, devices)) + "/"
-            group = dist.ProcessGroupGloo(
-                dist.PrefixStore(prefix, self._store), processes.index(node), len(processes),
-                datetime.timedelta(seconds=engine_timeout_s()))
-            self._groups[devices] = group
-            return group
+        node = self.runtime.placement.node_id
+        prefix = "gloo/" + ",".join(map(str, devices)) + "/"
+        return dist.ProcessGroupGloo(dist.PrefixStore(prefix, self._store),
+                                     processes.index(node), len(processes), self._timeout)
 
     def all_gather(self, devices: tuple[int, ...], processes: tuple[int, ...],
                    block: np.ndarray) -> Sequence[np.ndarray]:
         import torch
 
-        group = self._group(devices, processes)
+        group = self._groups.get(devices, processes)
         mine = torch.from_numpy(block)
         out = [torch.empty_like(mine) for _ in processes]
         group.allgather([out], [mine]).wait()
         return [t.numpy() for t in out]
 
     def close(self) -> None:
-        with self._lock:
-            self._groups.clear()
+        self._groups.take_all()

@@ -16,7 +16,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from pjrtkit.distributed.engines.base import CollectiveEngine, EngineUnavailable, module_missing
+from pjrtkit.distributed.engines.base import (CollectiveEngine, Communicators, EngineUnavailable,
+                                              module_missing)
 
 # What MPI launchers put in the environment of the processes they start (MPICH/Hydra, Open MPI,
 # Intel MPI, Slurm's PMI/PMIx).
@@ -41,13 +42,21 @@ class MpiEngine(CollectiveEngine):
                     "mpiexec -n N ...)")
         return None
 
+    @classmethod
+    def prepare(cls) -> None:
+        from mpi4py import MPI  # noqa: F401 - initializes MPI (as jax's mpi4py detection does)
+
     def __init__(self, runtime):
         super().__init__(runtime)
         self._lock = threading.Lock()
-        self._comms: dict[tuple[int, ...], object] = {}
+        self._comms = Communicators(self._make_comm)
         self._ranks: list[int] | None = None
 
     def _world_ranks(self, world) -> list[int]:
+        with self._lock:
+            return self._world_ranks_locked(world)
+
+    def _world_ranks_locked(self, world) -> list[int]:
         if self._ranks is None:
             runtime = self.runtime
             placement = runtime.placement
@@ -61,34 +70,27 @@ class MpiEngine(CollectiveEngine):
                            for n in range(placement.num_nodes)]
         return self._ranks
 
-    def _comm(self, devices: tuple[int, ...], processes: tuple[int, ...]):
-        with self._lock:
-            comm = self._comms.get(devices)
-            if comm is not None:
-                return comm
-            from mpi4py import MPI
+    def _make_comm(self, devices: tuple[int, ...], processes: tuple[int, ...]):
+        from mpi4py import MPI
 
-            world = MPI.COMM_WORLD
-            ranks = self._world_ranks(world)
-            group = world.Get_group().Incl([ranks[p] for p in processes])
-            # Groups made at once by different threads need different tags.
-            tag = zlib.crc32(repr(devices).encode()) % 32768
-            comm = world.Create_group(group, tag)
-            group.Free()
-            self._comms[devices] = comm
-            return comm
+        world = MPI.COMM_WORLD
+        ranks = self._world_ranks(world)
+        group = world.Get_group().Incl([ranks[p] for p in processes])
+        # Groups made at once by different threads need different tags.
+        tag = zlib.crc32(repr(devices).encode()) % 32768
+        comm = world.Create_group(group, tag)
+        group.Free()
+        return comm
 
     def all_gather(self, devices: tuple[int, ...], processes: tuple[int, ...],
                    block: np.ndarray) -> Sequence[np.ndarray]:
-        comm = self._comm(devices, processes)
+        comm = self._comms.get(devices, processes)
         out = np.empty((len(processes), block.size), np.uint8)
         comm.Allgather(block, out)
         return list(out)
 
     def close(self) -> None:
-        with self._lock:
-            comms, self._comms = self._comms, {}
-        for comm in comms.values():
+        for comm in self._comms.take_all():
             try:
                 comm.Free()
             except Exception:  # noqa: BLE001 - MPI may be finalized already

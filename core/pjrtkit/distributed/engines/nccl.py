@@ -14,12 +14,12 @@ import ctypes
 import ctypes.util
 import importlib.util
 import pathlib
-import threading
 from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from pjrtkit.distributed.engines.base import CollectiveEngine, EngineUnavailable
+from pjrtkit.distributed.engines.base import (CollectiveEngine, Communicators,
+                                              EngineUnavailable)
 from pjrtkit.errors import Unimplemented
 
 UNIQUE_ID_BYTES = 128  # NCCL_UNIQUE_ID_BYTES, the same in RCCL
@@ -82,8 +82,7 @@ class _NcclLike(CollectiveEngine):
         if problem:
             raise EngineUnavailable(f"{self.name}: {problem}")
         self._lib = _load(self._library_candidates())
-        self._lock = threading.Lock()
-        self._comms: dict[tuple[int, ...], ctypes.c_void_p] = {}
+        self._comms = Communicators(self._make_communicator)
 
     def _check(self, result: int, call: str) -> None:
         if result != 0:
@@ -98,21 +97,19 @@ class _NcclLike(CollectiveEngine):
 
     def communicator(self, devices: tuple[int, ...], processes: tuple[int, ...]):
         """The group's communicator, bootstrapped through the key-value store."""
-        with self._lock:
-            comm = self._comms.get(devices)
-            if comm is not None:
-                return comm
-            runtime = self.runtime
-            rank = processes.index(runtime.placement.node_id)
-            key = f"{self.name}/" + ",".join(map(str, devices)) + "/unique-id"
-            unique_id = bootstrap_unique_id(runtime.store, key, rank, self._unique_id,
-                                            runtime.rendezvous_timeout_s)
-            comm = ctypes.c_void_p()
-            id_struct = (ctypes.c_char * UNIQUE_ID_BYTES).from_buffer_copy(unique_id)
-            self._check(self._lib.ncclCommInitRank(ctypes.byref(comm), len(processes),
-                                                   id_struct, rank), "ncclCommInitRank")
-            self._comms[devices] = comm
-            return comm
+        return self._comms.get(devices, processes)
+
+    def _make_communicator(self, devices: tuple[int, ...], processes: tuple[int, ...]):
+        runtime = self.runtime
+        rank = processes.index(runtime.placement.node_id)
+        key = f"{self.name}/" + ",".join(map(str, devices)) + "/unique-id"
+        unique_id = bootstrap_unique_id(runtime.store, key, rank, self._unique_id,
+                                        runtime.rendezvous_timeout_s)
+        comm = ctypes.c_void_p()
+        id_struct = (ctypes.c_char * UNIQUE_ID_BYTES).from_buffer_copy(unique_id)
+        self._check(self._lib.ncclCommInitRank(ctypes.byref(comm), len(processes), id_struct,
+                                               rank), "ncclCommInitRank")
+        return comm
 
     def all_gather(self, devices: tuple[int, ...], processes: tuple[int, ...],
                    block: np.ndarray) -> Sequence[np.ndarray]:
@@ -120,9 +117,7 @@ class _NcclLike(CollectiveEngine):
                             f"(use PJRTKIT_COLLECTIVES=gloo or mpi)")
 
     def close(self) -> None:
-        with self._lock:
-            comms, self._comms = self._comms, {}
-        for comm in comms.values():
+        for comm in self._comms.take_all():
             self._lib.ncclCommDestroy(comm)
 
 
