@@ -201,6 +201,36 @@ def host_callbacks():
             "seen": seen_sorted, "seen_count": np.array(len(seen))}
 
 
+@case
+def store_traffic():
+    """A collective-heavy program (training-sized all-reduces, all-gathers, permutes), and the
+    bytes the key-value store carried before and during it (pjrtkit only)."""
+    import jax
+    import jax.numpy as jnp
+    from jax import lax
+    from jax.sharding import PartitionSpec as P
+
+    from pjrtkit.distributed.runtime import live_runtimes
+
+    (runtime,) = live_runtimes()
+    x, mesh = _global_input(np.float32, (256, 256), seed=5)  # 256 KiB per device
+    n = len(jax.devices())
+    step = jax.jit(jax.shard_map(
+        lambda v: lax.psum(v, "i") * 0.5 + lax.ppermute(v, "i", [(k, (k + 1) % n)
+                                                                 for k in range(n)])
+        + jnp.mean(lax.all_gather(v, "i"), axis=0),
+        mesh=mesh, in_specs=P("i"), out_specs=P("i")))
+    jax.block_until_ready(step(x))  # the engine's communicators are made here
+    before = runtime.root_store.traffic.total_bytes
+    for _ in range(20):
+        x = step(x)
+    jax.block_until_ready(x)
+    after = runtime.root_store.traffic.total_bytes
+    moved = 20 * 3 * x.nbytes  # at least: every step moves each operand to every process
+    return {"before": np.array(before), "during": np.array(after - before),
+            "array_bytes_moved": np.array(moved)}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--process-id", type=int, required=True)

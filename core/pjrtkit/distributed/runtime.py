@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 import threading
+import weakref
 from collections.abc import Callable
 
 from pjrtkit.distributed import liveness
@@ -22,15 +23,20 @@ PROCESS_STATES = {0: "unspecified", 1: "uninitialized", 2: "disconnected", 3: "c
                   4: "error"}
 LOST_STATES = frozenset({"disconnected", "error"})
 
-# Clients of one platform made in this process so far: their keys must differ (the store does
-# not overwrite), and every process of an SPMD program makes them in the same order.
-_generations: dict[str, itertools.count] = {}
+# The live runtimes of this process (``live_runtimes``: tools and tests read their store
+# traffic).
+_live: "weakref.WeakSet[ProcessRuntime]" = weakref.WeakSet()
+
+# Clients of one platform and process id made in this process so far: a client made again
+# (jax.clear_backends) must use new keys (the store does not overwrite), and every process of an
+# SPMD program makes them in the same order.
+_generations: dict[tuple[str, int], itertools.count] = {}
 _generations_lock = threading.Lock()
 
 
-def _next_generation(platform: str) -> int:
+def _next_generation(platform: str, node: int) -> int:
     with _generations_lock:
-        return next(_generations.setdefault(platform, itertools.count()))
+        return next(_generations.setdefault((platform, node), itertools.count()))
 
 
 class ProcessRuntime:
@@ -52,7 +58,8 @@ class ProcessRuntime:
         self.placement = placement
         self.support = support
         self.root_store = store
-        self.store = PrefixedStore(store, f"pjrtkit/{_next_generation(platform)}/")
+        self.store = PrefixedStore(
+            store, f"pjrtkit/{_next_generation(platform, placement.node_id)}/")
         self.rendezvous_timeout_s = rendezvous_timeout_s()
         self.engine_class = choose_engine(support.engines, platform)
         self._engine: CollectiveEngine | None = None
@@ -61,6 +68,7 @@ class ProcessRuntime:
                                           name=f"pjrtkit-{platform}-engine-import")
         self._prepare_error: BaseException | None = None
         self._prepared.start()
+        _live.add(self)
         # (PJRT_ProcessState, error code) of a process as jaxlib last reported it
         # (PJRT_Client_UpdateGlobalProcessInfo, kept by the C layer), or None.
         self.process_state = process_state or (lambda task: None)
@@ -138,3 +146,8 @@ class ProcessRuntime:
 
 
 
+
+
+def live_runtimes() -> list[ProcessRuntime]:
+    """The multi-process runtimes of this process's live clients (one per platform in a job)."""
+    return list(_live)
