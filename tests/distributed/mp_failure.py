@@ -19,7 +19,6 @@ def main() -> int:
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
     import jax
-    import jax.numpy as jnp
     import numpy as np
     from jax import lax
     from jax.sharding import Mesh, NamedSharding, PartitionSpec as P

@@ -27,16 +27,14 @@ LOST_STATES = frozenset({"disconnected", "error"})
 # traffic).
 _live: "weakref.WeakSet[ProcessRuntime]" = weakref.WeakSet()
 
-# Clients of one platform and process id made in this process so far: a client made again
-# (jax.clear_backends) must use new keys (the store does not overwrite), and every process of an
-# SPMD program makes them in the same order.
-_generations: dict[tuple[str, int], itertools.count] = {}
-_generations_lock = threading.Lock()
-
-
-def _next_generation(platform: str, node: int) -> int:
-    with _generations_lock:
-        return next(_generations.setdefault((platform, node), itertools.count()))
+def _fresh_prefix(store: KeyValueStore, node: int) -> str:
+    """``pjrtkit/<g>/``, ``g`` the first generation under which this process has not yet
+    announced itself: a client made again in the same job (jax.clear_backends) needs new keys
+    (the store does not overwrite), and every process of the job counts the same way."""
+    for generation in itertools.count():
+        prefix = f"pjrtkit/{generation}/"
+        if store.try_get(f"{prefix}process/{node}") is None:
+            return prefix
 
 
 class ProcessRuntime:
@@ -58,8 +56,7 @@ class ProcessRuntime:
         self.placement = placement
         self.support = support
         self.root_store = store
-        self.store = PrefixedStore(
-            store, f"pjrtkit/{_next_generation(platform, placement.node_id)}/")
+        self.store = PrefixedStore(store, _fresh_prefix(store, placement.node_id))
         self.rendezvous_timeout_s = rendezvous_timeout_s()
         self.engine_class = choose_engine(support.engines, platform)
         self._engine: CollectiveEngine | None = None
