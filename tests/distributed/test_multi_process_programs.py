@@ -28,7 +28,8 @@ CASES = sorted(set(mp_worker.CASES) - {"store_traffic"})
 
 def _jobs(tmp_path_factory, num_processes):
     out = tmp_path_factory.mktemp(f"jobs{num_processes}")
-    return {platform: mp_launch.run_job(platform, num_processes, CASES, out / platform)
+    return {platform: mp_launch.run_job(platform, num_processes, sorted(mp_worker.CASES),
+                                        out / platform)
             for platform in ("cpu", "pjrtkit_cpu")}
 
 
@@ -81,10 +82,10 @@ def test_collectives_cover_every_dtype_and_kind():
                       "complex64"}
 
 
-def test_the_key_value_store_carries_rendezvous_only(tmp_path):
+def test_the_key_value_store_carries_rendezvous_only(two_processes):
     """The store moves topologies and engine addresses (a few KiB, once), never array data:
     20 steps that all-reduce, permute and all-gather 1 MiB per process add nothing to it."""
-    job = mp_launch.run_job("pjrtkit_cpu", 2, ["store_traffic"], tmp_path)
+    job = two_processes["pjrtkit_cpu"]
     for process in (0, 1):
         traffic = job[process]["store_traffic"]
         assert not isinstance(traffic, str), traffic
