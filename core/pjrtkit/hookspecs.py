@@ -113,6 +113,10 @@ def pjrtkit_multi_process() -> MultiProcessSupport | None:
         indices, and collectives across processes on the engine ``PJRTKIT_COLLECTIVES``
         picks among ``engines`` (``pjrtkit.distributed``).
 
+    Raises:
+        Nothing expected; an exception becomes INTERNAL at client creation for a job of
+        several processes (a single-process client never asks).
+
     firstresult: yes.
 
     Example::

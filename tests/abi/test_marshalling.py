@@ -337,7 +337,7 @@ def test_client_create_passes_options(table, monkeypatch):
     created = []
 
     class RecordingClient(FakeClient):
-        def __init__(self, backend, options, *, store=None):
+        def __init__(self, backend, options, *, store=None, process_state=None):
             super().__init__()
             created.append((backend, options, store))
 

@@ -64,7 +64,6 @@ class ProcessRuntime:
         self._prepared = threading.Thread(target=self._prepare, daemon=True,
                                           name=f"pjrtkit-{platform}-engine-import")
         self._prepare_error: BaseException | None = None
-        self._prepared.start()
         _live.add(self)
         # (PJRT_ProcessState, error code) of a process as jaxlib last reported it
         # (PJRT_Client_UpdateGlobalProcessInfo, kept by the C layer), or None.
@@ -80,6 +79,14 @@ class ProcessRuntime:
                                  global_topology=self.support.global_topology,
                                  timeout_s=self.rendezvous_timeout_s, platform=self.platform)
 
+    def prepare_engine(self) -> None:
+        """Import the engine's package on a thread (torch takes seconds): called when a
+        program spanning processes is loaded, so its first collective does not import it
+        inside a launch, and programs that never cross processes never pay it."""
+        with self._engine_lock:
+            if self._prepared.ident is None:
+                self._prepared.start()
+
     def _prepare(self) -> None:
         try:
             self.engine_class.prepare()
@@ -89,6 +96,8 @@ class ProcessRuntime:
     def engine(self) -> CollectiveEngine:
         with self._engine_lock:
             if self._engine is None:
+                if self._prepared.ident is None:
+                    self._prepared.start()
                 self._prepared.join()
                 if self._prepare_error is not None:
                     raise self._prepare_error

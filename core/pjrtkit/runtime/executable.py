@@ -196,6 +196,7 @@ class LoadedExecutable:
 
             self.remote = ProcessExchange(client.distributed, [d.id for d in devices],
                                           [d.process_index for d in devices])
+            client.distributed.prepare_engine()
         opts = executable.options
         if opts.device_assignment is not None:
             self.device_assignment = [list(row) for row in opts.device_assignment]
