@@ -39,7 +39,7 @@ define install_gloo
 endef
 SETS := $(patsubst constraints-jax%.txt,%,$(wildcard constraints-jax*.txt))
 
-.PHONY: test-long demo test lint install bench accuracy dtype-sweep conformance gpu-compile-report fuzz soak clean jax-tests-env jax-tests jax-tests-ci jax-tests-multiprocess
+.PHONY: test-long test-many-processes demo test lint install bench accuracy dtype-sweep conformance gpu-compile-report fuzz soak clean jax-tests-env jax-tests jax-tests-ci jax-tests-multiprocess
 
 # Every plugin in the repository (a directory under plugins/ with a pyproject.toml) is installed
 # and measured by `make conformance`; the cpu plugin first, since others may import it. The
@@ -85,10 +85,15 @@ PYTEST_RUN = $(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) -
 test: $(STAMP)
 	$(MAKE) --no-print-directory lint
 	$(MAKE) --no-print-directory conformance CONFORMANCE_NARROWED="$(filter-out cpu,$(PLUGINS))"
-	PJRTKIT_TEST_CONFORMANCE_REPORTS=$(CURDIR)/build/conformance $(PYTEST_RUN) -m "not long"
+	PJRTKIT_TEST_CONFORMANCE_REPORTS=$(CURDIR)/build/conformance $(PYTEST_RUN) -m "not long and not many_processes"
 
 test-long: $(STAMP)
-	$(PYTEST_RUN) -m long
+	$(PYTEST_RUN) -m "long and not many_processes"
+
+# Jobs of 4 processes per backend (tests/distributed: every collective and dtype, the
+# multi-process example); CI runs the 2-process ones (make test, make test-long).
+test-many-processes: $(STAMP)
+	$(PYTEST_RUN) -m many_processes
 
 # The lint floor: ruff with the rules in pyproject.toml (import cycles and private imports are
 # tests/test_import_graph.py, run with the tests).

@@ -33,9 +33,9 @@ needs_torch = pytest.mark.skipif(importlib.util.find_spec("torch") is None,
                                  reason="the gloo engine needs torch (pjrtkit[gloo])")
 
 
-@pytest.mark.long
 @needs_torch
-@pytest.mark.parametrize("processes", [2, 4])
+@pytest.mark.parametrize("processes", [
+    pytest.param(2, marks=pytest.mark.long), pytest.param(4, marks=pytest.mark.many_processes)])
 def test_launcher_free_training_matches_xla(processes):
     out = _run("--processes", str(processes))
     assert f"pjrtkit_cpu: {processes} processes, {2 * processes} devices (launcher-free" in out

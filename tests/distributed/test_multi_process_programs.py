@@ -58,7 +58,7 @@ def test_two_processes_match_xla(two_processes, name):
     _compare(two_processes, name, 2)
 
 
-@pytest.mark.long
+@pytest.mark.many_processes
 @pytest.mark.parametrize("name", CASES)
 def test_four_processes_match_xla(four_processes, name):
     _compare(four_processes, name, 4)
