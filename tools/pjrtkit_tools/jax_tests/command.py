@@ -75,6 +75,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "the eight of issue 24)")
     parser.add_argument("--processes", type=int, default=4,
                         help="with --multiprocess: processes per file (default 4)")
+    parser.add_argument("--beside-cpu", action="store_true",
+                        help="with --multiprocess: run the backend with XLA's cpu beside it "
+                             "(JAX_PLATFORMS=pjrtkit_<backend>,cpu), for the tests that ask "
+                             "for backend 'cpu' by name")
     parser.add_argument("--short", action="store_true",
                         help="with --multiprocess: CI's form (2 processes, the backend only, "
                              "files that pass whole; exit 1 on any failure)")
@@ -165,6 +169,8 @@ def run_multiprocess(args) -> int:
 
     tests_dir = find_jax_tests_dir(args.jax_tests)
     platform = args.backend if args.backend.startswith("pjrtkit_") else f"pjrtkit_{args.backend}"
+    if args.beside_cpu:
+        platform += ",cpu"
     processes = 2 if args.short else args.processes
     default = multiprocess.SHORT_FILES if args.short else multiprocess.FILES
     files = args.files.split(",") if args.files else list(default)
