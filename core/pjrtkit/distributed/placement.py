@@ -4,14 +4,11 @@
 from __future__ import annotations
 
 import dataclasses
-import logging
-import os
 from collections.abc import Mapping
 from typing import Any
 
 from pjrtkit.errors import InvalidArgument
-
-log = logging.getLogger(__name__)
+from pjrtkit.settings import seconds_setting
 
 TIMEOUT_VARIABLE = "PJRTKIT_DISTRIBUTED_TIMEOUT_S"
 DEFAULT_TIMEOUT_S = 300.0
@@ -61,15 +58,4 @@ def placement_from_options(options: Mapping[str, Any], platform: str) -> Placeme
 def rendezvous_timeout_s() -> float:
     """How long the topology exchange and an engine's set-up wait for the other processes
     (``PJRTKIT_DISTRIBUTED_TIMEOUT_S``, default 300 s)."""
-    value = os.environ.get(TIMEOUT_VARIABLE, "").strip()
-    if not value:
-        return DEFAULT_TIMEOUT_S
-    try:
-        seconds = float(value)
-    except ValueError:
-        seconds = -1.0
-    if not seconds > 0:
-        log.warning("%s=%r is not a positive number of seconds; using %g", TIMEOUT_VARIABLE,
-                    value, DEFAULT_TIMEOUT_S)
-        return DEFAULT_TIMEOUT_S
-    return seconds
+    return seconds_setting(TIMEOUT_VARIABLE, DEFAULT_TIMEOUT_S)

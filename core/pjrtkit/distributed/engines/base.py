@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import abc
 import importlib.util
-import os
 import threading
 from collections.abc import Sequence
 
 import numpy as np
 
-from pjrtkit.errors import FailedPrecondition, InvalidArgument
+from pjrtkit.errors import FailedPrecondition
+from pjrtkit.settings import seconds_setting
 
 ENGINE_TIMEOUT_VARIABLE = "PJRTKIT_COLLECTIVES_TIMEOUT_S"
 # gloo's own default: an operation that waits longer than this fails.
@@ -90,15 +90,8 @@ class Communicators:
 
 
 def engine_timeout_s() -> float:
-    value = os.environ.get(ENGINE_TIMEOUT_VARIABLE, "").strip()
-    try:
-        seconds = float(value) if value else DEFAULT_ENGINE_TIMEOUT_S
-    except ValueError:
-        seconds = -1.0
-    if not seconds > 0:
-        raise InvalidArgument(f"{ENGINE_TIMEOUT_VARIABLE}={value!r} is not a positive number "
-                              f"of seconds")
-    return seconds
+    """How long one engine operation may wait (``PJRTKIT_COLLECTIVES_TIMEOUT_S``)."""
+    return seconds_setting(ENGINE_TIMEOUT_VARIABLE, DEFAULT_ENGINE_TIMEOUT_S)
 
 
 def module_missing(module: str) -> bool:
