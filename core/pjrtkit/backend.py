@@ -23,7 +23,8 @@ from pjrtkit.contract import register_checked
 from pjrtkit.errors import (Internal, InvalidArgument, PjrtError, Unimplemented,
                             host_out_of_memory)
 from pjrtkit.types import (Capabilities, CompiledProgram, CompileOptions, DeviceSpec,
-                           JaxLoweringRule, MemoryStats, PlatformInfo, PrimitiveSet, Topology)
+                           JaxLoweringRule, MemoryStats, MultiProcessSupport, PlatformInfo,
+                           PrimitiveSet, Topology)
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +74,13 @@ class Backend:
         if topology is None:
             raise InvalidArgument(f"{self.platform_name}: unknown topology name {name!r}")
         return topology
+
+    def multi_process(self) -> MultiProcessSupport | None:
+        answer = self._call("pjrtkit_multi_process")
+        if answer is not None and not isinstance(answer, MultiProcessSupport):
+            raise Internal(f"{self.platform_name}: pjrtkit_multi_process returned "
+                           f"{type(answer).__name__}, expected MultiProcessSupport or None")
+        return answer
 
     # -- memory ------------------------------------------------------------------------------
     def transfer_to_device(self, *, array, device: DeviceSpec, memory_kind: str) -> Any:
@@ -198,5 +206,6 @@ class Backend:
         return tuple(rules)
 
 
-_OPTIONAL_ANSWERS = frozenset({"pjrtkit_make_topology", "pjrtkit_primitive_set"})
+_OPTIONAL_ANSWERS = frozenset({"pjrtkit_make_topology", "pjrtkit_primitive_set",
+                               "pjrtkit_multi_process"})
 _UNASKED = object()

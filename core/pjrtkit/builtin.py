@@ -27,3 +27,8 @@ def pjrtkit_capabilities():
 @hookimpl(trylast=True)
 def pjrtkit_primitive_set():
     return None  # no primitive set declared: programs reach pjrtkit_compile as JAX wrote them
+
+
+@hookimpl(trylast=True)
+def pjrtkit_multi_process():
+    return None  # single-process unless the backend says otherwise

@@ -28,6 +28,7 @@ from stevedore.exception import NoMatches
 
 from pjrtkit.backend import Backend
 from pjrtkit.errors import BackendLoadFailure, FailedPrecondition, PluginContractError
+from pjrtkit.settings import seconds_setting
 
 log = logging.getLogger(__name__)
 
@@ -59,18 +60,7 @@ class BackendStatus:
 
 def start_timeout_s() -> float:
     """Seconds a backend may take to start (``PJRTKIT_BACKEND_START_TIMEOUT_S``, default 60)."""
-    value = os.environ.get(START_TIMEOUT_VARIABLE, "").strip()
-    if not value:
-        return DEFAULT_START_TIMEOUT_S
-    try:
-        seconds = float(value)
-    except ValueError:
-        seconds = -1.0
-    if not seconds > 0:
-        log.warning("%s=%r is not a positive number of seconds; using %g", START_TIMEOUT_VARIABLE,
-                    value, DEFAULT_START_TIMEOUT_S)
-        return DEFAULT_START_TIMEOUT_S
-    return seconds
+    return seconds_setting(START_TIMEOUT_VARIABLE, DEFAULT_START_TIMEOUT_S)
 
 
 def selected_names() -> set[str] | None:

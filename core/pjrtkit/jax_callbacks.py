@@ -68,7 +68,7 @@ def _on_own_device(function: Callable[..., Any], platform: str, device, returns:
     import jax
 
     def call(*arrays):
-        target = device if device is not None else jax.devices(platform)[0]
+        target = device if device is not None else jax.local_devices(backend=platform)[0]
         args = jax.device_put(arrays, target)
         with jax.default_device(target):
             results = function(*args)

@@ -244,6 +244,37 @@ class Capabilities:
                 object.__setattr__(self, field, frozenset(value))
 
 
+# Collective engines a plugin may name in ``MultiProcessSupport.engines``
+# (``pjrtkit.distributed.engines``): gloo through torch.distributed, MPI through mpi4py, NCCL and
+# RCCL for device memory.
+COLLECTIVE_ENGINES = ("gloo", "mpi", "nccl", "rccl")
+
+
+@dataclasses.dataclass(frozen=True)
+class MultiProcessSupport:
+    """How a backend runs across processes under ``jax.distributed`` (``pjrtkit_multi_process``).
+
+    ``engines``: the collective engines its programs may use across processes, preferred first
+    (names from ``COLLECTIVE_ENGINES``); ``PJRTKIT_COLLECTIVES`` picks one of them. Payloads
+    must be host arrays for the host engines (gloo, mpi).
+    ``global_topology``: False (a cpu) -- ``pjrtkit_client_topology`` returns this process's
+    devices and the core gathers every process's over the key-value store, numbering devices
+    process by process; True (a virtual TPU slice) -- it returns every device of every process,
+    ``process_index`` set, from the options ``node_id`` and ``num_nodes``, and the core checks
+    that all processes report the same devices.
+    """
+
+    engines: tuple[str, ...]
+    global_topology: bool = False
+
+    def __post_init__(self):
+        object.__setattr__(self, "engines", tuple(self.engines))
+        unknown = [e for e in self.engines if e not in COLLECTIVE_ENGINES]
+        if not self.engines or unknown:
+            raise ValueError(f"MultiProcessSupport.engines {self.engines!r}: expected one or "
+                             f"more of {COLLECTIVE_ENGINES}")
+
+
 @dataclasses.dataclass(frozen=True)
 class PrimitiveSet:
     """What a backend's compiler implements itself (``pjrtkit_primitive_set``); the core

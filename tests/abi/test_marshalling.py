@@ -337,12 +337,13 @@ def test_client_create_passes_options(table, monkeypatch):
     created = []
 
     class RecordingClient(FakeClient):
-        def __init__(self, backend, options):
+        def __init__(self, backend, options, *, store=None, process_state=None):
             super().__init__()
-            created.append((backend, options))
+            created.append((backend, options, store))
 
     monkeypatch.setattr(client_module, "Client", RecordingClient)
     options = named_values.NamedValues({"num_devices": 4, "name": "x"})
     args = _call(table, "PJRT_Client_Create", create_options=options.array, num_options=options.count)
-    assert created == [(FAKE, {"num_devices": 4, "name": "x"})]
+    # No key-value callbacks: no store (a single-process client).
+    assert created == [(FAKE, {"num_devices": 4, "name": "x"}, None)]
     table.PJRT_Client_Destroy(new_args("PJRT_Client_Destroy", client=args.client))

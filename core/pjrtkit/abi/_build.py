@@ -24,6 +24,7 @@ FAST_PATHS = (HERE / "pjrtkit_fast_paths.h").read_text()
 # The C execute path: declarations (cdef and C) and code (C only); see pjrtkit_native.h.
 NATIVE_DECLARATIONS = (HERE / "pjrtkit_native.h").read_text()
 NATIVE_EXECUTE = (HERE / "pjrtkit_native_execute.h").read_text()
+PROCESS_STATES = (HERE / "pjrtkit_process_states.h").read_text()
 
 API_MAJOR = 0
 API_MINOR = 90
@@ -138,7 +139,8 @@ def _c_answer_source() -> str:
 
 # Answered (when possible) by hand-written C in pjrtkit_fast_paths.h and
 # pjrtkit_native_execute.h.
-_FAST_PATH_ANSWERS = frozenset({"PJRT_Buffer_Destroy", "PJRT_Buffer_IsDeleted"})
+_FAST_PATH_ANSWERS = frozenset({"PJRT_Buffer_Destroy", "PJRT_Buffer_IsDeleted",
+                                "PJRT_Client_UpdateGlobalProcessInfo"})
 # Entry points written by hand in pjrtkit_fast_paths.h instead of generated.
 _HAND_WRITTEN_ENTRY_POINTS = frozenset({"PJRT_LoadedExecutable_Execute"})
 
@@ -170,6 +172,9 @@ def _callback_prototypes(static: bool) -> str:
     for t in SERIALIZED_TYPES:
         lines.append(f"{storage}void pjrtkit_free_{t}({t}*);")
     lines.append(f"{storage}void pjrtkit_chunk_deleter(void*, void*);")
+    # The PJRT_CallbackError a plugin hands the host's key-value callbacks (abi/kv_store.py).
+    lines.append(f"{storage}PJRT_Error* pjrtkit_kv_callback_error(PJRT_Error_Code, const char*, "
+                 f"size_t);")
     # The fast paths' own callbacks (pjrtkit_fast_paths.h).
     lines.append(f"{storage}void pjrtkit_drain_destroyed(PJRT_Buffer**, size_t);")
     lines.append(f"{storage}PJRT_Error* pjrtkit_execute_inline(void*, void**, size_t, "
@@ -294,6 +299,7 @@ CDEF = (
     + _callback_prototypes(static=False)
     + "\n}\n"
     + "void pjrtkit_fill_api(PJRT_Api* api, int slot);\n"
+    + "int pjrtkit_process_state(int task, int* state, int* error_code);\n"
     + _guarded_deleter_prototypes()
     + f"#define PJRTKIT_MAX_BACKENDS {MAX_BACKENDS}\n"
     + f"#define PJRTKIT_API_MINOR {API_MINOR}\n"
@@ -312,6 +318,7 @@ SOURCE = (
     + _c_answer_source()
     + NATIVE_EXECUTE
     + FAST_PATHS
+    + PROCESS_STATES
     + _fill_api_source()
 )
 

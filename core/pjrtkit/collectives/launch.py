@@ -53,8 +53,15 @@ class DeviceContext:
         return ordinal
 
     def exchange(self, group: tuple[int, ...], payload: Any) -> list[Any]:
-        """Every member's payload of this device's next collective, in ``group`` order."""
-        return self.launch.exchange((self.next_ordinal(), group), group, self.position, payload)
+        """Every member's payload of this device's next collective, in ``group`` order.
+        A group with devices of other processes meets through the launch's ``remote``
+        (``pjrtkit.distributed.exchange``), which uses ``Launch.exchange`` for the devices
+        of this process."""
+        key = (self.next_ordinal(), group)
+        remote = self.launch.remote
+        if remote is not None and not remote.is_local(group):
+            return remote.exchange(self.launch, key, group, self.position, payload)
+        return self.launch.exchange(key, group, self.position, payload)
 
     def combine(self, group: tuple[int, ...], payload: Any,
                 combine: Callable[[list[Any]], Any]) -> Any:
@@ -108,10 +115,13 @@ class _Meeting:
 class Launch:
     """The rendezvous of one execution over ``num_replicas * num_partitions`` devices."""
 
-    def __init__(self, name: str, num_replicas: int, num_partitions: int):
+    def __init__(self, name: str, num_replicas: int, num_partitions: int, remote: Any = None):
         self.name = name
         self.num_replicas = num_replicas
         self.num_partitions = num_partitions
+        # Devices of other processes (a job under jax.distributed): None when every device of
+        # the launch runs here. See pjrtkit.distributed.exchange.ProcessExchange.
+        self.remote = remote
         self._condition = threading.Condition()
         self._meetings: dict[Any, _Meeting] = {}
         self._finished: set[int] = set()
@@ -246,15 +256,20 @@ def _short_switch_interval():
 
 def launch_on_threads(name: str, num_replicas: int, num_partitions: int,
                       run_device: Callable[[int], Any],
-                      error_of: Callable[[Exception], PjrtError]) -> list:
+                      error_of: Callable[[Exception], PjrtError], *,
+                      positions: list[int] | None = None, remote: Any = None) -> list:
     """Run ``run_device(position)`` for every device of one launch, each on its own thread
-    (position 0 on the calling one) marked as that device, and return their results in
+    (the first on the calling one) marked as that device, and return their results in
     position order. A device that raises fails the launch: the others are released from any
     rendezvous, and the first failing device's error (``error_of(exception)``) is raised here.
+
+    ``positions``: the devices this process runs (default: all); with devices in other
+    processes, ``remote`` meets them (``pjrtkit.distributed.exchange``).
     """
     count = num_replicas * num_partitions
-    launch = Launch(name, num_replicas, num_partitions)
-    results: list = [None] * count
+    positions = list(range(count)) if positions is None else list(positions)
+    launch = Launch(name, num_replicas, num_partitions, remote)
+    results: dict[int, Any] = {}
 
     def device_main(position: int) -> None:
         try:
@@ -268,13 +283,13 @@ def launch_on_threads(name: str, num_replicas: int, num_partitions: int,
 
     threads = [threading.Thread(target=device_main, args=(position,), daemon=True,
                                 name=f"pjrtkit-{name}-device{position}")
-               for position in range(1, count)]
+               for position in positions[1:]]
     with _short_switch_interval():
         for thread in threads:
             thread.start()
-        device_main(0)
+        device_main(positions[0])
         for thread in threads:
             thread.join()
     if launch.error is not None:
         raise launch.error
-    return results
+    return [results[position] for position in positions]

@@ -206,7 +206,17 @@ class LoadedExecutable:
     def __init__(self, client, executable: Executable, devices: list):
         self.client = client
         self.executable = executable
-        self.addressable_devices = devices
+        # ``devices``: the device assignment's, in position order (replica-major); in a job of
+        # several processes some are other processes' devices, which this process never runs.
+        self.addressable_devices = [d for d in devices if d.is_addressable]
+        self.positions = [p for p, d in enumerate(devices) if d.is_addressable]
+        self.remote = None
+        if len(self.addressable_devices) < len(devices):
+            from pjrtkit.distributed.exchange import ProcessExchange
+
+            self.remote = ProcessExchange(client.distributed, [d.id for d in devices],
+                                          [d.process_index for d in devices])
+            client.distributed.prepare_engine()
         opts = executable.options
         if opts.device_assignment is not None:
             self.device_assignment = [list(row) for row in opts.device_assignment]
@@ -223,7 +233,8 @@ class LoadedExecutable:
         """What ``execute_inline`` needs, decided once: None unless the program runs on one
         device and donates nothing."""
         exe = self.executable
-        if len(self.addressable_devices) != 1 or exe.donated_parameters:
+        if (len(self.addressable_devices) != 1 or exe.donated_parameters
+                or self.remote is not None):
             return None
         device = self.addressable_devices[0]
         outputs = []
@@ -352,9 +363,17 @@ class LoadedExecutable:
         inputs_ready = [buf.ready for args in sources for buf in args]
 
         # A program over several devices runs as one launch: a thread per device, meeting
-        # at the core's rendezvous for collectives (pjrtkit.collectives).
-        run_devices = (run_launch if len(devices) > 1 and exe.num_replicas * exe.num_partitions
-                       == len(devices) else run_together)
+        # at the core's rendezvous for collectives (pjrtkit.collectives), and with the devices
+        # of other processes through the engine (pjrtkit.distributed).
+        if execute_device is None and self.remote is not None:
+            positions, remote = self.positions, self.remote
+
+            def run_devices(exe, payloads, specs):
+                return run_launch(exe, payloads, specs, positions=positions, remote=remote)
+        elif len(devices) > 1 and exe.num_replicas * exe.num_partitions == len(devices):
+            run_devices = run_launch
+        else:
+            run_devices = run_together
 
         def run(input_error):
             error = input_error
@@ -422,28 +441,34 @@ def run_together(exe: Executable, payloads: list, specs: list) -> list:
     return exe.compiled.executable.execute(payloads, specs)
 
 
-def run_launch(exe: Executable, payloads: list, specs: list) -> list:
-    """One launch over several devices: the plugin's ``execute_launch`` when it has one (every
-    device on this thread, in lockstep: ``pjrtkit.collectives.lockstep``), else
-    (``pjrtkit.collectives.launch.launch_on_threads``) the plugin's ``execute`` for each
-    device on its own thread."""
+def run_launch(exe: Executable, payloads: list, specs: list, *,
+               positions: list[int] | None = None, remote=None) -> list:
+    """One launch over several devices: the plugin's ``execute_launch`` when it has one and
+    every device of the launch is in this process (every device on this thread, in lockstep:
+    ``pjrtkit.collectives.lockstep``), else (``pjrtkit.collectives.launch.launch_on_threads``)
+    the plugin's ``execute`` for each device on its own thread. ``payloads[i]`` and ``specs[i]``
+    belong to ``positions[i]`` (default: every position; a job of several processes runs its
+    own and meets the others through ``remote``)."""
     plugin = exe.compiled.executable
     execute_launch = getattr(plugin, "execute_launch", None)
-    if execute_launch is not None:
+    if execute_launch is not None and positions is None and remote is None:
         results = execute_launch(payloads, specs,
                                  Launch(exe.name, exe.num_replicas, exe.num_partitions))
         if results is not None:
             return results
     execute = plugin.execute
+    index = {p: i for i, p in enumerate(positions)} if positions is not None else None
 
     def run_device(position: int) -> list:
-        out = execute([payloads[position]], [specs[position]])
+        i = position if index is None else index[position]
+        out = execute([payloads[i]], [specs[i]])
         if len(out) != 1:
             raise _wrong_output_count(exe)
         return out[0]
 
     return launch_on_threads(exe.name, exe.num_replicas, exe.num_partitions, run_device,
-                             lambda exc: execution_error(exe, exc))
+                             lambda exc: execution_error(exe, exc), positions=positions,
+                             remote=remote)
 
 
 def _wrong_output_count(exe: Executable) -> Internal:

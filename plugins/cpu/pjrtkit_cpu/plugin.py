@@ -8,7 +8,7 @@ from pjrtkit.collectives.lockstep import LockstepProgram, with_collectives_on_to
 from pjrtkit.lowering.plan import build_plan
 from pjrtkit.stablehlo.cost import estimate_cost
 from pjrtkit.stablehlo.ir import walk_ops
-from pjrtkit.types import Capabilities, CompiledProgram, PlatformInfo
+from pjrtkit.types import Capabilities, CompiledProgram, MultiProcessSupport, PlatformInfo
 
 from pjrtkit_cpu import __version__, blas
 from pjrtkit_cpu import fusion
@@ -32,6 +32,14 @@ def pjrtkit_platform():
 @hookimpl
 def pjrtkit_client_topology(options):
     return cpu_topology("cpu", device_count(options))
+
+
+@hookimpl
+def pjrtkit_multi_process():
+    # Each process has its own host devices (PJRTKIT_CPU_DEVICES); payloads are host arrays,
+    # so the host engines carry collectives across processes: gloo first (launcher-free, as
+    # XLA's CPU backend), MPI for jobs mpiexec started.
+    return MultiProcessSupport(engines=("gloo", "mpi"))
 
 
 @hookimpl

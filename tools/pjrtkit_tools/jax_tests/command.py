@@ -2,11 +2,16 @@
 
     pjrtkit jax-tests [--files lax_test,fft_test] [-k EXPR] [--x64] [--json PATH]
     pjrtkit jax-tests --expected-passes tests/jax_suite/expected_passes_jax-v0.10.2.txt
+    pjrtkit jax-tests --multiprocess [--processes 4] [--files all_reduce_test,...] [--short]
 
 The first form prints, per file, the tests that pass on XLA's CPU backend, how many of those pass
 on the backend, the rate and the dead workers, then the failures grouped by cause. The second
 (CI) runs only the listed tests on the backend, with the settings the list was written with,
-and fails when one of them does not pass or a worker dies.
+and fails when one of them does not pass or a worker dies. The third runs
+``tests/multiprocess/`` under JAX's own harness (``multiprocess.py``): the table of tests passing
+on XLA's cpu and on the backend with N processes, and the cause of each failure; it fails when a
+process ends by a signal (``--short``: CI's form, 2 processes, files that pass whole, backend
+only, failing on any failure).
 """
 from __future__ import annotations
 
@@ -63,6 +68,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--expected-every", type=int, default=1, metavar="K",
                         help="with --write-expected: keep every K-th of each file's passes "
                              "(a short list for CI)")
+
+
+    parser.add_argument("--multiprocess", action="store_true",
+                        help="JAX's tests/multiprocess files under JAX's harness (default: "
+                             "the eight of issue 24)")
+    parser.add_argument("--processes", type=int, default=4,
+                        help="with --multiprocess: processes per file (default 4)")
+    parser.add_argument("--beside-cpu", action="store_true",
+                        help="with --multiprocess: run the backend with XLA's cpu beside it "
+                             "(JAX_PLATFORMS=pjrtkit_<backend>,cpu), for the tests that ask "
+                             "for backend 'cpu' by name")
+    parser.add_argument("--short", action="store_true",
+                        help="with --multiprocess: CI's form (2 processes, the backend only, "
+                             "files that pass whole; exit 1 on any failure)")
 
 
 def settings_from(args) -> RunSettings:
@@ -145,7 +164,57 @@ def run_expected(settings: RunSettings, path: Path) -> int:
     return 1 if failures or run.outcomes.dead_workers or not run.outcomes.finished else 0
 
 
+def run_multiprocess(args) -> int:
+    from pjrtkit_tools.jax_tests import multiprocess
+
+    tests_dir = find_jax_tests_dir(args.jax_tests)
+    platform = args.backend if args.backend.startswith("pjrtkit_") else f"pjrtkit_{args.backend}"
+    if args.beside_cpu:
+        platform += ",cpu"
+    processes = 2 if args.short else args.processes
+    default = multiprocess.SHORT_FILES if args.short else multiprocess.FILES
+    files = args.files.split(",") if args.files else list(default)
+    out = Path(args.out) / "multiprocess"
+    print(f"JAX's multi-process tests in {tests_dir}, {processes} processes, on {platform}"
+          f"{'' if args.short else ' and XLA cpu'}; logs in {out}", flush=True)
+    pairs = []
+    for name in files:
+        ours = multiprocess.run_file(tests_dir, name, platform, processes, out,
+                                     args.time_limit)
+        theirs = None if args.short else multiprocess.run_file(
+            tests_dir, name, "cpu", processes, out, args.time_limit)
+        pairs.append((ours, theirs))
+        print(f"  {name}: {len(ours.passed)} of {len(ours.outcomes)} on {platform}"
+              + ("" if theirs is None else f", {len(theirs.passed)} on cpu")
+              + f" ({ours.seconds:.0f} s)", flush=True)
+    print()
+    print(multiprocess.table(pairs, platform))
+    print()
+    print(multiprocess.failures_text(pairs))
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps({"processes": processes, "platform": platform,
+            "files": [{"file": o.file, "outcomes": o.outcomes, "exit_codes": o.exit_codes,
+                       "causes": o.causes,
+                       "reference_passed": sorted(t.passed) if t else None}
+                      for o, t in pairs]}, indent=1) + "\n")
+    signalled = [o.file for o, _ in pairs if o.signals]
+    if signalled:
+        print(f"\nprocesses ended by a signal in: {', '.join(signalled)}", file=sys.stderr)
+        return 1
+    not_run = [run.file for pair in pairs for run in pair if run is not None and not run.ran]
+    if not_run:
+        print(f"\nthe harness ran no tests (see harness.log) in: {', '.join(not_run)}",
+              file=sys.stderr)
+        return 1
+    if args.short and any(set(o.outcomes) - o.passed or not o.outcomes for o, _ in pairs):
+        return 1
+    return 0
+
+
 def main(args) -> int:
+    if args.multiprocess:
+        return run_multiprocess(args)
     settings = settings_from(args)
     if args.expected_passes:
         return run_expected(settings, Path(args.expected_passes))
