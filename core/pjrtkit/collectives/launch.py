@@ -68,7 +68,11 @@ class DeviceContext:
         """``combine(every member's payload in group order)`` for this device's next
         collective, computed once, by the member that arrives last, and the same object
         returned to every member (so it must never be written: a reduction's result is made
-        read-only by its kernel)."""
+        read-only by its kernel). A group with devices of other processes is exchanged
+        through the launch's ``remote`` and combined by each member of this process."""
+        remote = self.launch.remote
+        if remote is not None and not remote.is_local(group):
+            return combine(self.exchange(group, payload))
         return self.launch.combine((self.next_ordinal(), group), group, self.position, payload,
                                    combine)
 
