@@ -28,9 +28,13 @@ CASES = sorted(set(mp_worker.CASES) - {"store_traffic"})
 
 def _jobs(tmp_path_factory, num_processes):
     out = tmp_path_factory.mktemp(f"jobs{num_processes}")
-    return {platform: mp_launch.run_job(platform, num_processes, sorted(mp_worker.CASES),
-                                        out / platform)
-            for platform in ("cpu", "pjrtkit_cpu")}
+    jobs = {}
+    for platform in ("cpu", "pjrtkit_cpu"):
+        jobs[platform] = mp_launch.run_job(platform, num_processes, sorted(mp_worker.CASES),
+                                           out / platform)
+        # this job's devices, whatever job runs later in the session
+        jobs[f"{platform} devices"] = mp_launch.last_devices[platform]
+    return jobs
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +71,7 @@ def test_four_processes_match_xla(four_processes, name):
 def test_every_process_sees_the_global_devices(two_processes):
     """Device ids identical in every process (numbered process by process), process indices
     right, each process's own devices its local ones."""
-    ours = mp_launch.last_devices["pjrtkit_cpu"]
+    ours = two_processes["pjrtkit_cpu devices"]
     assert ours[0]["devices"] == ours[1]["devices"] == [[0, 0], [1, 0], [2, 1], [3, 1]]
     assert [ours[p]["local"] for p in (0, 1)] == [[0, 1], [2, 3]]
     assert [ours[p]["process_index"] for p in (0, 1)] == [0, 1]
