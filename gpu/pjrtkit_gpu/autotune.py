@@ -169,11 +169,13 @@ def read_table(path: Path) -> dict:
 
 
 def _triton_version() -> str:
-    try:
-        import triton
+    """The installed Triton's version, read from its metadata: importing Triton here would fix
+    the process's mode (interpreting or compiling, ``triton_setup``) before a driver chose it."""
+    from importlib import metadata
 
-        return triton.__version__
-    except ImportError:
+    try:
+        return metadata.version("triton")
+    except metadata.PackageNotFoundError:
         return "unknown"
 
 

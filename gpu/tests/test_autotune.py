@@ -9,6 +9,9 @@ the test checks follows from them."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -135,3 +138,33 @@ def test_configurations_of_the_spaces_compute_what_xla_computes(monkeypatch, agr
                         sample("b", (150, 90), "float32"), loosen=20)
     else:
         agrees_with_xla(lambda x: jnp.sum(x, axis=1), sample("x", (5, 700), "float32"))
+
+
+def test_writing_a_tuned_table_leaves_triton_unimported(tmp_path):
+    """Tuning records Triton's version without importing Triton: an import would fix the
+    process's mode (compiling) before the emulated driver chose to interpret (a test that tuned
+    first once made every later emulated kernel of its pytest worker fail)."""
+    script = f"""
+import sys
+from pjrtkit_gpu import autotune
+from pjrtkit_gpu.drivers.base import DeviceFacts
+
+class Hopper:
+    interprets = False
+    def devices(self):
+        return (DeviceFacts("NVIDIA H100", 80 << 30, "sm_90", 132, 32),)
+
+space = autotune.SPACES[autotune.ROW_REDUCE]
+autotune.choose(autotune.ROW_REDUCE, "k", Hopper(), 0, lambda c: space.index(c) + 1.0)
+assert "triton" not in sys.modules, "autotune imported triton"
+print(open({str(tmp_path / 'out.json')!r}).read())
+"""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PJRTKIT_GPU_EMULATE", "TRITON_INTERPRET")}
+    env[autotune.AUTOTUNE_VARIABLE] = str(tmp_path / "out.json")
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         env=env, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    from importlib import metadata
+
+    assert json.loads(run.stdout)["triton"] == metadata.version("triton")
