@@ -44,6 +44,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cases", type=int, default=3,
                         help="JAX_NUM_GENERATED_CASES (default 3)")
     parser.add_argument("--x64", action="store_true", help="JAX_ENABLE_X64=1")
+    parser.add_argument("--alone", action="store_true",
+                        help="run the backend side with JAX_PLATFORMS=pjrtkit_<backend> alone, "
+                             "as users run it (default: pjrtkit_<backend>,cpu, so the few tests "
+                             "that ask for XLA's cpu by name find it)")
     parser.add_argument("--workers", type=int, default=2, help="pytest-xdist workers (default 2)")
     parser.add_argument("--time-limit", type=float, default=3600.0, metavar="SECONDS",
                         help="kill one pytest run after this long (default 3600)")
@@ -73,7 +77,7 @@ def settings_from(args) -> RunSettings:
                        device_tag=device_tag, reference_device_tag=reference_tag,
                        out_dir=Path(args.out), cases=args.cases, x64=args.x64,
                        workers=args.workers, keyword=args.keyword,
-                       time_limit=args.time_limit or None)
+                       time_limit=args.time_limit or None, alone=args.alone)
 
 
 def describe(settings: RunSettings) -> dict:
@@ -82,7 +86,8 @@ def describe(settings: RunSettings) -> dict:
             "reference_device_tag": settings.reference_device_tag,
             "JAX_NUM_GENERATED_CASES": settings.cases,
             "JAX_ENABLE_X64": int(settings.x64), "workers": settings.workers,
-            "keyword": settings.keyword}
+            "keyword": settings.keyword,
+            "JAX_PLATFORMS": settings.platform if settings.alone else f"{settings.platform},cpu"}
 
 
 def run_comparison(settings: RunSettings, args) -> int:
