@@ -81,11 +81,12 @@ class CpuExecutable:
     """A plan plus what running it needs to know, decided at compile time; the core calls
     ``execute`` for every execution (``pjrtkit.types.PluginExecutable``)."""
 
-    __slots__ = ("plan", "uses_blas")
+    __slots__ = ("plan", "uses_blas", "copied_outputs")
 
     def __init__(self, plan, uses_blas: bool):
         self.plan = plan
         self.uses_blas = uses_blas
+        self.copied_outputs = aliased_outputs(plan)
 
     def execute(self, arguments, devices):
         # Kernels follow XLA's semantics for overflow, NaN and division by zero; NumPy's
@@ -94,9 +95,35 @@ class CpuExecutable:
         run = self.plan
         with np.errstate(all="ignore"):
             if not self.uses_blas:
-                return [run(*args) for args in arguments]
-            with blas.single_threaded():
-                return [run(*args) for args in arguments]
+                results = [run(*args) for args in arguments]
+            else:
+                with blas.single_threaded():
+                    results = [run(*args) for args in arguments]
+        if self.copied_outputs:
+            results = [fresh_outputs(outputs, self.copied_outputs) for outputs in results]
+        return results
+
+
+def aliased_outputs(plan) -> tuple[int, ...]:
+    """The positions of the plan's results that would be an argument's array, a constant's or
+    an earlier result's (``jit(lambda x: (x, x))``). XLA gives every output a buffer of its own
+    (an argument that is not donated never becomes an output), so these are copied: the
+    outputs' addresses (``unsafe_buffer_pointer``) differ from the inputs' and from each other,
+    and no execution hands out the plan's constant itself."""
+    taken = set(plan.arg_slots) | set(plan.constants)
+    positions = []
+    for position, slot in enumerate(plan.result_slots):
+        if slot in taken:
+            positions.append(position)
+        taken.add(slot)
+    return tuple(positions)
+
+
+def fresh_outputs(outputs, positions: tuple[int, ...]) -> list:
+    outputs = list(outputs)
+    for position in positions:
+        outputs[position] = np.array(outputs[position], copy=True)
+    return outputs
 
 
 # -- capabilities: read from the rule registry, so they cannot drift from what compiles --------
