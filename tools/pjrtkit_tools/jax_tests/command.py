@@ -67,6 +67,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--expected-every", type=int, default=1, metavar="K",
                         help="with --write-expected: keep every K-th of each file's passes "
                              "(a short list for CI)")
+    add_suite_arguments(parser)
+
+
+def add_suite_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--all``: JAX's whole suite, resumable (``pjrtkit_tools.jax_tests.suite``)."""
+    parser.add_argument("--all", action="store_true",
+                        help="every test file of the tree (tests/multiprocess excluded), "
+                             "resumable file by file; JAX_NUM_GENERATED_CASES=1 except the 12 "
+                             "known files (3); --files narrows it")
+    parser.add_argument("--reference-only", action="store_true",
+                        help="with --all: only XLA's side (the pass list)")
+    parser.add_argument("--report-only", action="store_true",
+                        help="with --all: run nothing, report the stores")
+    parser.add_argument("--passes-dir", default="tests/jax_suite/xla_passes",
+                        help="with --all: where XLA's pass lists are kept, one per "
+                             "configuration (default tests/jax_suite/xla_passes)")
+    parser.add_argument("--records-dir", default="tests/jax_suite/records",
+                        help="with --all: where the backend's per-file records are kept "
+                             "(default tests/jax_suite/records)")
 
 
 def settings_from(args) -> RunSettings:
@@ -150,8 +169,53 @@ def run_expected(settings: RunSettings, path: Path) -> int:
     return 1 if failures or run.outcomes.dead_workers or not run.outcomes.finished else 0
 
 
+def run_whole_suite(settings: RunSettings, args) -> int:
+    from pjrtkit import jax_compat
+    from pjrtkit_tools.jax_tests import suite
+
+    configuration = suite.configuration_name(settings.tests_dir,
+                                             jax_compat.installed_versions()["jax"],
+                                             settings.device_tag, settings.x64)
+    if settings.reference_device_tag != settings.device_tag:
+        configuration += f"_xla-as-{settings.reference_device_tag}"
+    passes = Path(args.passes_dir) / f"{configuration}.jsonl"
+    records = Path(args.records_dir) / (
+        suite.backend_record_name(configuration, settings.platform, settings.alone) + ".jsonl")
+    whole = suite.Suite(settings, suite.Store(passes), suite.Store(records))
+    files = suite.suite_files(settings.tests_dir)
+    if args.files:
+        wanted = {runner_target(settings, name) for name in args.files.split(",")}
+        files = [f for f in files if f in wanted]
+    print(f"JAX's suite in {settings.tests_dir}: {len(files)} files; configuration "
+          f"{configuration}; XLA pass list {passes}; backend record {records} "
+          f"({settings.platform}{' alone' if settings.alone else ', cpu beside it'})",
+          flush=True)
+    if not args.report_only:
+        suite.run_suite(whole, files, reference_only=args.reference_only,
+                        say=lambda line: print(line, flush=True))
+    summary = suite.summarize(whole, files)
+    print()
+    print(suite.table(summary, settings.platform))
+    print()
+    print(suite.causes_text(summary, args.top))
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(
+            suite.as_json(summary, {**describe(settings), "configuration": configuration}),
+            indent=1) + "\n")
+    return 0
+
+
+def runner_target(settings: RunSettings, name: str) -> str:
+    from pjrtkit_tools.jax_tests.runner import test_file_path
+
+    return test_file_path(settings, name)
+
+
 def main(args) -> int:
     settings = settings_from(args)
+    if args.all:
+        return run_whole_suite(settings, args)
     if args.expected_passes:
         return run_expected(settings, Path(args.expected_passes))
     return run_comparison(settings, args)
