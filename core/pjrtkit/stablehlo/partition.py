@@ -127,6 +127,7 @@ def keep_entry_marks(program: Program, marks) -> Program:
     buffers JAX donated, and the results' ``mhlo.memory_kind``, without which an output JAX
     placed in ``pinned_host`` would be reported in ``device`` memory (and JAX refuses the
     executable)."""
+    from pjrtkit.stablehlo.entry_layouts import LAYOUT_MODE
     from pjrtkit.stablehlo.loader import MEMORY_KIND_ATTRIBUTE
 
     main = program.main
@@ -134,6 +135,14 @@ def keep_entry_marks(program: Program, marks) -> Program:
     for position in marks.donated:
         if position < len(attributes):
             attributes[position]["jax.buffer_donor"] = True
+    for position, mode in enumerate(marks.parameter_layout_modes):
+        if mode is not None and position < len(attributes):
+            attributes[position][LAYOUT_MODE] = mode
+    modes = marks.result_layout_modes
+    if any(mode is not None for mode in modes) and len(modes) == len(main.result_types):
+        main.result_attributes = tuple(
+            {**attrs, LAYOUT_MODE: mode} if mode is not None else attrs
+            for attrs, mode in zip(main.result_attributes or [{} for _ in modes], modes))
     kinds = marks.result_memory_kinds
     if any(kind is not None for kind in kinds) and len(kinds) == len(main.result_types):
         results = main.result_attributes or [{} for _ in kinds]
