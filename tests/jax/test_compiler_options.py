@@ -18,14 +18,23 @@ def _compile(device, options):
     return lowered.compile(compiler_options=options)
 
 
+def _outcome(device, options):
+    try:
+        return ("value", float(_compile(device, options)(jax.device_put(np.float32(-2), device))))
+    except jax.errors.JaxRuntimeError as exc:
+        return ("refused", str(exc))
+
+
 @pytest.mark.parametrize("options", [
     {"xla_embed_ir_in_executable": True, "xla_dump_max_hlo_modules": 200,
      "xla_gpu_auto_spmd_partitioning_memory_budget_ratio": 0.5},
-    {"exec_time_optimization_effort": 0.0},
+    {"exec_time_optimization_effort": 0.0},  # accepted by jax 0.10's XLA, not by 0.11's
 ], ids=["debug-options", "build-option"])
-def test_options_xla_accepts_are_accepted(devices, options):
-    for device in devices:
-        assert float(_compile(device, options)(jax.device_put(np.float32(-2), device))) == 3.0
+def test_options_get_the_answer_xla_gives(devices, options):
+    ours, theirs = (_outcome(device, options) for device in devices)
+    assert ours == theirs
+    if options.get("xla_embed_ir_in_executable"):
+        assert ours == ("value", 3.0)
 
 
 @pytest.mark.parametrize("options, message", [
