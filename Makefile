@@ -28,7 +28,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.pjrtkit-installed
 SETS := $(patsubst constraints-jax%.txt,%,$(wildcard constraints-jax*.txt))
 
-.PHONY: test-long demo test lint install wheels bench accuracy dtype-sweep conformance gpu-compile-report fuzz soak clean jax-tests-env jax-tests jax-tests-all jax-tests-ci
+.PHONY: test-long demo test lint install wheels bench accuracy dtype-sweep conformance gpu-compile-report gpu-device-check gpu-device-carry fuzz soak clean jax-tests-env jax-tests jax-tests-all jax-tests-ci
 
 # Every plugin in the repository (a directory under plugins/ with a pyproject.toml) is installed
 # and measured by `make conformance`; the cpu plugin first, since others may import it. The
@@ -116,6 +116,35 @@ gpu-compile-report: $(STAMP)
 	env -u PJRTKIT_GPU_EMULATE -u TRITON_INTERPRET $(BIN)/python -m pjrtkit_gpu.compile_report \
 		--jobs $(GPU_COMPILE_JOBS) --json build/gpu-compile-report.json \
 		--markdown build/gpu-compile-report.md
+
+# The GPU device check (tools/pjrtkit_tools/gpu_device_check; README, "The GPU device check").
+# GPU_EMULATE=0, on the GPU test machine: the machine's python3 (DEVICE_CHECK_PYTHON) with the
+# carried wheels on PYTHONPATH, results in $(OUT), within 270 s. GPU_EMULATE=1 (the default),
+# here: the same stages emulated, in this set's venv (`make JAX=0.11 PYTHON=... gpu-device-check`
+# is the baseline), results in build/gpu-device-check/out, within 30 minutes; the kernels it
+# launches are recorded for gpu-device-carry.
+DEVICE_CHECK_PYTHON ?= python3
+GPU_CARRY ?= .gpu-check
+GPU_CARRY_TRITON ?= 3.6.0
+ifeq ($(strip $(GPU_EMULATE)),0)
+gpu-device-check:
+	$(DEVICE_CHECK_PYTHON) -m pjrtkit_tools.gpu_device_check --out "$(if $(OUT),$(OUT),build/gpu-device-check/out)" --carry $(GPU_CARRY)
+else
+gpu-device-check: $(STAMP)
+	$(BIN)/python -m pjrtkit_tools.gpu_device_check --emulate --out build/gpu-device-check/out
+endif
+
+# What travels to the GPU test machine, in $(GPU_CARRY) (git-ignored): pjrtkit's wheels for
+# this set's Python (JAX=0.11: 3.12, the machine's), the wheels the machine lacks, the kernels
+# the emulated device check recorded, compiled for sm_90 with Triton $(GPU_CARRY_TRITON) (its
+# own venv) into Triton's cache; prints the device tool's command (also in run-command.txt).
+gpu-device-carry: $(STAMP)
+	@test -d build/gpu-device-check/kernel-log || { echo "run the emulated device check first: make JAX=0.11 PYTHON=... gpu-device-check"; exit 1; }
+	$(MAKE) --no-print-directory TRITON=$(GPU_CARRY_TRITON) install
+	$(MAKE) --no-print-directory wheels WHEELS_DIR=$(GPU_CARRY)/wheels
+	$(BIN)/python -m pjrtkit_tools.gpu_device_check.carry --folder $(GPU_CARRY) \
+		--constraints $(CONSTRAINTS) --compile-python $(VENV)-triton$(GPU_CARRY_TRITON)/bin/python \
+		--jobs $(GPU_COMPILE_JOBS)
 
 # Every distribution as a wheel in WHEELS_DIR: the core (its C extension built for this
 # interpreter), the development tools (tools/, not published), the shared GPU lowering (gpu/)

@@ -2,6 +2,11 @@
 
     .venv/bin/python -m benchmarks [--quick | --smoke] [--only NAMES] [--repeats N]
                                    [--json PATH] [--plot PATH.png] [--keep-blas-env]
+                                   [--backend pjrtkit_cuda --reference cuda --suite gpu]
+
+``--backend``/``--reference`` measure another pjrtkit backend against another of XLA's
+platforms (pjrtkit_cuda against XLA's cuda on a GPU machine); ``--suite gpu`` takes the GPU
+workloads (benchmarks/gpu_workloads.py) instead of the CPU suite.
 
 A machine-wide OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE slows NumPy's OpenBLAS but not XLA: the
 suite re-runs itself once without them unless --keep-blas-env or --smoke (see blas_env.py).
@@ -40,6 +45,14 @@ def parse_args(argv):
                         help="samples per backend (median taken over them); overrides the mode")
     parser.add_argument("--json", metavar="PATH", help="write the results as JSON")
     parser.add_argument("--plot", metavar="PATH.png", help="write a PNG bar chart of the ratios")
+    parser.add_argument("--backend", default="pjrtkit_cpu",
+                        help="the pjrtkit platform measured (default: %(default)s)")
+    parser.add_argument("--reference", default="cpu",
+                        help="XLA's platform it is compared with (default: %(default)s; cuda "
+                             "on a GPU machine)")
+    parser.add_argument("--suite", choices=("cpu", "gpu"), default="cpu",
+                        help="the workload list: cpu (benchmarks/workloads.py, default) or gpu "
+                             "(benchmarks/gpu_workloads.py)")
     parser.add_argument("--keep-blas-env", action="store_true",
                         help="keep OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE if the machine sets them "
                              "(by default the suite re-runs itself without them)")
@@ -60,9 +73,14 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     from benchmarks import runner, workloads
 
+    runner.use_backends(args.backend, args.reference)
+    if args.suite == "gpu":
+        from benchmarks.gpu_workloads import GPU_WORKLOADS as suite
+    else:
+        suite = workloads.WORKLOADS
     try:
-        chosen = (workloads.by_name([n.strip() for n in args.only.split(",") if n.strip()])
-                  if args.only else workloads.WORKLOADS)
+        chosen = (workloads.by_name([n.strip() for n in args.only.split(",") if n.strip()],
+                                    suite) if args.only else suite)
     except ValueError as exc:
         print(f"benchmarks: {exc}", file=sys.stderr)
         return EXIT_SETUP
@@ -121,7 +139,7 @@ def main(argv=None) -> int:
         rows.append(("geomean", doc["geomean_ratio"], workloads.GEOMEAN_TARGET))
         rows += [(f"{r.workload.name} ({r.workload.devices} dev)", r.ratio, r.workload.target)
                  for r in results if r.workload.devices > 1]
-        plot.write(args.plot, rows, f"pjrtkit_cpu vs xla cpu ({mode})")
+        plot.write(args.plot, rows, f"{runner.BACKEND} vs xla {runner.REFERENCE} ({mode})")
         print(f"wrote {args.plot}")
     return EXIT_OK if all(r.ok for r in results) else EXIT_FAIL
 

@@ -87,7 +87,7 @@ class Canvas:
 
 def render(rows: list[tuple[str, float | None, float]], title: str) -> bytes:
     """PNG of ``rows`` = [(label, ratio or None, target)] on a log axis."""
-    values = [v for _, v, _ in rows if v] + [t for _, _, t in rows] + [1.0]
+    values = [v for _, v, _ in rows if v] + [t for _, _, t in rows if t] + [1.0]
     lo = 10 ** math.floor(math.log10(min(values) / 1.2))
     hi = 10 ** math.ceil(math.log10(max(values) * 1.6))
     left, right, top, row_h, bottom = 250, 110, 70, 34, 70  # right: room for "1234.56X"
@@ -117,12 +117,13 @@ def render(rows: list[tuple[str, float | None, float]], title: str) -> bytes:
             c.rect(left, y + 8, left + 30, y + row_h - 8, GREY)
             c.text(left + 40, y + 10, "NO DATA", DARK)
         else:
-            color = GREEN if ratio <= target else RED
+            color = GREY if target is None else GREEN if ratio <= target else RED
             x = x_of(ratio)
             c.rect(left, y + 7, max(x, left + 2), y + row_h - 7, color)
             c.text(max(x, left + 2) + 8, y + 10, f"{ratio:.2f}X", DARK)
-        tx = x_of(target)
-        c.rect(tx - 1, y + 2, tx + 2, y + row_h - 2, BLACK)
+        if target is not None:  # a workload reported without a bar has no tick
+            tx = x_of(target)
+            c.rect(tx - 1, y + 2, tx + 2, y + row_h - 2, BLACK)
     one = x_of(1.0)
     c.rect(one, top - 4, one + 2, y_end, DARK)
     c.rect(left, y_end, width - right, y_end + 1, DARK)

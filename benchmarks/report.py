@@ -10,8 +10,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from benchmarks import blas_env
-from benchmarks.runner import BACKEND, REFERENCE, Result
+from benchmarks import blas_env, runner
+from benchmarks.runner import Result
 from benchmarks.workloads import GEOMEAN_TARGET
 
 
@@ -33,16 +33,17 @@ def fmt_time(seconds: float | None) -> str:
 
 
 def _row(r: Result) -> str:
-    p = r.stats.get(BACKEND)
-    x = r.stats.get(REFERENCE)
+    p = r.stats.get(runner.BACKEND)
+    x = r.stats.get(runner.REFERENCE)
     ratio = r.ratio
+    target = "-" if r.workload.target is None else f"{r.workload.target:.2f}x"
     met = {True: "yes", False: "NO", None: "-"}[r.met]
     spread = (f"{100 * p.spread:4.1f}/{100 * x.spread:4.1f}%" if p and x else "-")
     status = ("ok" if r.ok else "ERROR" if r.error else "MISMATCH")
     return (f"{r.workload.name:<18} {fmt_time(p and p.median_s):>10} "
             f"{fmt_time(x and x.median_s):>10} "
             f"{'-' if ratio is None else f'{ratio:.2f}x':>8} "
-            f"{r.workload.target:>6.2f}x {met:>5}  {spread:>11}  {status}")
+            f"{target:>7} {met:>5}  {spread:>11}  {status}")
 
 
 def table(results: list[Result]) -> str:
@@ -107,7 +108,7 @@ def machine() -> dict[str, Any]:
 def document(results: list[Result], *, mode: str, settings: Any, elapsed_s: float) -> dict:
     workloads = []
     for r in results:
-        p, x = r.stats.get(BACKEND), r.stats.get(REFERENCE)
+        p, x = r.stats.get(runner.BACKEND), r.stats.get(runner.REFERENCE)
         workloads.append({
             "name": r.workload.name,
             "pjrtkit_s": p.median_s if p else None,
@@ -137,7 +138,7 @@ def document(results: list[Result], *, mode: str, settings: Any, elapsed_s: floa
                      "max_calls": settings.max_calls, "warmup": settings.warmup,
                      "pause_s": settings.pause_s,
                      "persistent_compilation_cache": False},
-        "backends": {"pjrtkit": BACKEND, "xla": REFERENCE},
+        "backends": {"pjrtkit": runner.BACKEND, "xla": runner.REFERENCE},
         "elapsed_s": elapsed_s,
         "machine": machine(),
     }

@@ -25,7 +25,7 @@ from jax import lax
 class Workload:
     name: str
     description: str
-    target: float            # largest acceptable pjrtkit_s / xla_s
+    target: float | None     # largest acceptable pjrtkit_s / xla_s (None: reported, no bar)
     make: Callable[[str], tuple[Callable, tuple]]
     loosen: float = 1.0
     kind: str = "execute"    # "execute": time calls; "compile": time lower(...).compile()
@@ -270,13 +270,15 @@ def devices_needed(chosen: list[Workload]) -> int:
     return max((w.devices for w in chosen), default=1)
 
 
-def by_name(names: list[str]) -> list[Workload]:
-    """Workloads whose name contains any of ``names`` (in suite order)."""
-    chosen = [w for w in WORKLOADS if any(n in w.name for n in names)]
-    unknown = [n for n in names if not any(n in w.name for w in WORKLOADS)]
+def by_name(names: list[str], suite: list[Workload] | None = None) -> list[Workload]:
+    """Workloads of ``suite`` (default ``WORKLOADS``) whose name contains any of ``names``
+    (in suite order)."""
+    suite = WORKLOADS if suite is None else suite
+    chosen = [w for w in suite if any(n in w.name for n in names)]
+    unknown = [n for n in names if not any(n in w.name for w in suite)]
     if unknown:
         raise ValueError(f"unknown workload(s) {unknown}; known: "
-                         f"{', '.join(w.name for w in WORKLOADS)}")
+                         f"{', '.join(w.name for w in suite)}")
     return chosen
 
 

@@ -3,8 +3,9 @@
 Each example script builds an :class:`Experiment` (initial parameters and batches as NumPy
 arrays, one training-step function written in plain JAX) and hands it to :func:`main`, which
 
-1. enables XLA's ``cpu`` platform beside the backend under test (``jax_platforms``), before any
-   backend is started, so that ``JAX_PLATFORMS=pjrtkit_cpu`` cannot remove the reference;
+1. enables XLA's reference platform (``--reference``: ``cpu`` by default, ``cuda`` for XLA's GPU
+   backend) beside the backend under test (``jax_platforms``), before any backend is started,
+   so that ``JAX_PLATFORMS=pjrtkit_cpu`` cannot remove the reference;
 2. puts its own copy of the NumPy state and of every batch on each device (nothing computed on
    one backend is ever copied to the other);
 3. calls the same ``jax.jit`` step on both, checks that every output stayed on the device it was
@@ -59,6 +60,9 @@ def parse_args(description: str, default_steps: int,
     parser.add_argument("--backend", default=DEFAULT_BACKEND,
                         help="JAX platform under test (default: %(default)s); "
                              "'cpu' compares XLA's CPU backend with itself")
+    parser.add_argument("--reference", default=REFERENCE_PLATFORM,
+                        help="XLA's platform the backend is compared with (default: "
+                             "%(default)s; 'cuda' for XLA's GPU backend)")
     parser.add_argument("--steps", type=int, default=default_steps,
                         help="training steps (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=0,
@@ -70,8 +74,9 @@ def parse_args(description: str, default_steps: int,
     return args
 
 
-def enable_platforms(backend: str) -> None:
-    """Start ``backend`` and XLA's cpu side by side, overriding the user's JAX_PLATFORMS.
+def enable_platforms(backend: str, reference: str = REFERENCE_PLATFORM) -> None:
+    """Start ``backend`` and XLA's ``reference`` side by side, overriding the user's
+    JAX_PLATFORMS.
 
     Must run before anything starts a backend: JAX ignores ``jax_platforms`` afterwards.
     """
@@ -80,7 +85,7 @@ def enable_platforms(backend: str) -> None:
     if jax_compat.backends_are_initialized():
         raise RuntimeError("JAX backends were started before enable_platforms(); "
                            "call it before any jax.devices(), jnp array or jit call")
-    platforms = [backend] if backend == REFERENCE_PLATFORM else [backend, REFERENCE_PLATFORM]
+    platforms = [backend] if backend == reference else [backend, reference]
     jax.config.update("jax_platforms", ",".join(platforms))
 
 
@@ -156,14 +161,18 @@ class _Side:
         return text
 
 
-def run(experiment: Experiment, backend: str, *, out=sys.stdout) -> int:
-    """Run ``experiment`` on ``backend`` and on XLA's cpu; print the table; return exit status."""
+def run(experiment: Experiment, backend: str, *, reference_platform: str = REFERENCE_PLATFORM,
+        out=sys.stdout) -> int:
+    """Run ``experiment`` on ``backend`` and on XLA's ``reference_platform``; print the table;
+    return exit status."""
 
     def say(line: str = "") -> None:
         print(line, file=out, flush=True)
 
     tested = _Side(label=backend, device=first_device(backend))
-    reference = _Side(label=f"{REFERENCE_PLATFORM} (XLA)", device=first_device(REFERENCE_PLATFORM))
+    reference = _Side(label=f"{reference_platform} (XLA)",
+                      device=first_device(reference_platform))
+    xla = f"xla {reference_platform}"
     say(f"{experiment.name}: {len(experiment.batches)} steps, float32, "
         f"tolerance {experiment.tolerance:g}")
     say(f"backend under test: {describe(tested.device)}")
@@ -178,7 +187,8 @@ def run(experiment: Experiment, backend: str, *, out=sys.stdout) -> int:
 
     width = max(len(f"loss[{backend}]"), 16)
     say()
-    say(f"{'step':>4}  {f'loss[{backend}]':>{width}}  {'loss[xla cpu]':>{width}}  {'rel diff':>9}")
+    say(f"{'step':>4}  {f'loss[{backend}]':>{width}}  {f'loss[{xla}]':>{width}}  "
+        f"{'rel diff':>9}")
     worst, worst_step, problems = 0.0, 0, []  # worst_step 0: nothing compared yet
     for step, batch in enumerate(experiment.batches, start=1):
         try:
@@ -194,16 +204,16 @@ def run(experiment: Experiment, backend: str, *, out=sys.stdout) -> int:
             f"{difference:>9.2e}")
         if not (math.isfinite(loss_tested) and math.isfinite(loss_reference)):
             problems.append(f"step {step}: loss is not finite "
-                            f"({backend} {loss_tested}, cpu {loss_reference})")
+                            f"({backend} {loss_tested}, {reference_platform} {loss_reference})")
             break
         if difference > worst or step == 1:
             worst, worst_step = difference, step
 
     say()
     say(f"step outputs checked on: {backend} -> {tested.device}, "
-        f"cpu -> {reference.device}")
+        f"{reference_platform} -> {reference.device}")
     say(f"time on {backend}: {tested.timing()}")
-    say(f"time on xla cpu (reference): {reference.timing()}")
+    say(f"time on {xla} (reference): {reference.timing()}")
     if worst_step:
         say(f"max rel diff: {worst:.2e} at step {worst_step} "
             f"(tolerance {experiment.tolerance:g})")
@@ -214,7 +224,7 @@ def run(experiment: Experiment, backend: str, *, out=sys.stdout) -> int:
         for problem in problems:
             say(f"FAIL: {experiment.name} on {backend}: {problem}")
         return EXIT_FAIL
-    say(f"PASS: {experiment.name} on {backend} matches XLA cpu for "
+    say(f"PASS: {experiment.name} on {backend} matches XLA {reference_platform} for "
         f"{len(experiment.batches)} steps (max rel diff {worst:.2e} <= {experiment.tolerance:g})")
     return EXIT_PASS
 
@@ -223,10 +233,10 @@ def main(build: Callable[[int, int], Experiment], *, description: str, default_s
          argv: Sequence[str] | None = None) -> int:
     """Entry point of an example script: ``build(seed, steps)`` makes its :class:`Experiment`."""
     args = parse_args(description, default_steps, argv)
-    enable_platforms(args.backend)
+    enable_platforms(args.backend, args.reference)
     experiment = build(args.seed, args.steps)
     try:
-        return run(experiment, args.backend)
+        return run(experiment, args.backend, reference_platform=args.reference)
     except SetupError as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_SETUP

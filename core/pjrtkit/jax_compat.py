@@ -72,11 +72,12 @@ def support_problem(jax_version: str | None = None) -> str | None:
 
 
 # The release lines whose Pallas Triton lowering (``pl.pallas_call`` with the Triton backend)
-# the GPU plugins compile: jax 0.10 and 0.12 lower it to the custom call
-# ``__gpu$xla.gpu.triton`` carrying the kernel's Triton IR as MLIR bytecode. jax 0.12 asks
-# ``jax._src.pallas.triton.gpu_info`` for the device's GPU first (``register_pallas_gpu``).
-# jax 0.11 lowers to ``triton_kernel_call_ffi``, a kernel jaxlib compiled itself: not handled.
-PALLAS_TRITON_RELEASE_LINES = frozenset({(0, 10), (0, 12)})
+# the GPU plugins compile: jax 0.10, 0.11 and 0.12 lower it to the custom call
+# ``__gpu$xla.gpu.triton`` carrying the kernel's Triton IR as MLIR bytecode (jax 0.11.2's
+# ``pallas/triton/pallas_call_registration.py`` is 0.12.0.1's, byte for byte). jax 0.11 and
+# 0.12 ask ``jax._src.pallas.triton.gpu_info`` for the device's GPU first
+# (``register_pallas_gpu``). A line not listed raises NotImplementedError at lowering.
+PALLAS_TRITON_RELEASE_LINES = frozenset({(0, 10), (0, 11), (0, 12)})
 
 
 def register_pallas_gpu(device_kind: str, target: str) -> None:

@@ -78,7 +78,7 @@ def _convert_ops(dtype):
 
 def kernel_cases(only=None):
     """(kernel name, dtype text, shape text, the jit function, signature, constexprs, what)."""
-    from pjrtkit_gpu import codegen, dtypes as D, kernels
+    from pjrtkit_gpu import autotune, codegen, dtypes as D, kernels
     from pjrtkit_gpu.lowering.elementwise import chain_source
     from pjrtkit_gpu.lowering.reduce import (COLUMNS_PER_STEP, ROWS_PER_PROGRAM, REDUCTION_BODIES,
                                              reduction_kernel)
@@ -102,7 +102,8 @@ def kernel_cases(only=None):
     matmuls += [(D.BFLOAT16, D.FLOAT32, True), (D.FLOAT16, D.FLOAT32, True)]
     matmuls += [(d, d, False) for d in (D.FLOAT64, *D.INTEGERS)]
     for a, c, use_dot in matmuls:
-        bm, bn, bk = kernels.MATMUL_TILES if use_dot else kernels.MATMUL_TILES_BROADCAST
+        bm, bn, bk = ((autotune.DEFAULTS[autotune.MATMUL].constexprs[t] for t in ("BM", "BN", "BK"))
+                      if use_dot else kernels.MATMUL_TILES_BROADCAST)
         cases.append(("batched_matmul", f"{a.name}->{c.name}", "1x128x128x128",
                       kernels.batched_matmul,
                       {"a": f"*{D.storage_type(a)}", "b": f"*{D.storage_type(a)}",

@@ -18,8 +18,8 @@ triton, tl = import_triton()
 
 MAX_RANK = 6
 ELEMENTWISE_BLOCK = 1024
-# Fixed matmul tiles (no GPU to autotune on): tl.dot needs every tile dimension >= 16.
-MATMUL_TILES = (32, 32, 32)
+# The tl.dot matmul's tiles and launch options are autotune's (its default: 32x32x32, since
+# tl.dot needs every tile dimension >= 16).
 # Tiles of the matmul that multiplies by broadcasting (float64 and integers, which tensor
 # cores do not take on every target): the BM x BK x BN product lives in registers.
 MATMUL_TILES_BROADCAST = (16, 16, 8)

@@ -76,8 +76,11 @@ class Driver(abc.ABC):
 
     @abc.abstractmethod
     def launch(self, device_index: int, kernel, grid: tuple[int, ...],
-               args: Sequence[DeviceArray | int], constexprs: Mapping[str, Any]) -> None:
-        """Enqueue ``kernel`` (a ``@triton.jit`` function) on the device's stream."""
+               args: Sequence[DeviceArray | int], constexprs: Mapping[str, Any],
+               options: Mapping[str, int] | None = None) -> None:
+        """Enqueue ``kernel`` (a ``@triton.jit`` function) on the device's stream.
+        ``options``: Triton's compile options (``num_warps``, ``num_stages``; default
+        Triton's), which the emulation ignores."""
 
     @abc.abstractmethod
     def synchronize(self, device_index: int) -> None:

@@ -14,7 +14,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pjrtkit_gpu import dtypes
+from pjrtkit_gpu import dtypes, kernel_log
 from pjrtkit_gpu.device_array import DeviceArray
 from pjrtkit_gpu.targets import BINARY, TARGETS
 from pjrtkit_gpu.triton_ir import TritonIrKernel, compile_triton_ir
@@ -49,15 +49,19 @@ def signature_of(kernel, args: Sequence[DeviceArray | int], constexprs: Mapping[
 
 
 def compile_kernel(kernel, signature: Mapping[str, str], constexprs: Mapping[str, Any],
-                   target: str):
-    """Triton's compiled kernel for ``target`` (``"sm_90"``, ``"gfx942"``, ...)."""
+                   target: str, options: Mapping[str, int] | None = None):
+    """Triton's compiled kernel for ``target`` (``"sm_90"``, ``"gfx942"``, ...); ``options``:
+    Triton's compile options (``num_warps``, ``num_stages``), Triton's defaults when None.
+    Triton's own cache (``TRITON_CACHE_DIR``) answers a kernel compiled before with the same
+    source, signature, constexprs, options, target and Triton build."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
     backend, arch, warp = TARGETS[target]
     source = ASTSource(fn=kernel, signature=dict(signature), constexprs=dict(constexprs))
-    return triton.compile(source, target=GPUTarget(backend, arch, warp))
+    return triton.compile(source, target=GPUTarget(backend, arch, warp),
+                          options=dict(options) if options else None)
 
 
 @dataclasses.dataclass
@@ -93,9 +97,11 @@ class CompiledKernels:
         self._cache: dict[tuple, LoadedKernel] = {}
         self._lock = threading.Lock()
 
-    def get(self, device_index: int, kernel, args, constexprs) -> LoadedKernel:
+    def get(self, device_index: int, kernel, args, constexprs,
+            options: Mapping[str, int] | None = None) -> LoadedKernel:
         """``kernel``: a ``@triton.jit`` function, or a ``triton_ir.TritonIrKernel`` (a Pallas
-        kernel: Triton IR whose parameters are all pointers)."""
+        kernel: Triton IR whose parameters are all pointers). ``options``: Triton's compile
+        options (part of the key)."""
         if isinstance(kernel, TritonIrKernel):
             signature = {}
             key = (device_index, kernel.key)
@@ -105,16 +111,17 @@ class CompiledKernels:
         else:
             signature = signature_of(kernel, args, constexprs)
             key = (device_index, id(kernel), tuple(signature.items()), tuple(sorted(
-                (k, str(v)) for k, v in constexprs.items())))
+                (k, str(v)) for k, v in constexprs.items())), tuple(sorted((options or {}).items())))
 
             def compile_for(target):
-                return compile_kernel(kernel, signature, constexprs, target)
+                return compile_kernel(kernel, signature, constexprs, target, options)
         with self._lock:
             loaded = self._cache.get(key)
             if loaded is None:
                 arch = self._arch_of(device_index)
                 target = f"sm_{arch}" if self._backend == "cuda" else arch
-                compiled = compile_for(target)
+                with kernel_log.compiling(kernel, signature, constexprs, options, target):
+                    compiled = compile_for(target)
                 if getattr(compiled.metadata, "global_scratch_size", 0) or \
                         getattr(compiled.metadata, "profile_scratch_size", 0):
                     from pjrtkit.errors import Unimplemented
@@ -124,7 +131,7 @@ class CompiledKernels:
                         f"or profile scratch memory, which the drivers do not allocate")
                 binary = compiled.asm[BINARY[self._backend]]
                 name = compiled.metadata.name
-                function = self._load_module(device_index, binary, name)
+                function = self._load_module(device_index, binary, name, compiled.metadata.shared)
                 loaded = LoadedKernel(name, function, compiled.metadata.num_warps,
                                       compiled.metadata.shared, signature)
                 self._cache[key] = loaded

@@ -42,6 +42,10 @@ def _check(cu, result, what: str):
     return None
 
 
+# Shared memory a launch may use without opting in (cuFuncSetAttribute).
+STATIC_SHARED_LIMIT = 48 << 10
+
+
 class DeviceMemory:
     __slots__ = ("pointer", "nbytes", "device_index", "_free")
 
@@ -194,14 +198,23 @@ class CudaDriver(Driver):
                                                     self._streams[dst_memory.device_index]),
                "cuMemcpyDtoDAsync")
 
-    def _load_module(self, device_index, binary: bytes, name: str):
+    def _load_module(self, device_index, binary: bytes, name: str, shared: int):
+        """The kernel ``name`` of the cubin ``binary``; a kernel using more than the 48 KiB of
+        shared memory every launch may take is allowed its ``shared`` bytes first (as
+        Triton's own launcher does: the larger tiles need it on Hopper)."""
+        cu = self._cu
         self._use(device_index)
-        module = _check(self._cu, self._cu.cuModuleLoadData(binary), "cuModuleLoadData")
-        return _check(self._cu, self._cu.cuModuleGetFunction(module, name.encode()),
-                      "cuModuleGetFunction")
+        module = _check(cu, cu.cuModuleLoadData(binary), "cuModuleLoadData")
+        function = _check(cu, cu.cuModuleGetFunction(module, name.encode()),
+                          "cuModuleGetFunction")
+        if shared > STATIC_SHARED_LIMIT:
+            _check(cu, cu.cuFuncSetAttribute(
+                function, cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                shared), f"cuFuncSetAttribute({name}, {shared} bytes of shared memory)")
+        return function
 
-    def launch(self, device_index, kernel, grid, args, constexprs):
-        compiled = self._kernels.get(device_index, kernel, args, constexprs)
+    def launch(self, device_index, kernel, grid, args, constexprs, options=None):
+        compiled = self._kernels.get(device_index, kernel, args, constexprs, options)
         params, types = compiled.parameters(args)
         grid = launch_grid(kernel, grid)
         self._use(device_index)

@@ -9,9 +9,10 @@ import threading
 
 import numpy as np
 
-from pjrtkit_gpu import dtypes, settings
+from pjrtkit_gpu import dtypes, kernel_log, settings
 from pjrtkit_gpu.device_array import DeviceArray
 from pjrtkit_gpu.drivers.base import DeviceFacts, Driver, launch_grid
+from pjrtkit_gpu.drivers.compiled_kernels import signature_of
 from pjrtkit_gpu.triton_setup import import_triton
 
 EMULATED_DEVICE = "pjrtkit emulated GPU (Triton interpreter)"
@@ -122,8 +123,10 @@ class EmulatedDriver(Driver):
     def copy(self, dst_memory, src_memory, nbytes):
         dst_memory.bytes[:nbytes] = src_memory.bytes[:nbytes]
 
-    def launch(self, device_index, kernel, grid, args, constexprs):
+    def launch(self, device_index, kernel, grid, args, constexprs, options=None):
         launch_grid(kernel, grid)
+        if kernel_log.enabled():
+            kernel_log.record(kernel, signature_of(kernel, args, constexprs), constexprs, options)
         converted = [InterpreterTensor(a) if isinstance(a, DeviceArray) else a for a in args]
         with self._lock, np.errstate(all="ignore"):
             kernel[tuple(grid)](*converted, **constexprs)

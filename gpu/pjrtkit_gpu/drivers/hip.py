@@ -116,14 +116,14 @@ class HipDriver(Driver):
                                               self._hip.hipMemcpyKind.hipMemcpyDeviceToDevice),
                "hipMemcpy")
 
-    def _load_module(self, device_index, binary: bytes, name: str):
+    def _load_module(self, device_index, binary: bytes, name: str, shared: int):
         self._use(device_index)
         module = _check(self._hip, self._hip.hipModuleLoadData(binary), "hipModuleLoadData")
         return _check(self._hip, self._hip.hipModuleGetFunction(module, name.encode()),
                       "hipModuleGetFunction")
 
-    def launch(self, device_index, kernel, grid, args, constexprs):
-        compiled = self._kernels.get(device_index, kernel, args, constexprs)
+    def launch(self, device_index, kernel, grid, args, constexprs, options=None):
+        compiled = self._kernels.get(device_index, kernel, args, constexprs, options)
         params, _types = compiled.parameters(args)
         grid = launch_grid(kernel, grid)
         self._use(device_index)

@@ -1,16 +1,17 @@
 """``stablehlo.dot_general`` / ``stablehlo.dot`` as a tiled, batched matmul: each operand is
 transposed into (batch, rows, contraction) / (batch, contraction, columns) order, then one
-``kernels.batched_matmul`` launch with the fixed default tiles (``kernels.MATMUL_TILES``; no
-GPU here to autotune on). float16/bfloat16/float32 use ``tl.dot`` with float32 accumulation
-(float32 in IEEE precision, not TF32, to agree with XLA's CPU backend); float64 and integer
-results multiply by broadcasting in the result's type."""
+``kernels.batched_matmul`` launch. float16/bfloat16/float32 use ``tl.dot`` with float32
+accumulation (float32 in IEEE precision, not TF32, to agree with XLA's CPU backend), with the
+tiles and launch options ``autotune`` chooses for the device and the shape class (the fixed
+32x32x32 default under emulation); float64 and integer results multiply by broadcasting in the
+result's type, with fixed tiles (``kernels.MATMUL_TILES_BROADCAST``)."""
 from __future__ import annotations
 
 import math
 
 from pjrtkit.stablehlo.attributes import DotDimensionNumbers
 
-from pjrtkit_gpu import dtypes as D, kernels
+from pjrtkit_gpu import autotune, dtypes as D, kernels
 from pjrtkit_gpu.lowering.launching import blocks, permuted
 from pjrtkit_gpu.lowering.structural import check_operands
 
@@ -38,12 +39,31 @@ def _lower(op, ctx, numbers: DotDimensionNumbers):
     k = math.prod(lhs_t.shape[d] for d in lc)
     n = math.prod(rhs_t.shape[d] for d in rf)
     lhs_order, rhs_order = (*lb, *lf, *lc), (*rb, *rc, *rf)
-    bm, bn, bk = kernels.MATMUL_TILES if use_dot else kernels.MATMUL_TILES_BROADCAST
-    constexprs = {"BM": bm, "BN": bn, "BK": bk, "USE_DOT": use_dot,
-                  "IEEE": lhs_t.dtype == D.FLOAT32,
-                  "WIDEN": use_dot and lhs_t.dtype == D.BFLOAT16 and ctx.payloads.driver.interprets}
-    grid = (blocks(m, bm) * max(z, 1), blocks(n, bn))
     driver, device = ctx.payloads.driver, ctx.payloads.device_index
+    fixed = {"USE_DOT": use_dot, "IEEE": lhs_t.dtype == D.FLOAT32,
+             "WIDEN": use_dot and lhs_t.dtype == D.BFLOAT16 and driver.interprets}
+    if use_dot:
+        def measure(config):  # only when autotuning on a GPU: this shape, fresh operands
+            a, b = (driver.empty(device, s, lhs_t.dtype) for s in ((z, m, k), (z, k, n)))
+            c = driver.empty(device, (z, m, n), out.dtype)
+            config_grid = (blocks(m, config.constexprs["BM"]) * z,
+                           blocks(n, config.constexprs["BN"]))
+            return autotune.time_launches(
+                lambda: driver.launch(device, kernels.batched_matmul, config_grid,
+                                      [a, b, c, m, n, k], {**config.constexprs, **fixed},
+                                      config.options),
+                lambda: driver.synchronize(device))
+
+        key = f"{lhs_t.dtype.name}->{out.dtype.name} " + autotune.shape_class(z=z, m=m, n=n,
+                                                                               k=k)
+        config = autotune.choose(autotune.MATMUL, key, driver, device,
+                                 measure if z and m and n and k else None)
+        tiles, options = config.constexprs, config.options
+    else:
+        tiles = dict(zip(("BM", "BN", "BK"), kernels.MATMUL_TILES_BROADCAST))
+        options = None
+    constexprs = {**tiles, **fixed}
+    grid = (blocks(m, tiles["BM"]) * max(z, 1), blocks(n, tiles["BN"]))
 
     def run_dot(lhs, rhs):
         result = driver.empty(device, out.shape, out.dtype)
@@ -51,7 +71,7 @@ def _lower(op, ctx, numbers: DotDimensionNumbers):
             a = permuted(driver, device, lhs, lhs_order).reshaped((z, m, k))
             b = permuted(driver, device, rhs, rhs_order).reshaped((z, k, n))
             driver.launch(device, kernels.batched_matmul, grid, [a, b, result, m, n, k],
-                          constexprs)
+                          constexprs, options)
         return (result,)
 
     return run_dot

@@ -2,10 +2,12 @@
 
 A one-operand reduce whose body is one op (add, multiply, maximum, minimum, and, or, xor) runs
 one generated tiled row-reduction kernel per (body, dtype), folding each row and the init
-value; float16/bfloat16 accumulate in float32, as XLA's CPU backend does; integers wrap in
-their own type. Any other body of elementwise ops, over any number of operands (argmax and
-argmin: JAX's (value, index) pair with its NaN-first, lowest-index tie-break body), is inlined
-into a kernel that folds the columns in order, rows in parallel (``sequential_reduce``)."""
+value, with the rows per program, columns per step and launch options ``autotune`` chooses for
+the device and the shape class (16 x 128 under emulation); float16/bfloat16 accumulate in
+float32, as XLA's CPU backend does; integers wrap in their own type. Any other body of
+elementwise ops, over any number of operands (argmax and argmin: JAX's (value, index) pair
+with its NaN-first, lowest-index tie-break body), is inlined into a kernel that folds the
+columns in order, rows in parallel (``sequential_reduce``)."""
 from __future__ import annotations
 
 import math
@@ -14,15 +16,16 @@ import numpy as np
 
 from pjrtkit.stablehlo.inline import inline_region_calls
 
-from pjrtkit_gpu import codegen, dtypes as D
+from pjrtkit_gpu import autotune, codegen, dtypes as D
 from pjrtkit_gpu.elementwise_table import NoKernel
 from pjrtkit_gpu.lowering.elementwise import load_template, store_template
 from pjrtkit_gpu.lowering.launching import blocks, permuted
 from pjrtkit_gpu.lowering.regions import captured_scalars, region_lines
 from pjrtkit_gpu.lowering.structural import check_operands
 
-ROWS_PER_PROGRAM = 16
-COLUMNS_PER_STEP = 128
+# the default tiles of the one-op row reduction (autotune.DEFAULTS)
+ROWS_PER_PROGRAM = autotune.DEFAULTS[autotune.ROW_REDUCE].constexprs["BM"]
+COLUMNS_PER_STEP = autotune.DEFAULTS[autotune.ROW_REDUCE].constexprs["BK"]
 SEQUENTIAL_ROWS_PER_PROGRAM = 64
 
 REDUCTION_BODIES = ("stablehlo.add", "stablehlo.multiply", "stablehlo.maximum", "stablehlo.minimum",
@@ -125,8 +128,8 @@ def sequential_reduction_kernel(region, operand_dtypes, captures=()):
 
 
 def _one_op_reduction(op):
-    """``(kernel, constexprs)`` of a one-operand reduce whose body is one op that
-    ``reduction_kernel`` takes, else None."""
+    """``(kernel, None)`` of a one-operand reduce whose body is one op that
+    ``reduction_kernel`` takes (its tiles are autotune's), else None."""
     if len(op.operands) != 2:
         return None
     dtype = op.operands[0].type.dtype
@@ -134,7 +137,7 @@ def _one_op_reduction(op):
     if body is None or (D.is_float(dtype) and body in ("stablehlo.and", "stablehlo.or",
                                                        "stablehlo.xor")):
         return None
-    return reduction_kernel(body, dtype), {"BM": ROWS_PER_PROGRAM, "BK": COLUMNS_PER_STEP}
+    return reduction_kernel(body, dtype), None
 
 
 def reduce_rule(op, ctx):
@@ -164,6 +167,23 @@ def reduce_rule(op, ctx):
     rows = math.prod(shape[d] for d in kept)
     columns = math.prod(shape[d] for d in dims)
     outs = [v.type for v in op.results]
+    options = None
+    if constexprs is None:  # the one-op row reduction: tiles and options are autotune's
+        def measure(config):  # only when autotuning on a GPU: this shape, fresh operands
+            x = driver.empty(device, (rows, columns), operand_dtypes[0])
+            init = driver.empty(device, (), operand_dtypes[0])
+            out = driver.empty(device, (rows,), outs[0].dtype)
+            return autotune.time_launches(
+                lambda: driver.launch(device, kernel, (blocks(rows, config.constexprs["BM"]),),
+                                      [x, init, out, rows, columns], config.constexprs,
+                                      config.options),
+                lambda: driver.synchronize(device))
+
+        key = f"{body_op_name(op.regions[0])} {operand_dtypes[0].name} " \
+            + autotune.shape_class(rows=rows, columns=columns)
+        config = autotune.choose(autotune.ROW_REDUCE, key, driver, device,
+                                 measure if rows and columns else None)
+        constexprs, options = config.constexprs, config.options
     rows_per_program = constexprs["BM"]
 
     def run_reduce(*args):
@@ -173,7 +193,8 @@ def reduce_rule(op, ctx):
             arranged = [permuted(driver, device, x, permutation).reshaped((rows, columns))
                         for x in inputs]
             driver.launch(device, kernel, (blocks(rows, rows_per_program),),
-                          [*arranged, *inits, *results, *captured, rows, columns], constexprs)
+                          [*arranged, *inits, *results, *captured, rows, columns], constexprs,
+                          options)
         return results
 
     return run_reduce

@@ -132,8 +132,9 @@ def convolution(op, ctx):
     body.append(f"bok = (rk[:, None] < {depth}) & (rn[None, :] < {out_features})")
     body.append(f"b = tl.load(w + tl.where(bok, {' + '.join(b_terms)}, 0), mask=bok, other=0)")
     widen = use_dot and x_t.dtype == D.BFLOAT16 and ctx.payloads.driver.interprets
-    if widen:  # the interpreter's tl.dot multiplies bfloat16's raw bits (kernels.batched_matmul)
-        body += ["a = a.to(tl.float32)", "b = b.to(tl.float32)"]
+    if use_dot:  # the interpreter's tl.dot multiplies bfloat16's raw bits (kernels.batched_matmul);
+        # a constexpr, so the source (and what precompile builds from it) is the GPU's too
+        body += ["if WIDEN:", "    a = a.to(tl.float32)", "    b = b.to(tl.float32)"]
     if use_dot:
         precision = ', input_precision="ieee"' if x_t.dtype == D.FLOAT32 else ""
         body.append(f"acc += tl.dot(a, b{precision})")
@@ -148,7 +149,8 @@ def convolution(op, ctx):
     lines.append(f"tl.store(out + tl.where(done, {' + '.join(o_terms)}, 0), "
                  f"acc.to(tl.{D.storage_language_type(out.dtype)}), mask=done)")
     source = (codegen.HEADER + "@triton.jit\ndef convolution(x, w, out, BM: tl.constexpr, "
-              "BN: tl.constexpr, BK: tl.constexpr):\n" + "".join(f"    {line}\n" for line in lines))
+              "BN: tl.constexpr, BK: tl.constexpr, WIDEN: tl.constexpr):\n"
+              + "".join(f"    {line}\n" for line in lines))
     kernel = codegen.load_kernel(source, "convolution")
     bm, bn, bk = CONV_TILES if use_dot else CONV_TILES_BROADCAST
     grid = (blocks(rows, bm), blocks(out_features, bn))
@@ -157,7 +159,8 @@ def convolution(op, ctx):
     def run_convolution(x, w):
         result = driver.empty(device, out.shape, out.dtype)
         if rows and out_features:
-            driver.launch(device, kernel, grid, [x, w, result], {"BM": bm, "BN": bn, "BK": bk})
+            driver.launch(device, kernel, grid, [x, w, result],
+                          {"BM": bm, "BN": bn, "BK": bk, "WIDEN": widen})
         return (result,)
 
     return run_convolution

@@ -1,0 +1,108 @@
+"""``pjrtkit conformance <backend>`` split into shards run as parallel processes, one report.
+
+The checks are dealt round-robin to ``shards`` chunks (``python -m pjrtkit.cli conformance
+BACKEND --check ID ...``, each a process with its own JAX and driver), at most ``workers`` of
+them running at a time, a new one started as one ends, all stopped at one deadline. Their JSON
+reports are merged into one ``SuiteResult`` (checks in suite order) and written as JSON and
+markdown. The checks of a chunk that did not finish in time (stopped, or never started) are
+left out of the report and listed as not run; with more chunks than workers, a deadline costs
+only the chunks in flight.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def all_check_ids(layers=None) -> list[str]:
+    """Every check id of the suite's layers, in suite order."""
+    from pjrtkit.conformance.checks import LAYERS
+    from pjrtkit.conformance.runner import import_layer, select_checks
+
+    layers = tuple(layers or LAYERS)
+    for layer in layers:
+        import_layer(layer)
+    return [c.id for c in select_checks(layers)]
+
+
+def run_sharded(backend: str, shards: int, deadline_s: float, json_path: Path,
+                markdown_path: Path, log, env=None, check_ids=None,
+                workers: int | None = None) -> dict:
+    """Run the suite (or ``check_ids``) on ``backend`` in ``shards`` chunks, ``workers``
+    processes at a time (default: all at once); write the merged reports; return
+    ``{"summary", "not_run", "failed", "shards", "seconds"}``. ``log(text)`` receives each
+    chunk's output."""
+    from pjrtkit.conformance import report
+    from pjrtkit.conformance.checks import LAYERS
+    from pjrtkit.conformance.results import SuiteResult, results_from_json
+
+    ids = list(check_ids) if check_ids is not None else all_check_ids()
+    shards = max(1, min(shards, len(ids)))
+    workers = shards if workers is None else max(1, workers)
+    parts = [ids[k::shards] for k in range(shards)]
+    start = time.monotonic()
+    finished, not_run = [], []
+    with tempfile.TemporaryDirectory(prefix="pjrtkit-conformance-shards-") as tmp:
+        waiting, running = list(enumerate(parts)), []
+        while waiting or running:
+            while waiting and len(running) < workers and time.monotonic() - start < deadline_s:
+                k, part = waiting.pop(0)
+                path = os.path.join(tmp, f"shard{k}.json")
+                out = open(os.path.join(tmp, f"shard{k}.out"), "w+")
+                command = [sys.executable, "-m", "pjrtkit.cli", "conformance", backend,
+                           "--json", path, "--check", *part]
+                process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT,
+                                           env=env, start_new_session=True)
+                running.append((k, part, path, out, process))
+            if time.monotonic() - start >= deadline_s:
+                for _, part in waiting:
+                    not_run += part
+                waiting = []
+                for entry in running:
+                    _stop(entry[4])
+            time.sleep(0.2)
+            for entry in [e for e in running if e[4].poll() is not None]:
+                running.remove(entry)
+                k, part, path, out, process = entry
+                out.seek(0)
+                log(f"--- conformance shard {k} ({len(part)} checks, exit "
+                    f"{process.returncode}):\n" + out.read()[-20000:])
+                out.close()
+                if os.path.exists(path):
+                    with open(path) as f:
+                        finished.append(json.load(f))
+                else:
+                    not_run += part
+        results, durations, info = [], {}, {}
+        for data in finished:
+            info = info or data.get("target", {})
+            results += results_from_json(data)
+            durations.update({c["id"]: c.get("duration_seconds", 0.0) for c in data["checks"]})
+    order = {check_id: n for n, check_id in enumerate(ids)}
+    results.sort(key=lambda r: order.get(r.id, len(order)))
+    suite = SuiteResult(info=info, results=results, durations=durations,
+                        duration_seconds=time.monotonic() - start,
+                        layers=tuple(layer for layer in LAYERS
+                                     if any(r.layer == layer for r in results)),
+                        rerun_name=backend)
+    report.write_json(suite, json_path)
+    report.write_markdown(suite, markdown_path)
+    return {"summary": suite.summary(), "not_run": not_run, "shards": shards,
+            "workers": workers, "seconds": round(suite.duration_seconds, 1),
+            "failed": [r.id for r in suite.failed]}
+
+
+def _stop(process) -> None:
+    """End a shard that ran past the deadline, with the processes it started."""
+    import signal
+
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        process.kill()
+    process.wait()

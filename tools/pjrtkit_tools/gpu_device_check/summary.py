@@ -1,0 +1,92 @@
+"""``summary.md``: the device check's results so far, stage by stage, for a person to read."""
+from __future__ import annotations
+
+import time
+
+
+def _seconds(value) -> str:
+    if value is None:
+        return "-"
+    if value < 1e-3:
+        return f"{value * 1e6:.1f} us"
+    if value < 1:
+        return f"{value * 1e3:.2f} ms"
+    return f"{value:.3f} s"
+
+
+def markdown(run) -> str:
+    r = run.results
+    mode = "emulated (Triton's interpreter; reference XLA cpu)" if run.emulate else \
+        "GPU (PJRTKIT_GPU_EMULATE=0; reference XLA cuda)"
+    lines = ["# pjrtkit_cuda device check", "",
+             f"Mode: {mode}. Elapsed {time.monotonic() - run.started:.0f} s of a "
+             f"{run.budget_s:.0f} s budget. Written by `python -m "
+             f"pjrtkit_tools.gpu_device_check` (`make gpu-device-check`).", "",
+             "| stage | status | seconds | note |", "|---|---|---|---|"]
+    for name, result in r.items():
+        lines.append(f"| {name} | {result.get('status')} | {result.get('seconds', '-')} | "
+                     f"{(result.get('why') or '')[:200]} |")
+    device = r.get("device", {}).get("facts")
+    if device:
+        lines += ["", "## Device", "", f"- nvidia-smi: `{device.get('nvidia_smi')}`",
+                  f"- target {device.get('target')}; python {device.get('python')}; jax "
+                  f"{device.get('jax')}; triton {device.get('triton')}; cuda-bindings "
+                  f"{device.get('cuda-bindings')}",
+                  f"- pjrtkit list: {'; '.join(device.get('pjrtkit_list') or [])[:600]}",
+                  f"- carried Triton cache made by this Triton build: "
+                  f"{device.get('carried_cache_matches_triton_build')}",
+                  f"- precompile here: {device.get('precompile')}"]
+    c = r.get("conformance")
+    if c:
+        counts = ", ".join(f"{k.upper()} {v}" for k, v in (c.get("summary") or {}).items())
+        lines += ["", "## Conformance (`pjrtkit conformance cuda`)", "",
+                  f"{counts} in {c.get('seconds')} s: {c.get('shards')} chunks, "
+                  f"{c.get('workers')} at a time."]
+        if c.get("failed"):
+            lines.append(f"FAIL: {', '.join(c['failed'][:50])}")
+        if c.get("not_run"):
+            lines.append(f"Not run (a shard did not finish): {len(c['not_run'])} checks")
+        if c.get("passed_emulated_not_on_gpu"):
+            lines.append("PASS emulated but not on the GPU: " + ", ".join(
+                f"{k} ({v})" for k, v in list(c["passed_emulated_not_on_gpu"].items())[:50]))
+        if c.get("not_run_on_gpu"):
+            lines.append(f"In the baseline, not run on the GPU: {len(c['not_run_on_gpu'])}")
+    t = r.get("training")
+    if t and t.get("examples"):
+        lines += ["", f"## Training steps (against XLA {t.get('reference')})", "",
+                  "| example | exit | max rel diff | verdict |", "|---|---|---|---|"]
+        for name, row in t["examples"].items():
+            lines.append(f"| {name} | {row['exit']} | {row['max_rel_diff']} | "
+                         f"{' '.join(row['verdict'])[:300]} |")
+    b = r.get("bench")
+    if b and b.get("workloads"):
+        lines += ["", f"## Benchmarks (`--suite gpu`, {b.get('mode')}; pjrtkit_cuda / XLA "
+                  f"{b.get('reference')})", "",
+                  "| workload | pjrtkit | xla | ratio | bar | met | status |",
+                  "|---|---|---|---|---|---|---|"]
+        for w in b["workloads"]:
+            ratio = "-" if w["ratio"] is None else f"{w['ratio']:.2f}x"
+            bar = "-" if w["target"] is None else f"{w['target']:.2f}x"
+            status = "ok" if w["correct"] else ("ERROR" if w["error"] else "MISMATCH")
+            met = {True: "yes", False: "NO", None: "-"}[w["met"]]
+            lines.append(f"| {w['name']} | {_seconds(w['pjrtkit_s'])} | {_seconds(w['xla_s'])} "
+                         f"| {ratio} | {bar} | {met} | {status} |")
+        geomean = b.get("geomean_ratio")
+        lines.append(f"\ngeomean {'-' if geomean is None else f'{geomean:.2f}x'}")
+    p = r.get("pallas")
+    if p and p.get("kernels"):
+        lines += ["", "## Pallas Triton kernels on pjrtkit_cuda", ""]
+        for name, row in p["kernels"].items():
+            if isinstance(row, dict):
+                lines.append(f"- {name}: reference {row.get('reference')}; compiled "
+                             f"{_pallas(row.get('compiled'))}; interpret "
+                             f"{_pallas(row.get('interpret'))}")
+    return "\n".join(lines) + "\n"
+
+
+def _pallas(row) -> str:
+    if not row:
+        return "-"
+    if row.get("ran"):
+        return f"ran, max abs diff {row.get('max_abs_diff')}, match {row.get('match')}"
+    return f"did not run: {row.get('error', '')[:300]}"
