@@ -39,7 +39,7 @@ define install_gloo
 endef
 SETS := $(patsubst constraints-jax%.txt,%,$(wildcard constraints-jax*.txt))
 
-.PHONY: test-long test-many-processes demo test lint install wheels bench accuracy dtype-sweep conformance gpu-compile-report gpu-device-check gpu-device-carry fuzz soak clean jax-tests-env jax-tests jax-tests-ci jax-tests-multiprocess
+.PHONY: test-long test-many-processes demo test lint install wheels bench accuracy dtype-sweep conformance gpu-compile-report gpu-device-check gpu-device-carry fuzz soak clean jax-tests-env jax-tests jax-tests-all jax-tests-ci jax-tests-multiprocess
 
 # Every plugin in the repository (a directory under plugins/ with a pyproject.toml) is installed
 # and measured by `make conformance`; the cpu plugin first, since others may import it. The
@@ -222,18 +222,21 @@ soak: $(STAMP)
 # pin) plus constraints-jaxtests.txt. The test files come from a JAX source tree of the pinned
 # version: JAX_TESTS_DIR (default: ../shared/jax-tests or ../../shared/jax-tests). Nothing is
 # fetched from it.
-JT_VENV := .venv-jaxtests
+# JAX=0.11 (or 0.12): the same for that pinned set, in .venv-jaxtests-jax0.11-<python>, with the
+# JAX test tree of that line (../shared/jax-tests-0.11.0 for 0.11).
+JT_VENV := $(if $(strip $(JAX)),.venv-jaxtests-jax$(JAX)-$(notdir $(PYTHON)),.venv-jaxtests)
 JT_BIN := $(JT_VENV)/bin
 JT_STAMP := $(JT_VENV)/.pjrtkit-installed
 JT_REQUIREMENTS := pytest pytest-xdist absl-py cloudpickle filelock flatbuffers hypothesis \
 	mpmath pillow portpicker rich
-JAX_TESTS_DIR ?= $(firstword $(wildcard ../shared/jax-tests ../../shared/jax-tests))
+JT_TREE := jax-tests$(if $(strip $(JAX)),-$(JAX).*)
+JAX_TESTS_DIR ?= $(firstword $(wildcard ../shared/$(JT_TREE) ../../shared/$(JT_TREE)))
 JAX_TESTS_ARGS ?=
 JAX_TESTS_EXPECTED ?= tests/jax_suite/expected_passes_jax-v0.10.2.txt
 
 $(JT_STAMP): $(STAMP) constraints-jaxtests.txt gpu/pyproject.toml tools/pyproject.toml
 	test -x $(JT_BIN)/python || $(PYTHON) -m venv $(JT_VENV)
-	grep -v '^pytest==' constraints.txt > $(JT_VENV)/constraints-project.txt
+	grep -v '^pytest==' $(CONSTRAINTS) > $(JT_VENV)/constraints-project.txt
 	$(JT_BIN)/python -m pip install -q --upgrade "pip>=24" -c $(JT_VENV)/constraints-project.txt
 	$(JT_BIN)/python -m pip install -q -c $(JT_VENV)/constraints-project.txt setuptools wheel cffi
 	$(JT_BIN)/python -m pip install -q -c $(JT_VENV)/constraints-project.txt \
@@ -250,6 +253,16 @@ jax-tests: $(JT_STAMP)
 		$(JAX_TESTS_ARGS)
 	$(JT_BIN)/pjrtkit jax-tests --jax-tests "$(JAX_TESTS_DIR)" --x64 --files \
 		lax_test,linalg_test,fft_test --json build/jax-tests/x64-on.json $(JAX_TESTS_ARGS)
+
+# JAX's whole suite (pjrtkit jax-tests --all), x64 off then on, with JAX_PLATFORMS=<backend>
+# alone, resumable file by file: XLA's pass lists in tests/jax_suite/xla_passes/ (once per tree
+# and configuration), the backend's records in tests/jax_suite/records/ (commit both as they
+# grow). Many hours on two cores; JAX_TESTS_ARGS adds options (--backend tpu, --files ...).
+jax-tests-all: $(JT_STAMP)
+	$(JT_BIN)/pjrtkit jax-tests --all --alone --jax-tests "$(JAX_TESTS_DIR)" \
+		--json build/jax-tests/all-x64-off.json $(JAX_TESTS_ARGS)
+	$(JT_BIN)/pjrtkit jax-tests --all --alone --x64 --jax-tests "$(JAX_TESTS_DIR)" \
+		--json build/jax-tests/all-x64-on.json $(JAX_TESTS_ARGS)
 
 # CI's short form: the expected-pass list on pjrtkit_cpu (a few minutes); fails when a listed
 # test fails or a worker dies. Then JAX's multi-process tests in their short form (2 processes,

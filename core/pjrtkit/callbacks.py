@@ -39,6 +39,12 @@ the partitioner keeps a side-effecting custom call's placement (the sharding JAX
 callbacks) only for the targets it knows as Python callbacks, and refuses the program
 otherwise ("Side-effect HLO must have sharding"). The key in ``backend_config`` is unchanged."""
 
+PARTITIONED_CALLBACK_TARGET = "xla_ffi_partitioned_python_cpu_callback"
+"""The same for a callback JAX asks to run on each device with its local shards
+(``jax.debug.print(..., partitioned=True)``, ``jax.debug.callback(..., partitioned=True)``) in a
+sharded ``jit``: XLA's partitioner keeps this target's operands sharded and runs it on every
+device, as for JAX's own cpu callbacks of that name; renamed back to HOST_CALLBACK_TARGET too."""
+
 # Keys made in this process start with this; a key from another process can never match.
 _PROCESS_TOKEN = secrets.token_hex(6)
 _counter = itertools.count()

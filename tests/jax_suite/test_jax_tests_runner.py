@@ -32,6 +32,14 @@ TEST_FILE = textwrap.dedent('''
     def test_default_platform_is_xla_cpu():
         assert jax.devices()[0].platform == "cpu", f"default platform {jax.devices()[0].platform}"
 
+    def test_capture_stdout_sees_what_the_program_prints():
+        # JAX's test_util binds capture_stdout to the sys.stdout of its import: the runner's
+        # plugin must import it where pytest captures output, as the test modules do
+        with jtu.capture_stdout() as output:
+            jax.jit(lambda v: jax.debug.print("v={}", v))(np.int32(7))
+            jax.effects_barrier()
+        assert output() == "v=7\\n"
+
     def test_dies_when_asked():
         if os.environ.get("JAX_SUITE_TEST_DIE") and jax.devices()[0].platform != "cpu":
             os._exit(3)
@@ -58,15 +66,16 @@ def comparison(tree, tmp_path_factory):
 
 
 def test_comparison_counts_backend_failures_among_xla_passes(comparison):
-    assert comparison.reference_passed == 4
-    assert comparison.backend_passed == 3
+    assert comparison.reference_passed == 5
+    assert comparison.backend_passed == 4
     assert list(comparison.failures) == [NODE + "test_default_platform_is_xla_cpu"]
     assert "default platform pjrtkit_cpu" in comparison.failures[
         NODE + "test_default_platform_is_xla_cpu"].message
     # the plugin set the tag: without it device_under_test() is "pjrtkit_cpu" and this fails
     assert NODE + "test_device_tag_is_cpu" in comparison.passed_on_both
     assert not comparison.dead_workers and not comparison.unfinished
-    assert comparison.ran == {"reference": (4, 4), "backend": (4, 4)}
+    assert NODE + "test_capture_stdout_sees_what_the_program_prints" in comparison.passed_on_both
+    assert comparison.ran == {"reference": (5, 5), "backend": (5, 5)}
 
 
 def expected_list(tmp_path, names):

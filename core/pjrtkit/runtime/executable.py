@@ -16,6 +16,7 @@ from pjrtkit.runtime.compile_options import parse_compile_options
 from pjrtkit.runtime.event import Event, when_all
 from pjrtkit.stablehlo.ir import Program, TensorType
 from pjrtkit.stablehlo import isolation
+from pjrtkit.stablehlo.entry_layouts import entry_layouts, layout_attributes, row_major
 from pjrtkit.stablehlo.loader import load_program
 from pjrtkit.stablehlo.partition import partitioned_program
 from pjrtkit.types import CompiledProgram, CompileOptions
@@ -113,6 +114,9 @@ class Executable:
         self.donated_parameters = frozenset(
             i for i, attrs in enumerate(main.arg_attributes)
             if "tf.aliasing_output" in attrs or attrs.get("jax.buffer_donor"))
+        # Concrete layouts JAX asked for (None: row-major); jax.experimental.layout.
+        self.parameter_layouts, self.result_layouts = entry_layouts(program)
+        self._layout_program: bytes | None = None
         self.compile_options = options.serialized
         self.fingerprint = hashlib.sha256(
             backend.platform_name.encode() + code + options.serialized).hexdigest()
@@ -139,16 +143,26 @@ class Executable:
     def optimized_program(self) -> bytes:
         """The program as compiled: the bytes Compile was given (portable artifact, MLIR
         bytecode or text; jaxlib reads all three as format "mlir"). pjrtkit does not rewrite
-        the MLIR (plugins optimise in their plans), and handing back the original bytes spares
+        the MLIR (plugins optimise in their plans; a program with concrete layouts gets its
+        entry layouts as module attributes, ``entry_layouts``), and handing back the original bytes spares
         printing the module as text at load and jaxlib parsing that text again: about 4 ms of
         an MLP-step compile (jaxlib asks for this program four times per compile).
 
         A program partitioned over several devices answers with the per-device program XLA's
         partitioner made: jaxlib reads the output and parameter shardings from its module
         attributes ``mhlo.spmd_output_sharding`` / ``mhlo.spmd_parameters_shardings``."""
-        if self.per_device_code is not None:
-            return bytes(self.per_device_code)
-        return bytes(self.code)
+        code = self.per_device_code if self.per_device_code is not None else self.code
+        if not any(self.parameter_layouts) and not any(self.result_layouts):
+            return bytes(code)
+        if self._layout_program is None:  # jaxlib reads the entry layouts from module attributes
+            main = self.program.main
+            parameters = [order or row_major(len(getattr(v.type, "shape", ())))
+                          for order, v in zip(self.parameter_layouts, main.arguments)]
+            results = [order or row_major(len(getattr(t, "shape", ())))
+                       for order, t in zip(self.result_layouts, main.result_types)]
+            self._layout_program = isolation.with_module_attributes_isolated(
+                code, layout_attributes(tuple(parameters), tuple(results)))
+        return self._layout_program
 
     def serialize(self) -> bytes:
         """The program and options themselves, so a later process can compile it again
@@ -234,7 +248,7 @@ class LoadedExecutable:
         device and donates nothing."""
         exe = self.executable
         if (len(self.addressable_devices) != 1 or exe.donated_parameters
-                or self.remote is not None):
+                or self.remote is not None or any(exe.result_layouts)):
             return None
         device = self.addressable_devices[0]
         outputs = []
@@ -416,10 +430,12 @@ class LoadedExecutable:
             outputs = []
             for dev in devices:
                 outs = []
-                for dtype, shape, kind in zip(exe.output_dtypes, exe.output_shapes,
-                                              exe.output_memory_kinds):
+                for dtype, shape, kind, layout in zip(exe.output_dtypes, exe.output_shapes,
+                                                      exe.output_memory_kinds,
+                                                      exe.result_layouts):
                     outs.append(Buffer(self.client, dtype, shape, dev, _output_memory(dev, kind),
                                        ready=Event()))
+                    outs[-1].minor_to_major = layout
                     made.append(outs[-1])
                 outputs.append(outs)
             return outputs

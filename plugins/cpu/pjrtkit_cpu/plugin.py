@@ -100,7 +100,7 @@ class CpuExecutable:
     """A plan plus what running it needs to know, decided at compile time; the core calls
     ``execute`` for every execution (``pjrtkit.types.PluginExecutable``)."""
 
-    __slots__ = ("plan", "uses_blas", "whole", "native_kernel", "lockstep")
+    __slots__ = ("plan", "uses_blas", "whole", "native_kernel", "lockstep", "copied_outputs")
 
     def __init__(self, plan, uses_blas: bool, whole: WholeProgram | None = None,
                  lockstep: LockstepProgram | None = None):
@@ -112,7 +112,10 @@ class CpuExecutable:
         # A program that is one fused loop: compiled with a C entry, handed to the core's C
         # execute path (pjrtkit.types.NativeKernel) through ``native_kernel(device)``.
         self.whole = whole
-        self.native_kernel = None if whole is None else whole.native_kernel
+        self.copied_outputs = aliased_outputs(plan)
+        # (outputs that must be copied are copied by execute, not by the C path)
+        self.native_kernel = (None if whole is None or self.copied_outputs
+                              else whole.native_kernel)
 
     def execute(self, arguments, devices):
         # Kernels follow XLA's semantics for overflow, NaN and division by zero; NumPy's
@@ -123,9 +126,13 @@ class CpuExecutable:
         run = self.plan
         with np.errstate(all="ignore"):
             if not self.uses_blas:
-                return [run(*args) for args in arguments]
-            with blas.single_threaded():
-                return [run(*args) for args in arguments]
+                results = [run(*args) for args in arguments]
+            else:
+                with blas.single_threaded():
+                    results = [run(*args) for args in arguments]
+        if self.copied_outputs:
+            results = [fresh_outputs(outputs, self.copied_outputs) for outputs in results]
+        return results
 
     def execute_launch(self, arguments, devices, launch):
         """Every device of a launch on this thread, in lockstep; None when the plan does not
@@ -135,13 +142,39 @@ class CpuExecutable:
             return None
         with np.errstate(all="ignore"):  # (each worker thread enters its own: _quiet)
             if not self.uses_blas:
-                return lockstep.run(arguments, launch, _quiet)
-            with blas.single_threaded():
-                return lockstep.run(arguments, launch, _quiet)
+                results = lockstep.run(arguments, launch, _quiet)
+            else:
+                with blas.single_threaded():
+                    results = lockstep.run(arguments, launch, _quiet)
+        if results is not None and self.copied_outputs:
+            results = [fresh_outputs(outputs, self.copied_outputs) for outputs in results]
+        return results
 
 
 def _quiet():
     return np.errstate(all="ignore")
+
+
+def aliased_outputs(plan) -> tuple[int, ...]:
+    """The positions of the plan's results that would be an argument's array, a constant's or
+    an earlier result's (``jit(lambda x: (x, x))``). XLA gives every output a buffer of its own
+    (an argument that is not donated never becomes an output), so these are copied: the
+    outputs' addresses (``unsafe_buffer_pointer``) differ from the inputs' and from each other,
+    and no execution hands out the plan's constant itself."""
+    taken = set(plan.arg_slots) | set(plan.constants)
+    positions = []
+    for position, slot in enumerate(plan.result_slots):
+        if slot in taken:
+            positions.append(position)
+        taken.add(slot)
+    return tuple(positions)
+
+
+def fresh_outputs(outputs, positions: tuple[int, ...]) -> list:
+    outputs = list(outputs)
+    for position in positions:
+        outputs[position] = np.array(outputs[position], copy=True)
+    return outputs
 
 
 # -- capabilities: read from the rule registry, so they cannot drift from what compiles --------
