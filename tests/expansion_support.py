@@ -9,7 +9,7 @@ import numpy as np
 from pjrtkit import expansions
 from pjrtkit.lowering.plan import build_plan
 from pjrtkit.reference import REFERENCE
-from pjrtkit.reference import dtypes as RD
+from pjrtkit.semantics import dtypes as RD
 from pjrtkit.testing.programs import lower_program
 from pjrtkit.types import PrimitiveSet
 

@@ -16,7 +16,7 @@ from pjrtkit.backend import Backend
 from pjrtkit.errors import Unimplemented
 from pjrtkit.expansions.build import OpBuilder
 from pjrtkit.lowering.plan import build_plan
-from pjrtkit.reference import dtypes as RD
+from pjrtkit.semantics import dtypes as RD
 from pjrtkit.stablehlo.ir import walk_ops
 from pjrtkit.testing.programs import lower_program, run_on_xla_cpu
 from pjrtkit.testing.tolerances import assert_close

@@ -111,7 +111,7 @@ def test_a_sample_of_the_jax_layer_passes_through_the_expansions(tmp_path):
                            "--check", *SAMPLE], capture_output=True, text=True, timeout=900,
                           env=env)
     assert report.exists(), done.stderr[-4000:]
-    outcomes = {c["id"]: (c["outcome"], c.get("detail"))
+    outcomes = {c["id"]: (c["outcome"], c.get("detail"), c.get("expected"), c.get("actual"))
                 for c in json.loads(report.read_text())["checks"]}
     assert len(outcomes) >= len(SAMPLE)
-    assert {i: o for i, o in outcomes.items() if o[0] != "PASS"} == {}
+    assert {i: o for i, o in outcomes.items() if o[0] != "PASS"} == {}, done.stdout[-4000:]

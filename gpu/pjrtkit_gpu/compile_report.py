@@ -55,7 +55,9 @@ def _elementwise_ops(dtype):
         if operands is None:
             operands = (x, y, z)[:semantics_ops.traits(name).arity]
         result_dtype = D.BOOL if name in ("stablehlo.compare", "stablehlo.is_finite") else dtype
-        attributes = {"comparison_direction": "LT"} if name == "stablehlo.compare" else {}
+        attributes = {"stablehlo.compare": {"comparison_direction": "LT"},
+                      "stablehlo.reduce_precision": {"exponent_bits": 5, "mantissa_bits": 10},
+                      }.get(name, {})
         op = Op(name, operands, (_value(result_dtype),), attributes)
         try:
             statements(op, ["a"] * len(operands), "r")

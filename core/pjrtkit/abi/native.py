@@ -61,10 +61,10 @@ class CLedger:
         self.c.limit_bytes = -1 if value is None else int(value)
 
     def check(self, nbytes: int) -> int:
-        return lib.pjrtkit_ledger_check(self.c, nbytes)
+        return lib.pjrtkit_ledger_check(self.c, min(nbytes, _LARGEST_REQUEST))
 
     def take(self, nbytes: int) -> int:
-        return lib.pjrtkit_ledger_take(self.c, nbytes)
+        return lib.pjrtkit_ledger_take(self.c, min(nbytes, _LARGEST_REQUEST))
 
     def give(self, nbytes: int) -> None:
         lib.pjrtkit_ledger_give(self.c, nbytes)
@@ -73,6 +73,11 @@ class CLedger:
         counts = ffi.new("int64_t[4]")
         lib.pjrtkit_ledger_read(self.c, counts)
         return int(counts[0]), int(counts[1]), int(counts[2]), int(counts[3])
+
+
+# A request past any memory (dims whose product overflows int64 included) is counted as this
+# many bytes: more than any limit, and summed with what is in use without overflowing int64.
+_LARGEST_REQUEST = 1 << 62
 
 
 def install_ledgers(client: Any) -> None:

@@ -13,12 +13,12 @@ import numpy as np
 
 from pjrtkit.expansions.build import OpBuilder
 from pjrtkit.stablehlo.attributes import DotDimensionNumbers
+from pjrtkit.semantics import dtypes as D
 from pjrtkit.stablehlo.ir import Block, Op, Region, TensorType, Value, fresh_value
 
 # Expansions compute in full precision: a backend may read DEFAULT as "reduced" (TF32, bf16).
 HIGHEST = ("HIGHEST", "HIGHEST")
-_REAL_OF = {np.dtype(np.complex64): np.dtype(np.float32),
-            np.dtype(np.complex128): np.dtype(np.float64)}
+_REAL_OF = {D.COMPLEX64: D.FLOAT32, D.COMPLEX128: D.FLOAT64}
 
 
 def real_dtype(dtype) -> np.dtype:

@@ -1,33 +1,32 @@
 """The dtype facts the expansions need, in one place: which types they rewrite, what into, and
 each narrow float format's layout.
 
-Facts are read from ml_dtypes (``finfo`` and its own conversions), never typed in, except the
-one place XLA's CPU backend differs from ml_dtypes (a NaN converted to float4_e2m1fn, measured:
-XLA gives -0.0 for either sign, ml_dtypes +-0.0). When the core's semantics source lands,
-this module's facts move there.
+Facts are read from the semantics source (``pjrtkit.semantics.dtypes``) and from the formats'
+own conversions, never typed in, except the one place XLA's CPU backend differs from
+ml_dtypes (a NaN converted to float4_e2m1fn, measured: XLA gives -0.0 for either sign,
+ml_dtypes +-0.0).
 """
 from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 
-import ml_dtypes
 import numpy as np
 
-BOOL = np.dtype(np.bool_)
-FLOAT16 = np.dtype(np.float16)
-FLOAT32 = np.dtype(np.float32)
-FLOAT64 = np.dtype(np.float64)
-INT8, UINT8 = np.dtype(np.int8), np.dtype(np.uint8)
-UINT32, UINT64 = np.dtype(np.uint32), np.dtype(np.uint64)
+from pjrtkit.semantics import dtypes as D
 
-COMPLEX_PARTS = {np.dtype(np.complex64): FLOAT32, np.dtype(np.complex128): FLOAT64}
+BOOL = D.BOOL
+FLOAT16 = D.FLOAT16
+FLOAT32 = D.FLOAT32
+FLOAT64 = D.FLOAT64
+INT8, UINT8 = D.INT8, D.UINT8
+UINT32, UINT64 = D.by_name("uint32"), D.by_name("uint64")
 
-FLOAT8_AND_FLOAT4 = tuple(np.dtype(getattr(ml_dtypes, name)) for name in (
-    "float8_e5m2", "float8_e4m3fn", "float8_e4m3b11fnuz", "float8_e5m2fnuz", "float8_e4m3fnuz",
-    "float8_e4m3", "float8_e3m4", "float8_e8m0fnu", "float4_e2m1fn"))
-NARROW_INTS = tuple(np.dtype(getattr(ml_dtypes, name))
-                    for name in ("int2", "int4", "uint2", "uint4"))
+COMPLEX_PARTS = {D.COMPLEX64: FLOAT32, D.COMPLEX128: FLOAT64}
+
+FLOAT8_AND_FLOAT4 = tuple(sorted(D.FLOAT8_AND_NARROWER, key=str))
+NARROW_INTS = tuple(sorted(D.NARROW_INTS, key=str))
 NARROW = FLOAT8_AND_FLOAT4 + NARROW_INTS
 # The types the expansions rewrite into others: a backend declaring a primitive set stores
 # buffers of these as bytes (and reinterprets them with stablehlo.bitcast_convert) without
@@ -63,15 +62,17 @@ class FloatFormat:
 @functools.cache
 def float_format(dtype) -> FloatFormat:
     dtype = np.dtype(dtype)
-    info = ml_dtypes.finfo(dtype)
-    bits = 4 if dtype == np.dtype(ml_dtypes.float4_e2m1fn) else 8
+    exponent, mantissa = D.float_layout(dtype)
+    largest, tiny = D.float_limits(dtype)
+    min_exponent = math.frexp(tiny)[1] - 1  # tiny = 2 ** min_exponent
+    bits = D.bit_width(dtype)
 
     def code(x) -> int:
         return int(np.array(x, FLOAT32).astype(dtype).view(UINT8))
 
     inf = np.isinf(np.array(np.inf, FLOAT32).astype(dtype).astype(FLOAT32))
     nan = np.isnan(np.array(np.nan, FLOAT32).astype(dtype).astype(FLOAT32))
-    if int(info.nmant) == 0:
+    if mantissa == 0:
         kind = "e8m0"
     elif inf:
         kind = "ieee"
@@ -82,9 +83,9 @@ def float_format(dtype) -> FloatFormat:
     else:
         kind = "fn"
     nan_code = (1 << (bits - 1)) if kind == "f4" else code(np.nan)  # XLA: NaN -> -0.0
-    return FloatFormat(dtype=dtype, bits=bits, mantissa=int(info.nmant), exponent=int(info.nexp),
-                       bias=1 - int(info.minexp), min_exponent=int(info.minexp),
-                       max=float(info.max), kind=kind, nan_code=nan_code,
+    return FloatFormat(dtype=dtype, bits=bits, mantissa=mantissa, exponent=exponent,
+                       bias=1 - min_exponent, min_exponent=min_exponent,
+                       max=largest, kind=kind, nan_code=nan_code,
                        inf_code=code(np.inf) if inf else None)
 
 
@@ -93,17 +94,11 @@ def compute_dtype(dtype) -> np.dtype:
     narrow pass stores its values in: float16 for the float8/float4 formats (float32 for
     float8_e8m0fnu, whose range float16 lacks), int8/uint8 for the sub-byte integers."""
     dtype = np.dtype(dtype)
-    if dtype == np.dtype(ml_dtypes.float8_e8m0fnu):
-        return FLOAT32
-    if dtype in FLOAT8_AND_FLOAT4:
-        return FLOAT16
-    if dtype in NARROW_INTS:
-        return INT8 if ml_dtypes.iinfo(dtype).min < 0 else UINT8
-    return dtype
+    return D.compute_dtype(dtype) if dtype in NARROW else dtype
 
 
 def int_bits(dtype) -> int:
-    return int(ml_dtypes.iinfo(np.dtype(dtype)).bits)
+    return D.bit_width(dtype)
 
 
 def is_narrow_float(dtype) -> bool:

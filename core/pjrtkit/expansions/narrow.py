@@ -12,7 +12,6 @@ of the entry function are the backend's buffers of the narrow type, reinterprete
 """
 from __future__ import annotations
 
-import ml_dtypes
 import numpy as np
 
 from pjrtkit.expansions import formats as F
@@ -20,6 +19,7 @@ from pjrtkit.expansions import legalize
 from pjrtkit.expansions import narrow_codec as codec
 from pjrtkit.expansions.build import OpBuilder, like
 from pjrtkit.expansions.legalize import Parts, Walk
+from pjrtkit.semantics import dtypes as D
 from pjrtkit.stablehlo.ir import Op, TensorType, Value
 
 
@@ -59,12 +59,11 @@ def narrow_to(b: OpBuilder, value: Value, dtype) -> Value:
     compute = F.compute_dtype(dtype)
     source = value.type.dtype
     if F.is_narrow_int(dtype):
-        if source.kind == "f" or source in F.FLOAT8_AND_FLOAT4 or source == np.dtype(
-                ml_dtypes.bfloat16):
-            info = ml_dtypes.iinfo(dtype)  # floats saturate to the range (NaN -> 0)
+        if source.kind == "f" or source in F.FLOAT8_AND_FLOAT4 or source == D.BFLOAT16:
+            low, high = D.int_range(dtype)  # floats saturate to the range (NaN -> 0)
             wide = value if source.kind == "f" else b.convert(value, F.FLOAT32)
-            clamped = b.minimum(b.maximum(wide, b.constant_like(info.min, wide)),
-                                b.constant_like(info.max, wide))
+            clamped = b.minimum(b.maximum(wide, b.constant_like(low, wide)),
+                                b.constant_like(high, wide))
             return b.convert(clamped, compute)
         container = value if source == compute else b.convert(value, compute)
         return codec.wrap_int(b, container, dtype)

@@ -18,6 +18,7 @@ import numpy as np
 
 from pjrtkit.expansions import formats as F
 from pjrtkit.expansions.build import OpBuilder, like
+from pjrtkit.semantics import dtypes as D
 
 # Source float layouts: (unsigned type of its bits, mantissa bits, exponent bias).
 _LAYOUT = {F.FLOAT32: (F.UINT32, 23, 127), F.FLOAT64: (F.UINT64, 52, 1023)}
@@ -105,7 +106,7 @@ def _round_e8m0(b: OpBuilder, x):
 def flush_denormals(b: OpBuilder, x):
     """``x`` (float32) with its denormals replaced by zeros of their sign: XLA's CPU backend
     computes float8_e8m0fnu in float32 with denormals flushed, in and out."""
-    tiny = b.compare(b.abs(x), b.constant_like(np.finfo(np.float32).tiny, x), "LT")
+    tiny = b.compare(b.abs(x), b.constant_like(D.float_limits(F.FLOAT32)[1], x), "LT")
     signed_zero = b.bitcast(b.and_(b.bitcast(x, like(x, F.UINT32)),
                                    b.constant(1 << 31, F.UINT32, x.type.shape)), x.type)
     return b.select(tiny, signed_zero, x)

@@ -24,9 +24,10 @@ import numpy as np
 
 from pjrtkit.errors import Unimplemented
 from pjrtkit.expansions.build import OpBuilder, tensor
+from pjrtkit.semantics import dtypes as D
 from pjrtkit.stablehlo.ir import Op
 
-U32, U64 = np.dtype(np.uint32), np.dtype(np.uint64)
+U32, U64 = D.by_name("uint32"), D.by_name("uint64")
 _THREEFRY_ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
 _THREEFRY_PARITY = 0x1BD11BDA
 _PHILOX_W32A, _PHILOX_W32B = 0x9E3779B9, 0xBB67AE85

@@ -88,9 +88,10 @@ def elementwise(name: str, operand_dtypes, result_dtype, attributes=None) -> Exp
     if D.facts(typed).kind not in traits.kinds:
         raise Undefined(name, typed, f"{name} is not defined on {typed.name}")
     attr = attribute_key(name, attributes) or None
-    if name == "reduce_precision" and not (int(attr[0]) >= 1 and int(attr[1]) >= 0):
-        raise Undefined(name, typed, f"reduce_precision to exponent_bits={attr[0]}, "
-                                     f"mantissa_bits={attr[1]} (needs >= 1 and >= 0)")
+    if name == "reduce_precision" and (attr is None or None in attr
+                                       or not (int(attr[0]) >= 1 and int(attr[1]) >= 0)):
+        raise Undefined(name, typed, f"reduce_precision needs exponent_bits >= 1 and "
+                                     f"mantissa_bits >= 0 (given: {attr})")
     return Expr(name, tuple(arg(i, d) for i, d in enumerate(dtypes)), np.dtype(result_dtype),
                 attr)
 

@@ -41,11 +41,11 @@ import dataclasses
 
 import numpy as np
 
+from pjrtkit.semantics import dtypes as D
 from pjrtkit.stablehlo.ir import Block, Op, Program, Region, TensorType, Value, fresh_value
 
 MULTIPLY_ADD = "pjrtkit_cpu.multiply_add"
-CONTRACTED_DTYPES = frozenset({np.dtype(np.float32), np.dtype(np.float64),
-                               np.dtype(np.float16)})
+CONTRACTED_DTYPES = frozenset({D.FLOAT32, D.FLOAT64, D.FLOAT16})
 _MULTIPLY = "stablehlo.multiply"
 # Marks a multiply ``gather_scalar_factors`` made: XLA emits such a replacement after the
 # instructions it keeps, and it is the one contracted when both operands of an add are
@@ -289,7 +289,7 @@ def _reciprocal_type(value) -> bool:
     return isinstance(value.type, TensorType) and value.type.dtype in _RECIPROCAL_DTYPES
 
 
-_RECIPROCAL_DTYPES = frozenset({np.dtype(np.float32), np.dtype(np.float64)})
+_RECIPROCAL_DTYPES = frozenset({D.FLOAT32, D.FLOAT64})
 
 
 def gather_scalar_factors(block: Block) -> Block:

@@ -23,6 +23,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from pjrtkit.semantics import dtypes as D
+
 MAX_SWEEPS = 60
 
 
@@ -63,7 +65,7 @@ def _hermitian_from_triangle(a, lower: bool):
 
 def _one_matrix(a, lower, subset):
     n = a.shape[-1]
-    real = jnp.finfo(a.dtype).dtype
+    real = D.real_part_of(a.dtype)
     if n == 0:
         return a, jnp.zeros((0,), real)
     a = _hermitian_from_triangle(a, lower)
@@ -90,8 +92,8 @@ def _one_matrix(a, lower, subset):
 def _sweeps(a, vectors):
     n = a.shape[-1]
     h = n // 2
-    real = jnp.finfo(a.dtype).dtype
-    eps = jnp.finfo(real).eps
+    real = D.real_part_of(a.dtype)
+    eps = D.epsilon(real)
     perm = jnp.asarray(tournament_permutation(n))
     pair = jnp.arange(h)
     # Masks of the 2x2 diagonal blocks in the (h, 2, h, 2) view: their off-diagonal entries

@@ -28,6 +28,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from pjrtkit.semantics import dtypes as D
+
 HIGHEST = lax.Precision.HIGHEST
 
 
@@ -61,7 +63,7 @@ def _reflector(column, pivot):
     beta)."""
     n = column.shape[0]
     rows = jnp.arange(n)
-    real = jnp.finfo(column.dtype).dtype
+    real = D.real_part_of(column.dtype)
     alpha = column[pivot]
     below = rows > pivot
     x = jnp.where(below, column, jnp.zeros_like(column))
@@ -143,8 +145,8 @@ def _givens(x, y):
 
 def _complex_schur_one(a):
     n = a.shape[-1]
-    real = jnp.finfo(a.dtype).dtype
-    eps = jnp.finfo(real).eps
+    real = D.real_part_of(a.dtype)
+    eps = D.epsilon(real)
     if n < 2:
         return a, jnp.eye(n, dtype=a.dtype)
     h, z = _unpack_hessenberg(*_hessenberg_one(a))
@@ -226,9 +228,9 @@ def _complex_schur_one(a):
 def _triangular_eigenvectors(t):
     """Columns x_k with T x_k = T_kk x_k, x_k[k] = 1, zero below k (T upper triangular)."""
     n = t.shape[-1]
-    real = jnp.finfo(t.dtype).dtype
-    eps = jnp.finfo(real).eps
-    tiny = jnp.finfo(real).tiny
+    real = D.real_part_of(t.dtype)
+    eps = D.epsilon(real)
+    tiny = D.float_limits(real)[1]
     values = jnp.diagonal(t)
     index = jnp.arange(n)
 

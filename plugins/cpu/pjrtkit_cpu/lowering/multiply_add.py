@@ -16,13 +16,15 @@ import threading
 
 import numpy as np
 
+from pjrtkit.semantics import dtypes as D
+
 from pjrtkit_cpu.contraction import MULTIPLY_ADD
 from pjrtkit_cpu.fusion import cache
 from pjrtkit_cpu.loopnest import module
 from pjrtkit_cpu.lowering.registry import RULES
 
-_WIDE = {np.dtype(np.float32): np.dtype(np.float64), np.dtype(np.float16): np.dtype(np.float32)}
-_F64 = np.dtype(np.float64)
+_WIDE = {D.FLOAT32: D.FLOAT64, D.FLOAT16: D.FLOAT32}
+_F64 = D.FLOAT64
 _F64_SOURCE = module.kernel_module([
     "def kernel(a, b, c, out):",
     "    for i in range(out.shape[0]):",
