@@ -16,10 +16,34 @@ from pjrtkit.testing.tolerances import assert_close
 
 
 def _model(params, x):
+    # Well conditioned in the inputs' own type (also when another test module turned x64 on):
+    # an eigenvalue near 0 of hidden.T @ hidden moved by 1e-4 of itself for a one-ulp change
+    # of tanh, past float32's tolerance, and x64 compared that float32 error at float64's.
     hidden = jnp.tanh(x @ params["w"] + params["b"])
-    solved = jnp.linalg.solve(hidden.T @ hidden + 3 * jnp.eye(3), hidden.T)  # LAPACK getrf/trsm
-    eigenvalues = jnp.linalg.eigvalsh(hidden.T @ hidden)  # LAPACK syevd
+    gram = hidden.T @ hidden + 3 * jnp.eye(3, dtype=x.dtype)
+    solved = jnp.linalg.solve(gram, hidden.T)  # LAPACK getrf/trsm
+    eigenvalues = jnp.linalg.eigvalsh(gram)  # LAPACK syevd
     return solved.sum(axis=1) * eigenvalues
+
+
+@pytest.fixture(autouse=True)
+def x64_off():
+    """These exports are float32 programs: run them with x64 off even where another test
+    module turned it on for the whole process (plugins/cpu/tests/conftest.py does)."""
+    with jax.enable_x64(False):
+        yield
+
+
+@pytest.mark.xfail(strict=True, reason="known: with x64 on, the platform index of a "
+                   "multi-platform export is int64 and reaches stablehlo.case through a "
+                   "convert; pjrtkit compiles every branch, and the cuda branch's "
+                   "cusolver_getrf_ffi is UNIMPLEMENTED on pjrtkit_cpu")
+def test_a_multi_platform_export_with_x64_on(devices):
+    params, x = _inputs()
+    with jax.enable_x64(True):
+        exported = export.export(jax.jit(_model), platforms=("tpu", "cuda", "cpu"))(params, x)
+        ours, theirs = (_call_on(device, exported, params, x) for device in devices)
+    assert_close(ours, theirs, what="multi-platform export, x64 on")
 
 
 def _inputs():

@@ -26,6 +26,7 @@ from pjrtkit.expansions import lower_by_expansion
 from pjrtkit.expansions.batched_indexing import gather_without_batching, scatter_without_batching
 from pjrtkit.expansions.formats import STORED_ONLY
 from pjrtkit.lowering.approx_top_k import approx_top_k
+from pjrtkit.lowering.regions import vectorized_region
 from pjrtkit.lowering.payloads import Payloads
 from pjrtkit.lowering.plan import build_plan
 from pjrtkit.lowering.registry import LoweringRegistry, custom_call_rule
@@ -462,8 +463,9 @@ def reduce(op, ctx):
     dims = tuple(op.attributes["dimensions"])
     count = len(op.results)
     ufunc = _single_ufunc(op.regions[0]) if count == 1 else None
-    body = None if ufunc else ctx.compile_region(op.regions[0])
     out_types = [r.type for r in op.results]
+    # the body is applied to whole accumulators at once: compiled for their shape
+    body = None if ufunc else vectorized_region(ctx, op.regions[0], out_types[0].shape)
 
     def run(*arrays):
         xs, inits, extra = arrays[:count], arrays[count:2 * count], arrays[2 * count:]
@@ -487,8 +489,8 @@ def reduce_window(op, ctx):
     dilation = tuple(a.get("window_dilations") or (1,) * rank)
     padding = padding_pairs(a.get("padding"), rank)
     ufunc = _single_ufunc(op.regions[0]) if count == 1 else None
-    body = None if ufunc else ctx.compile_region(op.regions[0])
     out_shape = result_type(op).shape
+    body = None if ufunc else vectorized_region(ctx, op.regions[0], out_shape)
 
     def windows(x, init):
         """The strided views of ``x`` (dilated and padded with ``init``), one per window
@@ -517,7 +519,10 @@ def sort(op, ctx):
     """Any comparator, stably: a bottom-up merge sort whose merges place each element by a
     binary search in the other run, every comparison of a pass made at once over arrays."""
     dim, count = op.attributes["dimension"], len(op.operands)
-    less = ctx.compile_region(op.regions[0])
+    shape = op.operands[0].type.shape
+    n = shape[dim]
+    # the comparator is applied to (rows, n) arrays at once: compiled for that shape
+    less = vectorized_region(ctx, op.regions[0], (math.prod(shape) // n if n else 0, n))
 
     def run(*arrays):
         xs, extra = arrays[:count], [Tensor(c) for c in arrays[count:]]

@@ -29,7 +29,8 @@ from pjrtkit.collectives import groups as G
 from pjrtkit.collectives.launch import current_device
 from pjrtkit.errors import InvalidArgument
 from pjrtkit.semantics import dtypes as D
-from pjrtkit.reference.reduce import binary_body, body_ufunc, vectorized_region
+from pjrtkit.lowering.regions import vectorized_region
+from pjrtkit.reference.reduce import binary_body, body_ufunc
 from pjrtkit.reference.registry import REFERENCE
 
 

@@ -24,14 +24,14 @@ import numpy as np
 
 from pjrtkit.errors import InvalidArgument
 from pjrtkit.lowering.registry import custom_call_rule
+from pjrtkit.semantics import dtypes as D
 
 from pjrtkit_cpu.lowering.linalg import (
     empty_results, lapack, no_eigenvalue_selection, unpack_conjugate_pairs)
 from pjrtkit_cpu.lowering.registry import RULES
 
 # The letter LAPACK names each type by.
-TYPE_LETTERS = {"s": np.dtype(np.float32), "d": np.dtype(np.float64),
-                "c": np.dtype(np.complex64), "z": np.dtype(np.complex128)}
+TYPE_LETTERS = {"s": D.FLOAT32, "d": D.FLOAT64, "c": D.COMPLEX64, "z": D.COMPLEX128}
 REAL_LETTERS, COMPLEX_LETTERS = "sd", "cz"
 
 
