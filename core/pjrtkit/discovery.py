@@ -104,6 +104,15 @@ def installed_names() -> set[str]:
     return set(_entry_points())
 
 
+# Backends import their modules one at a time (their start-up after that runs at once): on
+# Python 3.11.7, two threads building Python ASTs at the same time (a module importing Triton's
+# jit-decorated kernels, dataclasses, Numba) corrupt CPython's shared AST recursion counter and
+# one import fails with "SystemError: AST constructor recursion depth mismatch" (seen here in
+# the jax-tests runner's own tests: the cpu plugin failed to import in 3 of 4 runs before this
+# lock, in none of 6 after).
+_IMPORT_LOCK = threading.Lock()
+
+
 class _Start:
     """Starting one backend on a daemon thread: ``begin()``, then ``result(deadline)``."""
 
@@ -128,9 +137,13 @@ class _Start:
     def _start(self) -> Backend:
         failures = []
         try:
-            manager = DriverManager(
-                ENTRY_POINT_GROUP, self.name, invoke_on_load=False,
-                on_load_failure_callback=lambda _manager, ep, exc: failures.append((ep, exc)))
+            self.stage = "waiting for another backend's module import"
+            with _IMPORT_LOCK:
+                self.stage = "importing its module"
+                manager = DriverManager(
+                    ENTRY_POINT_GROUP, self.name, invoke_on_load=False,
+                    on_load_failure_callback=lambda _manager, ep, exc: failures.append((ep,
+                                                                                        exc)))
         except NoMatches:
             if not failures:
                 raise
