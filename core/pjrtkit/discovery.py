@@ -109,8 +109,9 @@ def installed_names() -> set[str]:
 # jit-decorated kernels, dataclasses, Numba) corrupt CPython's shared AST recursion counter and
 # one import fails with "SystemError: AST constructor recursion depth mismatch" (seen here in
 # the jax-tests runner's own tests: the cpu plugin failed to import in 3 of 4 runs before this
-# lock, in none of 6 after).
+# lock, in none of 6 after). A backend waits for the lock at most _IMPORT_WAIT_S.
 _IMPORT_LOCK = threading.Lock()
+_IMPORT_WAIT_S = 5.0
 
 
 class _Start:
@@ -138,12 +139,18 @@ class _Start:
         failures = []
         try:
             self.stage = "waiting for another backend's module import"
-            with _IMPORT_LOCK:
+            # a backend whose import hangs keeps the lock: the others go on without it after
+            # a while (the race is rare; a hang must not stop the other backends)
+            locked = _IMPORT_LOCK.acquire(timeout=_IMPORT_WAIT_S)
+            try:
                 self.stage = "importing its module"
                 manager = DriverManager(
                     ENTRY_POINT_GROUP, self.name, invoke_on_load=False,
                     on_load_failure_callback=lambda _manager, ep, exc: failures.append((ep,
                                                                                         exc)))
+            finally:
+                if locked:
+                    _IMPORT_LOCK.release()
         except NoMatches:
             if not failures:
                 raise
