@@ -1,6 +1,6 @@
 """pjrtkit_cpu vs XLA's CPU backend, workload by workload, in one process.
 
-    .venv/bin/python -m benchmarks [--quick | --smoke] [--only NAMES] [--repeats N]
+    .venv/bin/python -m benchmarks [--quick | --smoke] [--only NAMES] [--real] [--repeats N]
                                    [--json PATH] [--plot PATH.png] [--keep-blas-env]
                                    [--backend pjrtkit_cuda --reference cuda --suite gpu]
 
@@ -27,12 +27,12 @@ EXIT_OK, EXIT_FAIL, EXIT_SETUP = 0, 1, 2
 
 
 def parse_args(argv):
-    from benchmarks.workloads import WORKLOADS
+    from benchmarks.workloads import by_name
 
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks", description=__doc__, allow_abbrev=False,
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="workloads: " + ", ".join(w.name for w in WORKLOADS))
+        epilog="workloads: " + ", ".join(w.name for w in by_name([""])))
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--quick", action="store_true",
                       help="fewer, shorter samples (the whole suite in well under 3 minutes)")
@@ -43,6 +43,10 @@ def parse_args(argv):
                         help="comma-separated workloads (substrings of names), e.g. dispatch,matmul")
     parser.add_argument("--repeats", type=int, metavar="N",
                         help="samples per backend (median taken over them); overrides the mode")
+    parser.add_argument("--real", action="store_true",
+                        help="also run the real workloads (benchmarks/real_workloads.py: flax, "
+                             "optax, numpyro, the bench extra; minutes more, numpyro's NUTS "
+                             "most); --only selects them by name too")
     parser.add_argument("--json", metavar="PATH", help="write the results as JSON")
     parser.add_argument("--plot", metavar="PATH.png", help="write a PNG bar chart of the ratios")
     parser.add_argument("--backend", default="pjrtkit_cpu",
@@ -71,7 +75,7 @@ def main(argv=None) -> int:
     if env is not None and not {"-h", "--help"} & set(argv):
         blas_env.rerun_without_overrides(argv, env)
     args = parse_args(argv)
-    from benchmarks import runner, workloads
+    from benchmarks import plot, report, runner, timing, workloads
 
     runner.use_backends(args.backend, args.reference)
     if args.suite == "gpu":
@@ -79,20 +83,23 @@ def main(argv=None) -> int:
     else:
         suite = workloads.WORKLOADS
     try:
-        chosen = (workloads.by_name([n.strip() for n in args.only.split(",") if n.strip()],
-                                    suite) if args.only else suite)
+        if args.only:
+            chosen = workloads.by_name([n.strip() for n in args.only.split(",") if n.strip()],
+                                       suite)
+        else:
+            chosen = [w for w in suite if args.real or not w.real]
     except ValueError as exc:
         print(f"benchmarks: {exc}", file=sys.stderr)
         return EXIT_SETUP
     try:
-        runner.enable_platforms(workloads.devices_needed(chosen))
+        runner.enable_platforms(workloads.devices_needed(chosen),
+                                workloads.platforms_needed(chosen))
         devs = runner.devices()
     except Exception as exc:  # noqa: BLE001
         print(f"benchmarks: cannot start {runner.BACKEND} and {runner.REFERENCE}: {exc}",
               file=sys.stderr)
         return EXIT_SETUP
 
-    from benchmarks import plot, report, timing
     mode = "smoke" if args.smoke else "quick" if args.quick else "full"
     settings = {"smoke": timing.SMOKE, "quick": timing.QUICK, "full": timing.FULL}[mode]
     if args.repeats is not None:
@@ -120,6 +127,10 @@ def main(argv=None) -> int:
                   if r.background_compile_s >= 0.05 else "")
         if r.partition_s is not None:
             waited += f", {r.partition_s:.2f} s of it partitioning once"
+        if r.first_ten_s:
+            waited += f", first {w.steady_calls} calls " + " / ".join(
+                f"{report.fmt_time(r.first_ten_s.get(b))}" for b in (runner.BACKEND,
+                                                                     runner.REFERENCE))
         print(f"  {w.name:<18} {status:<8} ratio {ratio:>8}  ({time.perf_counter() - t0:.1f} s"
               f"{waited})", flush=True)
         if r.error_traceback:
@@ -135,10 +146,12 @@ def main(argv=None) -> int:
         print(f"wrote {args.json}")
     if args.plot:
         rows = [(r.workload.name, r.ratio, r.workload.target) for r in results
-                if r.workload.devices == 1]
+                if r.workload.devices == 1 and not r.workload.real]
         rows.append(("geomean", doc["geomean_ratio"], workloads.GEOMEAN_TARGET))
         rows += [(f"{r.workload.name} ({r.workload.devices} dev)", r.ratio, r.workload.target)
-                 for r in results if r.workload.devices > 1]
+                 for r in results if r.workload.devices > 1 and not r.workload.real]
+        rows += [(r.workload.name, r.ratio, r.workload.target) for r in results
+                 if r.workload.real]
         plot.write(args.plot, rows, f"{runner.BACKEND} vs xla {runner.REFERENCE} ({mode})")
         print(f"wrote {args.plot}")
     return EXIT_OK if all(r.ok for r in results) else EXIT_FAIL

@@ -46,12 +46,19 @@ def _row(r: Result) -> str:
             f"{target:>7} {met:>5}  {spread:>11}  {status}")
 
 
+def _pair(times: dict) -> str:
+    p, x = times.get(runner.BACKEND), times.get(runner.REFERENCE)
+    ratio = f" ({p / x:.2f}x)" if p and x else ""
+    return f"{fmt_time(p)} / {fmt_time(x)}{ratio}"
+
+
 def table(results: list[Result]) -> str:
     header = (f"{'workload':<18} {'pjrtkit':>10} {'xla':>10} {'ratio':>8} {'target':>7} "
               f"{'met?':>5}  {'spread p/x':>11}  status")
     lines = [header, "-" * len(header)]
-    single = [r for r in results if r.workload.devices == 1]
-    many = [r for r in results if r.workload.devices > 1]
+    single = [r for r in results if r.workload.devices == 1 and not r.workload.real]
+    many = [r for r in results if r.workload.devices > 1 and not r.workload.real]
+    real = [r for r in results if r.workload.real]
     for r in single:
         lines.append(_row(r))
     g = geomean([r.ratio for r in single])
@@ -65,6 +72,14 @@ def table(results: list[Result]) -> str:
         for r in many:
             partition = "-" if r.partition_s is None else fmt_time(r.partition_s)
             lines.append(f"{_row(r)}  (one-time partitioning {partition})")
+    if real:
+        lines.append("-" * len(header))
+        lines.append("real workloads (outside the geomean); time to steady state, compile "
+                     "included, pjrtkit / xla:")
+        for r in real:
+            lines.append(_row(r))
+            lines.append(f"{'':<18} first call {_pair(r.first_call_s)}, first "
+                         f"{r.workload.steady_calls} calls {_pair(r.first_ten_s)}")
     problems = [r for r in results if not r.ok]
     for r in problems:
         lines.append("")
@@ -122,12 +137,16 @@ def document(results: list[Result], *, mode: str, settings: Any, elapsed_s: floa
             "background_compile_s": r.background_compile_s,
             "devices": r.workload.devices,
             "partition_s": r.partition_s,
+            "real": r.workload.real,
+            "platform": r.workload.backend or runner.BACKEND,
+            "first_call_s": dict(r.first_call_s) or None,
+            "first_ten_s": dict(r.first_ten_s) or None,
             "mismatch": r.mismatch,
             "error": r.error,
             "pjrtkit": p.as_dict() if p else None,
             "xla": x.as_dict() if x else None,
         })
-    g = geomean([r.ratio for r in results if r.workload.devices == 1])
+    g = geomean([r.ratio for r in results if r.workload.devices == 1 and not r.workload.real])
     return {
         "workloads": workloads,
         "geomean_ratio": g,

@@ -32,7 +32,7 @@ def use_backends(backend: str, reference: str) -> None:
     BACKEND, REFERENCE = backend, reference
 
 
-def enable_platforms(device_count: int = 1) -> None:
+def enable_platforms(device_count: int = 1, extra_platforms: list[str] = ()) -> None:
     """Start the backend and XLA's reference side by side (whatever JAX_PLATFORMS says) with
     the persistent compilation cache off, each with ``device_count`` devices when that is more
     than one (JAX's ``jax_num_cpu_devices``, which pjrtkit_cpu follows unless
@@ -42,7 +42,7 @@ def enable_platforms(device_count: int = 1) -> None:
     if jax_compat.backends_are_initialized():
         raise RuntimeError("benchmarks: JAX backends were started before the suite could "
                            f"enable {BACKEND!r} and {REFERENCE!r}")
-    jax.config.update("jax_platforms", f"{BACKEND},{REFERENCE}")
+    jax.config.update("jax_platforms", ",".join([BACKEND, *extra_platforms, REFERENCE]))
     jax.config.update("jax_enable_compilation_cache", False)
     jax.config.update("jax_compilation_cache_dir", None)
     if device_count > 1:
@@ -55,7 +55,8 @@ def devices() -> dict[str, Any]:
 
 def devices_for(workload: Workload) -> dict[str, list]:
     """The devices ``workload`` runs on, per backend (the first ``workload.devices``)."""
-    found = {b: jax.devices(b)[:workload.devices] for b in (BACKEND, REFERENCE)}
+    found = {b: jax.devices(platform)[:workload.devices]
+             for b, platform in ((BACKEND, workload.backend or BACKEND), (REFERENCE, REFERENCE))}
     for backend, devs in found.items():
         if len(devs) < workload.devices:
             raise RuntimeError(f"{workload.name} needs {workload.devices} devices; {backend} "
@@ -72,6 +73,9 @@ class Result:
     error_traceback: str | None = None
     background_compile_s: float = 0.0   # waited after the first call (see wait_for_background)
     partition_s: float | None = None    # pjrtkit's one-time partitioning (several devices)
+    # Real workloads: the first call and the first ten calls, compile included, per backend
+    first_call_s: dict[str, float] = dataclasses.field(default_factory=dict)
+    first_ten_s: dict[str, float] = dataclasses.field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -95,8 +99,13 @@ class Result:
         return ratio <= self.workload.target
 
 
-def check(name: str, actual: Any, expected: Any, devices: list, loosen: float) -> None:
-    """Every output of ``actual`` (pjrtkit) close to ``expected`` (XLA) and on ``devices``."""
+def check(name: str, actual: Any, expected: Any, devices: list, loosen: float,
+          close=None) -> None:
+    """Every output of ``actual`` (pjrtkit) close to ``expected`` (XLA) and on ``devices``
+    (``close(actual, expected, loosen)`` instead of the tolerances when given)."""
+    if close is not None:
+        close(actual, expected, loosen)
+        return
     got, want = jax.tree_util.tree_leaves(actual), jax.tree_util.tree_leaves(expected)
     if len(got) != len(want):
         raise AssertionError(f"{name}: {len(got)} outputs, XLA gives {len(want)}")
@@ -124,6 +133,18 @@ def wait_for_background(timeout_s: float = 120.0) -> float:
     return time.perf_counter() - start
 
 
+# Samples per backend of a real workload at most (each is seconds long).
+REAL_REPEATS = 5
+
+
+def _on_device(fn, args, device):
+    """A call of ``fn(*args)`` un-jitted, with ``device`` as JAX's default device."""
+    def call():
+        with jax.default_device(device):
+            return fn(*args)
+    return call
+
+
 def run(workload: Workload, size: str, settings: timing.Settings) -> Result:
     from pjrtkit.stablehlo.partition import partitioning_seconds
 
@@ -139,10 +160,21 @@ def run(workload: Workload, size: str, settings: timing.Settings) -> Result:
             lowerers = {b: (lambda a=placed[b]: jax.jit(fn).lower(*a)) for b in devs}
             outs = {b: lowerers[b]().compile()(*placed[b]) for b in devs}
         else:
-            jitted = jax.jit(fn)
-            calls = {b: (lambda a=placed[b]: jitted(*a)) for b in devs}
+            if workload.kind == "call":
+                calls = {b: _on_device(fn, placed[b], d[0]) for b, d in devs.items()}
+            else:
+                jitted = jax.jit(fn)
+                calls = {b: (lambda a=placed[b]: jitted(*a)) for b in devs}
             before = partitioning_seconds()
-            outs = {b: jax.block_until_ready(calls[b]()) for b in devs}
+            outs = {}
+            for b in devs:
+                start = time.perf_counter()
+                outs[b] = jax.block_until_ready(calls[b]())
+                if workload.real:  # time to steady state: compile and unfused calls included
+                    result.first_call_s[b] = time.perf_counter() - start
+                    for _ in range(workload.steady_calls - 1):
+                        jax.block_until_ready(calls[b]())
+                    result.first_ten_s[b] = time.perf_counter() - start
             if workload.devices > 1:
                 result.partition_s = partitioning_seconds() - before
             first = outs[BACKEND]
@@ -155,12 +187,16 @@ def run(workload: Workload, size: str, settings: timing.Settings) -> Result:
     try:
         if workload.kind != "compile":
             check(workload.name + " (before background compiles)", first, outs[REFERENCE],
-                  devs[BACKEND], workload.loosen)
-        check(workload.name, outs[BACKEND], outs[REFERENCE], devs[BACKEND], workload.loosen)
+                  devs[BACKEND], workload.loosen, workload.close)
+        check(workload.name, outs[BACKEND], outs[REFERENCE], devs[BACKEND], workload.loosen,
+              workload.close)
     except AssertionError as exc:
         result.mismatch = str(exc).strip()
     del outs
     try:
+        if workload.real:  # seconds per call: fewer samples keep the suite's length
+            settings = dataclasses.replace(settings, repeats=min(settings.repeats,
+                                                                 REAL_REPEATS))
         if workload.kind == "compile":
             result.stats = timing.interleaved_compile(lowerers, settings)
         else:

@@ -28,12 +28,23 @@ class Workload:
     target: float | None     # largest acceptable pjrtkit_s / xla_s (None: reported, no bar)
     make: Callable[[str], tuple[Callable, tuple]]
     loosen: float = 1.0
-    kind: str = "execute"    # "execute": time calls; "compile": time lower(...).compile()
+    # "execute": time calls of jax.jit(fn); "compile": time lower(...).compile(); "call": time
+    # calls of fn itself, un-jitted, with the backend's device as JAX's default device
+    kind: str = "execute"
     # Workloads over several devices run on the first ``devices`` devices of each backend,
     # ``place(args, devices)`` putting the NumPy inputs there; they are reported on their own
     # lines, outside the single-device geomean.
     devices: int = 1
     place: Callable[[tuple, list], tuple] | None = None
+    # Real workloads (``real_workloads``): outside the geomean, with their time to steady state
+    real: bool = False
+    # The pjrtkit platform it runs on (default ``runner.BACKEND``), e.g. "pjrtkit_tpu"
+    backend: str | None = None
+    # ``close(actual, expected, loosen)`` raising AssertionError: a check other than the
+    # per-dtype tolerances (a sampler's posterior, say)
+    close: Callable[[Any, Any, float], None] | None = None
+    # Calls in a real workload's time to steady state ("first ten calls" unless it says why)
+    steady_calls: int = 10
 
 
 def _rng(seed: int = 0) -> np.random.Generator:
@@ -265,20 +276,34 @@ WORKLOADS: list[Workload] = [
 GEOMEAN_TARGET = 1.5
 
 
+def _all_workloads() -> list[Workload]:
+    from benchmarks.real_workloads import REAL_WORKLOADS
+
+    return WORKLOADS + REAL_WORKLOADS
+
+
 def devices_needed(chosen: list[Workload]) -> int:
     """How many devices each backend needs for ``chosen``."""
     return max((w.devices for w in chosen), default=1)
 
 
+def platforms_needed(chosen: list[Workload]) -> list[str]:
+    """The pjrtkit platforms besides the default one that ``chosen`` runs on."""
+    return sorted({w.backend for w in chosen if w.backend})
+
+
 def by_name(names: list[str], suite: list[Workload] | None = None) -> list[Workload]:
-    """Workloads of ``suite`` (default ``WORKLOADS``) whose name contains any of ``names``
-    (in suite order)."""
-    suite = WORKLOADS if suite is None else suite
-    chosen = [w for w in suite if any(n in w.name for n in names)]
-    unknown = [n for n in names if not any(n in w.name for w in suite)]
+    """Workloads of ``suite`` (default: the CPU suite with the real workloads) whose name
+    contains any of ``names`` (in suite order); a name that is a workload's whole name selects
+    that one alone (``scan_rnn``, not ``scan_rnn_large``)."""
+    everything = _all_workloads() if suite is None else suite
+    exact = {w.name for w in everything}
+    chosen = [w for w in everything
+              if any(n == w.name or (n not in exact and n in w.name) for n in names)]
+    unknown = [n for n in names if not any(n in w.name for w in everything)]
     if unknown:
         raise ValueError(f"unknown workload(s) {unknown}; known: "
-                         f"{', '.join(w.name for w in suite)}")
+                         f"{', '.join(w.name for w in everything)}")
     return chosen
 
 

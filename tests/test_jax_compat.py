@@ -238,3 +238,24 @@ def test_register_pallas_gpu_answers_where_this_jaxs_pallas_lowering_asks():
         del gpu_info.registry["pjrtkit test GPU A"], gpu_info.registry["pjrtkit test GPU B"]
     assert (a.arch_name, a.compute_capability) == ("9.0", 90)
     assert (b.arch_name, b.compute_capability) == ("gfx942", 0)
+
+
+def test_the_portable_linear_algebra_jax_provides_is_where_jax_compat_looks():
+    """pjrtkit.expansions.jax_linalg reuses JAX's QDWH eigh and svd (the TPU's) and the
+    private QR primitives; each name must exist, with the parameters the rules pass."""
+    import inspect
+
+    from jax._src.lax import linalg
+
+    eigh = inspect.signature(jax_compat.eigh_qdwh_implementation()).parameters
+    assert {"lower", "sort_eigenvalues", "subset_by_index"} <= set(eigh)
+    svd = inspect.signature(jax_compat.svd_polar_lowering()).parameters
+    assert {"ctx", "operand", "full_matrices", "compute_uv", "subset_by_index",
+            "algorithm"} <= set(svd)
+    assert jax_compat.is_jacobi_eigh(linalg.EighImplementation.JACOBI)
+    assert not jax_compat.is_jacobi_eigh(None)
+    assert not jax_compat.is_jacobi_eigh(linalg.EighImplementation.QDWH)
+    for name in ("geqrf", "householder_product"):
+        assert callable(jax_compat.linalg_function(name))
+    for name in ("eigh", "svd", "eig", "schur", "hessenberg", "tridiagonal"):
+        assert jax_compat.linalg_primitive(name).name == name

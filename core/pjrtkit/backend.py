@@ -23,7 +23,8 @@ from pjrtkit.contract import register_checked
 from pjrtkit.errors import (Internal, InvalidArgument, PjrtError, Unimplemented,
                             host_out_of_memory)
 from pjrtkit.types import (Capabilities, CompiledProgram, CompileOptions, DeviceSpec,
-                           JaxLoweringRule, MemoryStats, PlatformInfo, Topology)
+                           JaxLoweringRule, MemoryStats, MultiProcessSupport, PlatformInfo,
+                           PrimitiveSet, Topology)
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +40,7 @@ class Backend:
         self._pm.add_hookspecs(hookspecs)
         self._pm.register(builtin, "pjrtkit.builtin")
         register_checked(self._pm, plugin, f"pjrtkit.backends.{name}", name)
+        self._primitive_set: PrimitiveSet | None | object = _UNASKED
         self.platform_name = f"pjrtkit_{name}"  # until the plugin names itself, for messages
         self.platform: PlatformInfo = self._call("pjrtkit_platform")
         self.platform_name = self.platform.name
@@ -73,6 +75,13 @@ class Backend:
             raise InvalidArgument(f"{self.platform_name}: unknown topology name {name!r}")
         return topology
 
+    def multi_process(self) -> MultiProcessSupport | None:
+        answer = self._call("pjrtkit_multi_process")
+        if answer is not None and not isinstance(answer, MultiProcessSupport):
+            raise Internal(f"{self.platform_name}: pjrtkit_multi_process returned "
+                           f"{type(answer).__name__}, expected MultiProcessSupport or None")
+        return answer
+
     # -- memory ------------------------------------------------------------------------------
     def transfer_to_device(self, *, array, device: DeviceSpec, memory_kind: str) -> Any:
         return self._call("pjrtkit_transfer_to_device", array=array, device=device,
@@ -98,15 +107,51 @@ class Backend:
     # -- compile and execute -----------------------------------------------------------------
     def compile(self, *, program, options: CompileOptions,
                 devices: Sequence[DeviceSpec]) -> CompiledProgram:
+        """The plugin's compile of ``program``, rewritten first into the backend's primitive
+        set when it declares one (``pjrtkit.expansions``)."""
+        primitives = self.primitive_set()
+        if primitives is not None:
+            program = self._expanded(program, primitives)
         return self._call("pjrtkit_compile", program=program, options=options,
                           devices=tuple(devices))
 
+    def primitive_set(self) -> PrimitiveSet | None:
+        """What the backend's compiler implements itself (None: it takes programs as they
+        are); asked once."""
+        if self._primitive_set is _UNASKED:
+            answer = self._call("pjrtkit_primitive_set")
+            if answer is not None and not isinstance(answer, PrimitiveSet):
+                raise Internal(f"{self.platform_name}: pjrtkit_primitive_set returned "
+                               f"{type(answer).__name__}, expected PrimitiveSet or None")
+            self._primitive_set = answer
+        return self._primitive_set
+
+    def _expanded(self, program, primitives: PrimitiveSet):
+        from pjrtkit import expansions
+
+        try:
+            return expansions.expand(program, primitives)
+        except PjrtError as exc:
+            raise type(exc)(f"{self.platform_name}: {exc}", code=exc.code) from exc
+        except MemoryError as exc:
+            raise host_out_of_memory(exc, f"{self.platform_name}: expanding a program") from exc
+        except Exception as exc:
+            raise Internal(f"{self.platform_name}: bug in the core's expansions: "
+                           f"{type(exc).__name__}: {exc}") from exc
+
     # -- capabilities ------------------------------------------------------------------------
     def capabilities(self) -> Capabilities:
+        """What the plugin declares, widened by what the core's expansions reach when it
+        declares a primitive set."""
         answer = self._call("pjrtkit_capabilities")
         if not isinstance(answer, Capabilities):
             raise Internal(f"{self.platform_name}: pjrtkit_capabilities returned "
                            f"{type(answer).__name__}, expected Capabilities")
+        primitives = self.primitive_set()
+        if primitives is not None:
+            from pjrtkit import expansions
+
+            answer = expansions.widened(answer, primitives)
         return answer
 
     # -- what the ABI layer asks for ---------------------------------------------------------
@@ -134,7 +179,9 @@ class Backend:
 
     # -- what JAX is told --------------------------------------------------------------------
     def jax_lowering_rules(self) -> tuple[JaxLoweringRule, ...]:
-        """Every implementation's JAX lowering rules, flattened; each primitive at most once."""
+        """Every implementation's JAX lowering rules, flattened; each primitive at most once;
+        for a backend declaring a primitive set, the expansions' JAX rules for the primitives it
+        gives none for."""
         answers = self._call("pjrtkit_jax_lowering_rules")
         rules: list[JaxLoweringRule] = []
         seen: set[int] = set()
@@ -150,7 +197,15 @@ class Backend:
                         f"{record.primitive} twice; JAX keeps one rule per primitive and platform")
                 seen.add(id(record.primitive))
                 rules.append(record)
+        if self.primitive_set() is not None:
+            # JAX-level expansions (primitives JAX lowers only on its own platforms) for the
+            # primitives the plugin gives no rule of its own
+            from pjrtkit import expansions
+
+            rules += [r for r in expansions.jax_lowering_rules() if id(r.primitive) not in seen]
         return tuple(rules)
 
 
-_OPTIONAL_ANSWERS = frozenset({"pjrtkit_make_topology"})
+_OPTIONAL_ANSWERS = frozenset({"pjrtkit_make_topology", "pjrtkit_primitive_set",
+                               "pjrtkit_multi_process"})
+_UNASKED = object()

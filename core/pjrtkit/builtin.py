@@ -22,3 +22,13 @@ def pjrtkit_make_topology(name, options):
 @hookimpl(trylast=True)
 def pjrtkit_capabilities():
     return Capabilities()  # nothing declared: tools learn by trying
+
+
+@hookimpl(trylast=True)
+def pjrtkit_primitive_set():
+    return None  # no primitive set declared: programs reach pjrtkit_compile as JAX wrote them
+
+
+@hookimpl(trylast=True)
+def pjrtkit_multi_process():
+    return None  # single-process unless the backend says otherwise

@@ -39,6 +39,12 @@ the partitioner keeps a side-effecting custom call's placement (the sharding JAX
 callbacks) only for the targets it knows as Python callbacks, and refuses the program
 otherwise ("Side-effect HLO must have sharding"). The key in ``backend_config`` is unchanged."""
 
+PARTITIONED_CALLBACK_TARGET = "xla_ffi_partitioned_python_cpu_callback"
+"""The same for a callback JAX asks to run on each device with its local shards
+(``jax.debug.print(..., partitioned=True)``, ``jax.debug.callback(..., partitioned=True)``) in a
+sharded ``jit``: XLA's partitioner keeps this target's operands sharded and runs it on every
+device, as for JAX's own cpu callbacks of that name; renamed back to HOST_CALLBACK_TARGET too."""
+
 # Keys made in this process start with this; a key from another process can never match.
 _PROCESS_TOKEN = secrets.token_hex(6)
 _counter = itertools.count()
@@ -104,15 +110,23 @@ class HostCallbackError(Internal):
 
 def make_host_callback_rule(to_host: Callable[[Any], np.ndarray] = np.asarray,
                             from_host: Callable[[np.ndarray], Any] = lambda a: a,
-                            token: Any = HOST_TOKEN):
+                            token: Any = HOST_TOKEN, *,
+                            transfers: Callable[[Any], tuple] | None = None):
     """A lowering rule for ``custom_call_rule(HOST_CALLBACK_TARGET)``.
 
     ``to_host`` turns an operand payload into a NumPy array before the call and ``from_host``
     turns each returned NumPy array into a result payload; a host-memory plugin keeps the
     defaults, a device plugin passes its copies. ``token`` is the payload of a token result.
+    A device plugin whose copies depend on the compile (the device the program is compiled for,
+    found in ``ctx.payloads``) passes ``transfers(ctx) -> (to_host, from_host, token)``
+    instead, asked once per callback op at compile time.
     """
 
     def host_callback(op, ctx):
+        if transfers is not None:
+            op_to_host, op_from_host, op_token = transfers(ctx)
+        else:
+            op_to_host, op_from_host, op_token = to_host, from_host, token
         key = op.attributes.get("backend_config", "")
         if not isinstance(key, str) or not key:
             raise InvalidArgument(f"custom_call @{HOST_CALLBACK_TARGET} without a callback key in "
@@ -122,7 +136,8 @@ def make_host_callback_rule(to_host: Callable[[Any], np.ndarray] = np.asarray,
         results = op.results
         expected = tuple(None if isinstance(v.type, TokenType) else
                          (tuple(v.type.shape), np.dtype(v.type.dtype)) for v in results)
-        return _host_callback_kernel(entry, is_token, expected, to_host, from_host, token)
+        return _host_callback_kernel(entry, is_token, expected, op_to_host, op_from_host,
+                                     op_token)
 
     return host_callback
 

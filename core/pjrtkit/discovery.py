@@ -28,6 +28,7 @@ from stevedore.exception import NoMatches
 
 from pjrtkit.backend import Backend
 from pjrtkit.errors import BackendLoadFailure, FailedPrecondition, PluginContractError
+from pjrtkit.settings import seconds_setting
 
 log = logging.getLogger(__name__)
 
@@ -59,18 +60,7 @@ class BackendStatus:
 
 def start_timeout_s() -> float:
     """Seconds a backend may take to start (``PJRTKIT_BACKEND_START_TIMEOUT_S``, default 60)."""
-    value = os.environ.get(START_TIMEOUT_VARIABLE, "").strip()
-    if not value:
-        return DEFAULT_START_TIMEOUT_S
-    try:
-        seconds = float(value)
-    except ValueError:
-        seconds = -1.0
-    if not seconds > 0:
-        log.warning("%s=%r is not a positive number of seconds; using %g", START_TIMEOUT_VARIABLE,
-                    value, DEFAULT_START_TIMEOUT_S)
-        return DEFAULT_START_TIMEOUT_S
-    return seconds
+    return seconds_setting(START_TIMEOUT_VARIABLE, DEFAULT_START_TIMEOUT_S)
 
 
 def selected_names() -> set[str] | None:
@@ -114,6 +104,16 @@ def installed_names() -> set[str]:
     return set(_entry_points())
 
 
+# Backends import their modules one at a time (their start-up after that runs at once): on
+# Python 3.11.7, two threads building Python ASTs at the same time (a module importing Triton's
+# jit-decorated kernels, dataclasses, Numba) corrupt CPython's shared AST recursion counter and
+# one import fails with "SystemError: AST constructor recursion depth mismatch" (seen here in
+# the jax-tests runner's own tests: the cpu plugin failed to import in 3 of 4 runs before this
+# lock, in none of 6 after). A backend waits for the lock at most _IMPORT_WAIT_S.
+_IMPORT_LOCK = threading.Lock()
+_IMPORT_WAIT_S = 5.0
+
+
 class _Start:
     """Starting one backend on a daemon thread: ``begin()``, then ``result(deadline)``."""
 
@@ -138,9 +138,19 @@ class _Start:
     def _start(self) -> Backend:
         failures = []
         try:
-            manager = DriverManager(
-                ENTRY_POINT_GROUP, self.name, invoke_on_load=False,
-                on_load_failure_callback=lambda _manager, ep, exc: failures.append((ep, exc)))
+            self.stage = "waiting for another backend's module import"
+            # a backend whose import hangs keeps the lock: the others go on without it after
+            # a while (the race is rare; a hang must not stop the other backends)
+            locked = _IMPORT_LOCK.acquire(timeout=_IMPORT_WAIT_S)
+            try:
+                self.stage = "importing its module"
+                manager = DriverManager(
+                    ENTRY_POINT_GROUP, self.name, invoke_on_load=False,
+                    on_load_failure_callback=lambda _manager, ep, exc: failures.append((ep,
+                                                                                        exc)))
+            finally:
+                if locked:
+                    _IMPORT_LOCK.release()
         except NoMatches:
             if not failures:
                 raise

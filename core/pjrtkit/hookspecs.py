@@ -24,7 +24,8 @@ import pluggy
 from pjrtkit._markers import PROJECT
 from pjrtkit.stablehlo.ir import Program
 from pjrtkit.types import (Capabilities, CompiledProgram, CompileOptions, DeviceSpec,
-                           JaxLoweringRule, MemoryStats, PlatformInfo, Topology)
+                           JaxLoweringRule, MemoryStats, MultiProcessSupport, PlatformInfo,
+                           PrimitiveSet, Topology)
 
 # The spec marker stays private to this module: only the contract declares hooks.
 _hookspec = pluggy.HookspecMarker(PROJECT)
@@ -64,14 +65,19 @@ def pjrtkit_client_topology(options: Mapping[str, Any]) -> Topology:
     ``pjrtkit_make_topology``.
 
     Args:
-        options: the NamedValues jaxlib passed to PJRT_Client_Create, as a dict.
+        options: the NamedValues jaxlib passed to PJRT_Client_Create, as a dict. Under
+            ``jax.distributed`` they include ``node_id`` (this process) and ``num_nodes``
+            (and ``partition_index`` when set); see ``pjrtkit_multi_process``.
 
     Returns:
         ``Topology`` whose devices all have ``process_index == 0`` and distinct ids and
-        ``local_hardware_id`` s. Memory sizes are declared here: a memory space with
-        ``MemorySpaceSpec(kind, capacity_bytes=N)`` is the device's own memory of N bytes (a
-        TPU's HBM), counted per device; one with ``capacity_bytes=None`` is host RAM, shared
-        by all such spaces of the client in one pool limited to the host's physical memory.
+        ``local_hardware_id`` s (a plugin with ``MultiProcessSupport(global_topology=True)``,
+        in a job of several processes: every process's devices, each with its
+        ``process_index``, ``local_hardware_id`` numbered within its process). Memory sizes
+        are declared here: a memory space with ``MemorySpaceSpec(kind, capacity_bytes=N)`` is
+        the device's own memory of N bytes (a TPU's HBM), counted per device; one with
+        ``capacity_bytes=None`` is host RAM, shared by all such spaces of the client in one
+        pool limited to the host's physical memory.
         The core enforces both (RESOURCE_EXHAUSTED past them; ``PJRTKIT_<BACKEND>_MEMORY_LIMIT``
         lowers each device's default memory further); memory is counted, never reserved.
 
@@ -92,6 +98,32 @@ def pjrtkit_client_topology(options: Mapping[str, Any]) -> Topology:
             n = int(os.environ.get("PJRTKIT_CPU_DEVICES", "1"))
             return Topology("cpu", tuple(DeviceSpec(id=i, kind="cpu", local_hardware_id=i)
                                          for i in range(n)))
+    """
+
+
+@_hookspec(firstresult=True)
+def pjrtkit_multi_process() -> MultiProcessSupport | None:
+    """Whether and how the backend runs across processes (``jax.distributed.initialize()``).
+
+    Returns:
+        ``MultiProcessSupport(engines, global_topology)``, or None (the built-in answer): the
+        backend is single-process, and a client asked for with ``num_nodes > 1`` fails at
+        creation with FAILED_PRECONDITION saying so. The core does the rest for every plugin:
+        the topology exchange over the PJRT key-value store, global device ids, process
+        indices, and collectives across processes on the engine ``PJRTKIT_COLLECTIVES``
+        picks among ``engines`` (``pjrtkit.distributed``).
+
+    Raises:
+        Nothing expected; an exception becomes INTERNAL at client creation for a job of
+        several processes (a single-process client never asks).
+
+    firstresult: yes.
+
+    Example::
+
+        @hookimpl
+        def pjrtkit_multi_process():
+            return MultiProcessSupport(engines=("gloo", "mpi"))
     """
 
 
@@ -289,7 +321,13 @@ def pjrtkit_compile(program: Program, options: CompileOptions,
         device. The core calls it for every execution, inline on the caller's thread when the
         program is cheap, else on the client's worker thread, and completes the events; an
         exception it raises reaches JAX through the outputs' events (a PjrtError with its
-        code, anything else as INTERNAL naming the executable's type).
+        code, anything else as INTERNAL naming the executable's type). Two optional methods
+        of the executable make executions cheaper, both documented on
+        ``pjrtkit.types.PluginExecutable``: ``native_kernel(device)`` hands a C function for
+        the whole program to the core's C execute path (``pjrtkit.types.NativeKernel``: calls
+        answered in C without entering Python), and ``execute_launch(arguments, devices,
+        launch)`` runs a launch over several devices itself (in lockstep,
+        ``pjrtkit.collectives.lockstep``).
 
     Raises:
         Unimplemented naming the op and dtype for anything the backend lacks (so the failure
@@ -309,6 +347,37 @@ def pjrtkit_compile(program: Program, options: CompileOptions,
         @hookimpl
         def pjrtkit_compile(program, options, devices):
             return CompiledProgram(Executable(build_plan(program, RULES)))
+    """
+
+
+@_hookspec(firstresult=True)
+def pjrtkit_primitive_set() -> PrimitiveSet | None:
+    """Declare the primitive set the backend's compiler implements, so that the core rewrites
+    what a program holds beyond it into that set before ``pjrtkit_compile`` (complex numbers
+    onto pairs of reals, float8/float4/int2/int4 onto wider types, fft and linear algebra onto
+    loops of dots, ...: ``pjrtkit.expansions``). A backend's own rule always wins: only ops the
+    set does not implement are rewritten. Called once per backend, on its first compile.
+
+    Returns:
+        ``PrimitiveSet(ops, dtypes, custom_call_targets)``, usually read off the backend's
+        ``LoweringRegistry``; or None (the built-in answer): the backend takes programs as
+        JAX wrote them and nothing is rewritten.
+
+    Raises:
+        Nothing in practice; an error here fails every compile of the backend (INTERNAL).
+
+    firstresult: yes.
+
+    What is not in the set and has no expansion stays in the program, and the backend's
+    compile answers UNIMPLEMENTED for it as before. ``pjrtkit_capabilities`` answers are
+    widened by what the expansions reach (``Backend.capabilities``).
+
+    Example::
+
+        @hookimpl
+        def pjrtkit_primitive_set():
+            return PrimitiveSet(ops=RULES.op_names, dtypes={"float32", "int32", "bool"},
+                                custom_call_targets=RULES.custom_call_targets)
     """
 
 

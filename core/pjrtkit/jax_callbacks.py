@@ -1,7 +1,7 @@
 """JAX lowering rules that turn Python callbacks into ``stablehlo.custom_call @pjrtkit_host_callback``.
 
-JAX lowers ``pure_callback``, ``io_callback``, ``jax.debug.callback`` and ``jax.debug.print``
-only for its own platforms: on cpu/gpu to a custom call that XLA's runtime resolves to a
+JAX lowers ``pure_callback``, ``io_callback``, ``jax.debug.callback``, ``jax.debug.print`` and
+checkify's ``check`` only for its own platforms: on cpu/gpu to a custom call that XLA's runtime resolves to a
 Python object it received beside the program, which a PJRT plugin never sees. For a pjrtkit
 platform these rules instead register the host function in ``pjrtkit.callbacks`` and put its
 key in the custom call's ``backend_config``; the backend's rule for that target calls it at run
@@ -31,6 +31,8 @@ def _callback_name(primitive, params: Mapping[str, Any]) -> str:
     """What error messages call the callback: the API the user called and their function."""
     if primitive.name == "debug_print":
         return f"jax.debug.print({params['fmt']!r})"
+    if primitive.name == "check":
+        return "checkify.check"
     function = params.get("callback")
     function = getattr(function, "callback_func", function)  # JAX's flattening wrapper
     label = getattr(function, "__qualname__", None) or type(function).__name__
@@ -66,15 +68,70 @@ def _on_own_device(function: Callable[..., Any], platform: str, device, returns:
     """Run ``function`` with its arguments on the pjrtkit ``device`` (the local CPU of a
     platform like cpu when JAX's cpu platform is not started), as JAX's impl does on cpu."""
     import jax
+    from jax._src import mesh as mesh_lib
+    from jax._src import sharding_impls
 
     def call(*arrays):
-        target = device if device is not None else jax.devices(platform)[0]
+        target = device if device is not None else jax.local_devices(backend=platform)[0]
         args = jax.device_put(arrays, target)
-        with jax.default_device(target):
+        # no mesh of the caller's applies inside the callback, as in JAX's own impls
+        with (jax.default_device(target),
+              sharding_impls._internal_use_concrete_mesh(  # noqa: SLF001 - as JAX's impl
+                  mesh_lib.empty_concrete_mesh),
+              mesh_lib.use_abstract_mesh(mesh_lib.empty_abstract_mesh)):
             results = function(*args)
         return tuple(np.asarray(r) for r in results) if returns else ()
 
     return call
+
+
+# pjrtkit platforms like cpu, in registration order: where an eager jax.debug.callback /
+# jax.debug.print places its arguments when JAX's cpu platform is not started.
+_LIKE_CPU_PLATFORMS: list[str] = []
+
+
+def _eager_platform(args) -> str | None:
+    """The pjrtkit platform an eager debug callback runs on instead of JAX's cpu: None while
+    JAX's cpu is started (JAX's own impl then runs); else the platform of the first argument
+    on a pjrtkit platform like cpu, or the default backend's if it is one."""
+    from jax._src import xla_bridge
+
+    if not _LIKE_CPU_PLATFORMS or "cpu" in xla_bridge.backends():
+        return None
+    for arg in args:
+        devices = getattr(arg, "devices", None)
+        if callable(devices):
+            platforms = {d.platform for d in devices()}
+            if len(platforms) == 1 and next(iter(platforms)) in _LIKE_CPU_PLATFORMS:
+                return next(iter(platforms))
+    default = xla_bridge.get_backend().platform
+    return default if default in _LIKE_CPU_PLATFORMS else None
+
+
+def extend_eager_callbacks(platform: str, like_platform: str | None) -> None:
+    """``jax.debug.callback`` / ``jax.debug.print`` outside ``jit`` run their callable directly
+    (JAX's impls, which place the arguments on JAX's cpu device and raise without it). On a
+    platform like cpu with JAX's cpu not started (``JAX_PLATFORMS=pjrtkit_cpu``) they place
+    the arguments on the platform's own device instead, as the lowered callbacks do."""
+    from jax._src import debugging
+
+    if like_platform != "cpu":
+        return
+    if platform not in _LIKE_CPU_PLATFORMS:
+        _LIKE_CPU_PLATFORMS.append(platform)
+    for primitive in (debugging.debug_callback_p, debugging.debug_print_p):
+        if getattr(primitive.impl, "pjrtkit_wraps", None) is not None:
+            continue
+
+        def impl(*args, _primitive=primitive, _original=primitive.impl, **params):
+            own = _eager_platform(args)
+            if own is None:
+                return _original(*args, **params)
+            _on_own_device(_user_function(_primitive, params), own, None, returns=False)(*args)
+            return ()
+
+        impl.pjrtkit_wraps = primitive.impl
+        primitive.def_impl(impl)
 
 
 def _host_function(primitive, impl: Callable[..., Any], params: Mapping[str, Any],
@@ -86,7 +143,9 @@ def _host_function(primitive, impl: Callable[..., Any], params: Mapping[str, Any
     from jax._src import dtypes, xla_bridge
 
     def call(*arrays):
-        if like_platform == "cpu" and "cpu" not in xla_bridge.backends():
+        if primitive.name in _HOST_ONLY:
+            results = impl(*arrays, **params) or ()
+        elif like_platform == "cpu" and "cpu" not in xla_bridge.backends():
             on_own_device = _on_own_device(_user_function(primitive, params), platform, device,
                                            returns=primitive.name in _RETURNING)
             results = on_own_device(*arrays)
@@ -99,6 +158,10 @@ def _host_function(primitive, impl: Callable[..., Any], params: Mapping[str, Any
 
 # The callback primitives whose callable returns the custom call's results.
 _RETURNING = frozenset({"pure_callback", "io_callback"})
+
+# Primitives whose host function works on NumPy arrays alone (no JAX device placement): checkify's
+# ``check`` raises the error its operands encode.
+_HOST_ONLY = frozenset({"check"})
 
 
 def _single_device(axis_context):
@@ -182,11 +245,25 @@ def host_callback_lowering(primitive, impl: Callable[..., Any], *, has_side_effe
             effect, = ordered
             operands.insert(0, ctx.tokens_in.get(effect))
             result_types.insert(0, mlir.token_type())
-        target = (callbacks.HOST_CALLBACK_TARGET if devices == 1
-                  else callbacks.PARTITIONER_CALLBACK_TARGET)
+        if devices == 1:
+            target = callbacks.HOST_CALLBACK_TARGET
+        elif params.get("partitioned"):
+            target = callbacks.PARTITIONED_CALLBACK_TARGET
+        else:
+            target = callbacks.PARTITIONER_CALLBACK_TARGET
+        layouts = {}
+        if devices > 1:
+            # Row-major layouts, as JAX's FFI callbacks carry them: XLA's partitioner of the
+            # partitioned target requires a layout-constrained call (else a CHECK aborts XLA).
+            token_ranks = [0] if ordered else []
+            layouts = dict(
+                operand_layouts=[tuple(reversed(range(r))) for r in
+                                 token_ranks + [len(a.shape) for a in ctx.avals_in]],
+                result_layouts=[tuple(reversed(range(r))) for r in
+                                token_ranks + [len(a.shape) for a in ctx.avals_out]])
         op = mlir.custom_call(target, result_types=result_types,
                               operands=operands, backend_config=entry.key,
-                              has_side_effect=has_side_effect or bool(ordered))
+                              has_side_effect=has_side_effect or bool(ordered), **layouts)
         if devices > 1:
             mlir.set_sharding(ctx.module_context, op,
                               _multi_device_sharding(ctx, params, ordered=bool(ordered)))
@@ -199,11 +276,35 @@ def host_callback_lowering(primitive, impl: Callable[..., Any], *, has_side_effe
     return rule
 
 
+def check_lowering(platform: str, like_platform: str | None) -> Callable:
+    """checkify's ``check`` primitive (``checkify.check`` under jit without ``checkify``), as
+    JAX lowers it on cpu and gpu: a ``debug_check`` is a no-op; otherwise it is refused at
+    lowering unless ``jax_xla_runtime_errors`` is on, when a host callback raises the error
+    its operands encode (an error of that execution, naming the check)."""
+    from jax._src import checkify, config
+
+    def check_impl(*arrays, err_tree, debug):
+        del debug
+        return checkify.python_err(err_tree, *arrays)
+
+    callback_rule = host_callback_lowering(checkify.check_p, check_impl, has_side_effect=True,
+                                           platform=platform, like_platform=like_platform)
+
+    def rule(ctx, *args, err_tree, debug):
+        if debug:
+            return []
+        if not config.xla_runtime_errors.value:
+            raise checkify.functionalization_error
+        return callback_rule(ctx, *args, err_tree=err_tree, debug=debug)
+
+    return rule
+
+
 def callback_lowerings(platform: str, like_platform: str | None) -> dict[Any, Callable]:
     """The rules for every callback primitive of this JAX version on ``platform``, keyed by
     primitive."""
     from jax._src import callback as jax_callback
-    from jax._src import debugging
+    from jax._src import checkify, debugging
 
     def rule(primitive, impl, has_side_effect):
         return host_callback_lowering(primitive, impl, has_side_effect=has_side_effect,
@@ -218,4 +319,5 @@ def callback_lowerings(platform: str, like_platform: str | None) -> dict[Any, Ca
             debugging.debug_callback_p, debugging.debug_callback_impl, True),
         debugging.debug_print_p: rule(
             debugging.debug_print_p, debugging.debug_print_impl, True),
+        checkify.check_p: check_lowering(platform, like_platform),
     }

@@ -150,6 +150,40 @@ def linalg_primitive(name: str):
     return getattr(linalg, f"{name}_p")
 
 
+def is_jacobi_eigh(algorithm) -> bool:
+    """Whether ``eigh_p``'s ``algorithm`` parameter asks for Jacobi
+    (``lax.linalg.EighImplementation.JACOBI``: the form JAX's QDWH eigh asks for its blocks)."""
+    from jax._src.lax import linalg
+
+    return algorithm == linalg.EighImplementation.JACOBI
+
+
+def eigh_qdwh_implementation():
+    """JAX's QDWH-based eigh (the TPU's): ``impl(x, *, lower, sort_eigenvalues,
+    subset_by_index) -> (vectors, values)``, blocks of at most 256 solved by ``eigh_p`` with
+    the Jacobi algorithm (``jax._src.tpu.linalg.eigh._eigh_qdwh_impl``, jax 0.10.2 to 0.12)."""
+    from jax._src.tpu.linalg import eigh
+
+    return eigh._eigh_qdwh_impl
+
+
+def svd_polar_lowering():
+    """JAX's lowering rule of ``svd_p`` by the polar decomposition (QDWH, the TPU's; JAX
+    registers it for every platform): ``rule(ctx, operand, *, full_matrices, compute_uv,
+    subset_by_index, algorithm)`` (``jax._src.tpu.linalg.svd._svd_tpu_lowering_rule``)."""
+    from jax._src.tpu.linalg import svd
+
+    return svd._svd_tpu_lowering_rule
+
+
+def linalg_function(name: str):
+    """A function of ``jax._src.lax.linalg`` that ``jax.lax.linalg`` does not export
+    (``geqrf``, ``householder_product``: the primitives behind QR; jax 0.10.2 to 0.12)."""
+    from jax._src.lax import linalg
+
+    return getattr(linalg, name)
+
+
 def backends_are_initialized() -> bool:
     """Whether JAX has started its backends (after which ``jax_platforms`` is ignored).
 
@@ -485,3 +519,70 @@ def extend_device_mesh(platform: str, like: str) -> None:
         wrapper = _physical_mesh_wrapper(private_mesh_utils.create_device_mesh)
         private_mesh_utils.create_device_mesh = wrapper
         mesh_utils.create_device_mesh = wrapper
+
+
+# -- jax.export: what was exported for the platform a plugin is like ----------------------------
+# ``Exported.call`` binds ``call_exported_p``, whose one (platform-independent) lowering rule
+# checks that every lowering platform is among the export's platforms, by name. A platform like
+# cpu (or tpu) runs what was exported for cpu (or tpu): pjrtkit's rule for its platform calls
+# JAX's with the lowering platforms renamed (``jax_export``). Written against jax 0.10.2-0.12.
+
+def exported_call_rule():
+    """(``call_exported_p``, JAX's lowering rule of it): what ``Exported.call`` binds."""
+    from jax._src.export import _export
+
+    return _export.call_exported_p, _export._call_exported_lowering  # noqa: SLF001 - no public name
+
+
+def exported_platforms(exported) -> tuple[str, ...]:
+    """The lowering platforms an ``Exported`` (a public record) was made for."""
+    return tuple(exported.platforms)
+
+
+def with_lowering_platforms(ctx, platforms: tuple[str, ...]):
+    """A lowering rule context ``ctx`` whose module reports ``platforms`` as its lowering
+    platforms; everything else (the module being built, its symbol table, caches) is shared."""
+    return ctx.replace(module_context=ctx.module_context.replace(platforms=tuple(platforms)))
+
+
+def cpu_stable_custom_call_targets() -> tuple[str, ...]:
+    """The custom-call targets of JAX's cpu lowering that ``jax.export`` guarantees stable
+    (jaxlib's LAPACK FFI kernels, ``lapack_sgetrf_ffi``, ...): what a cpu export may carry."""
+    from jax._src.export import _export
+
+    return tuple(_export._CPU_FFI_KERNELS)  # noqa: SLF001 - JAX's own list, no public name
+
+
+# -- compile options XLA checks ----------------------------------------------------------------
+
+_CHECKED_OVERRIDES: dict[tuple, str | None] = {}
+_TRIVIAL_PROGRAM = ("func.func @main(%a: tensor<f32>) -> tensor<f32> {\n"
+                    "  return %a : tensor<f32>\n}\n")
+
+
+def compile_option_overrides_problem(compile_options: bytes) -> str | None:
+    """XLA's own refusal of the ``env_option_overrides`` of a serialized CompileOptionsProto
+    (``jax.jit(..., compiler_options=...)``: a name that is no XLA option, a value of the wrong
+    type), or None when XLA accepts them (or there are none). XLA applies the overrides before
+    it compiles anything, so a trivial program compiled with them on the private XLA:CPU client
+    answers exactly as XLA's CPU backend would; answers are kept per set of overrides."""
+    xc = xla_client()
+    options = xc.CompileOptions.ParseFromString(compile_options)
+    overrides = tuple((str(name), repr(value)) for name, value in options.env_option_overrides)
+    if not overrides:
+        return None
+    if overrides not in _CHECKED_OVERRIDES:
+        trial = xc.CompileOptions()
+        trial.env_option_overrides = list(options.env_option_overrides)
+        client = private_xla_cpu_client(1)
+        try:
+            if hasattr(client, "compile_and_load"):
+                client.compile_and_load(_TRIVIAL_PROGRAM, xc.DeviceList(tuple(client.devices()[:1])),
+                                        trial)
+            else:  # older jaxlib spelling
+                client.compile(_TRIVIAL_PROGRAM, trial)
+            problem = None
+        except Exception as exc:  # noqa: BLE001 - XLA's own message is the answer
+            problem = re.sub(r"^[A-Z_]+: ", "", str(exc))
+        _CHECKED_OVERRIDES[overrides] = problem
+    return _CHECKED_OVERRIDES[overrides]

@@ -2,6 +2,8 @@
 
 - lowering rules (``pjrtkit.jax_lowering``): host callbacks and ``lax.platform_dependent``,
   and the rules the plugin contributes (``pjrtkit_jax_lowering_rules``: eigh, svd, ...);
+- eager ``jax.debug.callback`` / ``jax.debug.print`` on platforms like cpu without JAX's cpu
+  (``pjrtkit.jax_callbacks.extend_eager_callbacks``);
 - DLPack (``pjrtkit.jax_dlpack``) for platforms whose buffers live in host memory, i.e. those
   that declare themselves like JAX's cpu;
 - physical device meshes (``jax_compat.extend_device_mesh``) for platforms whose devices are
@@ -9,7 +11,7 @@
 """
 from __future__ import annotations
 
-from pjrtkit import jax_compat, jax_dlpack, jax_lowering
+from pjrtkit import jax_callbacks, jax_compat, jax_dlpack, jax_lowering
 
 
 def extend_jax_for(backend) -> None:
@@ -18,6 +20,7 @@ def extend_jax_for(backend) -> None:
     jax_lowering.register_lowerings(
         info.name, jax_lowering.platform_lowerings(info.name, info.like_platform))
     jax_lowering.register_platform_lowering_rules(backend)
+    jax_callbacks.extend_eager_callbacks(info.name, info.like_platform)
     if info.like_platform == "cpu":
         jax_dlpack.extend_dlpack(info.name)
     if info.device_mesh_like is not None:

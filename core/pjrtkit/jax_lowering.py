@@ -17,7 +17,7 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from pjrtkit import jax_callbacks, jax_platform_like
+from pjrtkit import jax_callbacks, jax_export, jax_platform_like
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +27,7 @@ def platform_lowerings(platform: str, like_platform: str | None) -> Mapping[Any,
     rules: dict[Any, Callable] = {}
     rules.update(jax_callbacks.callback_lowerings(platform, like_platform))
     rules.update(jax_platform_like.platform_choice_lowerings(platform, like_platform))
+    rules.update(jax_export.exported_call_lowerings(platform, like_platform))
     return rules
 
 

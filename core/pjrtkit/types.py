@@ -137,6 +137,55 @@ class PluginExecutable(Protocol):
         reaches JAX through the outputs' events.
         """
 
+    # Optional: ``native_kernel(device: DeviceSpec) -> NativeKernel | None``, the plugin's hand-
+    # over to the core's C execute path (see ``NativeKernel``). An executable without this
+    # method (or with it None) is always run through ``execute``.
+    #
+    # Optional: ``execute_launch(arguments, devices, launch) -> outputs | None``, one launch
+    # over several devices (``arguments[d]`` for ``devices[d]``, the position d in the launch
+    # ``launch``, a ``pjrtkit.collectives.launch.Launch``) run by the plugin itself, for
+    # instance every device on the calling thread in lockstep
+    # (``pjrtkit.collectives.lockstep.LockstepProgram``); None: not this program, and the core
+    # runs ``execute`` once per device, each on its own thread.
+
+
+@dataclasses.dataclass(frozen=True)
+class NativeKernel:
+    """A C function that runs a whole program on one device, so that the core can answer
+    ``PJRT_LoadedExecutable_Execute`` in C without entering Python (the C execute path, see
+    ARCHITECTURE.md). A plugin hands it over through its executable's optional method
+    ``native_kernel(device)`` (``PluginExecutable``): the core asks at executions it serves in
+    Python, one device at a time, until it gets one; None means "not (yet)": the cpu plugin
+    answers None until its Numba ``cfunc`` is compiled. Asked again after every answer of None,
+    so a method that is cheap to call is expected (an attribute read).
+
+    The core uses it only for executables on one device that donate nothing, whose arguments
+    and outputs are arrays (no tokens) of rank <= 8, while C answers are on (not under
+    PJRTKIT_TRACE_ABI or PJRTKIT_PROFILE), and only with ready arguments of that device whose
+    contents it may read (``argument_address``); anything else keeps the ordinary path.
+
+    ``address``: ``int kernel(void* const* arguments, void* const* outputs, void* context)``,
+    arguments and outputs in the program's order, each the address of its dense row-major
+    contents; it returns 0 on success. Anything else is an error: the core discards the
+    outputs and runs the program through ``execute`` instead, which reports it. It must not
+    keep the pointers, must not write arguments, must be safe to call from any thread
+    concurrently and must not need the GIL (a Numba ``cfunc`` with ``nopython``).
+    ``context``: passed through (an address; 0 for none). ``keepalive``: what keeps the code
+    and the context alive (a Numba cfunc, arrays of constants); held as long as the executable.
+    ``argument_address(payload)``: the address of a payload's dense row-major contents in the
+    kernel's address space, or None when it has none (a strided view): such an argument keeps
+    that call on the ordinary path. Outputs are host memory the core allocates (64-byte
+    aligned) and counts in the device memory's ledger; the payload of one, when Python needs
+    it, is ``pjrtkit_transfer_to_device`` of a NumPy array over that memory (the cpu plugin's
+    payload is that array). A plugin whose outputs cannot be host memory (a GPU's) needs an
+    allocator in this record first; not there yet.
+    """
+
+    address: int
+    argument_address: Callable[[Any], int | None]
+    context: int = 0
+    keepalive: Any = None
+
 
 @dataclasses.dataclass(frozen=True)
 class CompiledProgram:
@@ -192,6 +241,67 @@ class Capabilities:
         for field in ("dtypes", "ops", "custom_call_targets", "features"):
             value = getattr(self, field)
             if value is not None and not isinstance(value, frozenset):
+                object.__setattr__(self, field, frozenset(value))
+
+
+# Collective engines a plugin may name in ``MultiProcessSupport.engines``
+# (``pjrtkit.distributed.engines``): gloo through torch.distributed, MPI through mpi4py, NCCL and
+# RCCL for device memory.
+COLLECTIVE_ENGINES = ("gloo", "mpi", "nccl", "rccl")
+
+
+@dataclasses.dataclass(frozen=True)
+class MultiProcessSupport:
+    """How a backend runs across processes under ``jax.distributed`` (``pjrtkit_multi_process``).
+
+    ``engines``: the collective engines its programs may use across processes, preferred first
+    (names from ``COLLECTIVE_ENGINES``); ``PJRTKIT_COLLECTIVES`` picks one of them. Payloads
+    must be host arrays for the host engines (gloo, mpi).
+    ``global_topology``: False (a cpu) -- ``pjrtkit_client_topology`` returns this process's
+    devices and the core gathers every process's over the key-value store, numbering devices
+    process by process; True (a virtual TPU slice) -- it returns every device of every process,
+    ``process_index`` set, from the options ``node_id`` and ``num_nodes``, and the core checks
+    that all processes report the same devices.
+    """
+
+    engines: tuple[str, ...]
+    global_topology: bool = False
+
+    def __post_init__(self):
+        object.__setattr__(self, "engines", tuple(self.engines))
+        unknown = [e for e in self.engines if e not in COLLECTIVE_ENGINES]
+        if not self.engines or unknown:
+            raise ValueError(f"MultiProcessSupport.engines {self.engines!r}: expected one or "
+                             f"more of {COLLECTIVE_ENGINES}")
+
+
+@dataclasses.dataclass(frozen=True)
+class PrimitiveSet:
+    """What a backend's compiler implements itself (``pjrtkit_primitive_set``); the core
+    rewrites everything else a program holds into this set before ``pjrtkit_compile`` sees it
+    (``pjrtkit.expansions``).
+
+    ``ops``: StableHLO op names with a rule (``"stablehlo.add"``; ``stablehlo.constant``,
+    ``func.call`` and the terminators need not be named). ``custom_call_targets``: the
+    ``stablehlo.custom_call`` targets with a rule. ``dtypes``: NumPy names of the element
+    types its rules compute on (``"float32"``). An op is implemented when its name (or its
+    custom-call target) is declared and every operand and result has a declared element type.
+
+    Buffers of every PJRT type are stored as bytes whatever ``dtypes`` says: arguments and
+    results of a type outside it (complex64, float8_e4m3fn, int4, ...) reach the backend as
+    its buffers, and the core's rewrite reinterprets them with ``stablehlo.bitcast_convert``
+    to and from a declared type (complex64 <-> float32[..., 2], float8 <-> uint8, int4 <->
+    int8), which the backend's bitcast rule must accept for those types.
+    """
+
+    ops: frozenset[str]
+    dtypes: frozenset[str]
+    custom_call_targets: frozenset[str] = frozenset()
+
+    def __post_init__(self):
+        for field in ("ops", "dtypes", "custom_call_targets"):
+            value = getattr(self, field)
+            if not isinstance(value, frozenset):
                 object.__setattr__(self, field, frozenset(value))
 
 

@@ -18,6 +18,7 @@ from pjrtkit.types import (Capabilities, CompiledProgram, DeviceSpec, MemorySpac
                            PlatformInfo, Topology)
 
 from pjrtkit_gpu import __version__, dtypes
+from pjrtkit_gpu.device_array import is_storable
 from pjrtkit_gpu.drivers import select_driver
 
 MEMORY_KINDS = ("device", "pinned_host")
@@ -77,13 +78,17 @@ class GpuBackend:
 
     @hookimpl
     def pjrtkit_jax_lowering_rules(self):
+        from pjrtkit.expansions.jax_linalg import portable_linalg_rules
+
         from pjrtkit_gpu.jax_pallas import pallas_lowering_rules
 
         try:
             devices = self.driver().devices()
         except Exception:  # noqa: BLE001 - no driver: no device to lower for; topology says why
             devices = ()
-        return pallas_lowering_rules(self.vendor, devices)
+        # eigh, svd, ...: JAX lowers them only on its own platforms; the core's portable
+        # rules lower them to loops the expansions and the GPU rules run.
+        return [*pallas_lowering_rules(self.vendor, devices), *portable_linalg_rules()]
 
     @hookimpl
     def pjrtkit_client_topology(self, options):
@@ -98,7 +103,7 @@ class GpuBackend:
     # -- memory -----------------------------------------------------------------------------
     @hookimpl
     def pjrtkit_transfer_to_device(self, array, device, memory_kind):
-        if not dtypes.is_supported(array.dtype):
+        if not is_storable(array.dtype):
             raise Unimplemented(f"{self.platform}: {array.dtype.name} buffers (the GPU kernels "
                                 f"take {', '.join(d.name for d in dtypes.SUPPORTED)})")
         driver = self.driver()
@@ -143,6 +148,15 @@ class GpuBackend:
                 plans[index] = build_plan(program, registry_for(driver, index, self.platform))
         return CompiledProgram(executable=GpuExecutable(driver, plans),
                                cost=estimate_cost(program))
+
+    @hookimpl
+    def pjrtkit_primitive_set(self):
+        """What the Triton rules implement; the core's expansions bring complex numbers,
+        narrow types, fft and linear algebra down to it (none of those has a GPU rule)."""
+        self.driver()  # chooses Triton's mode before the kernels are imported
+        from pjrtkit_gpu.lowering import PRIMITIVES
+
+        return PRIMITIVES
 
     @hookimpl
     def pjrtkit_capabilities(self):

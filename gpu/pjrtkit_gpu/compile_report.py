@@ -40,24 +40,27 @@ def _elementwise_ops(dtype):
     """Ops of every table entry on ``dtype`` (those it lacks are left out), with inputs."""
     from pjrtkit.stablehlo.ir import Op
 
+    from pjrtkit.semantics import ops as semantics_ops
+
     from pjrtkit_gpu import dtypes as D
-    from pjrtkit_gpu.elementwise_table import TABLE, NoKernel, expression
+    from pjrtkit_gpu.elementwise_table import OPS, NoKernel, statements
 
     x, y, z = _value(dtype), _value(dtype), _value(dtype)
     p = _value(D.BOOL)
     ops, names = [], []
-    for name in sorted(TABLE):
+    for name in sorted(OPS):
         if name == "stablehlo.convert":
             continue
         operands = {"stablehlo.select": (p, x, y), "stablehlo.clamp": (x, y, z)}.get(name)
         if operands is None:
-            arity = TABLE[name].__code__.co_argcount - 1  # every entry is expr(op, *operands)
-            operands = (x, y, z)[:arity]
+            operands = (x, y, z)[:semantics_ops.traits(name).arity]
         result_dtype = D.BOOL if name in ("stablehlo.compare", "stablehlo.is_finite") else dtype
-        attributes = {"comparison_direction": "LT"} if name == "stablehlo.compare" else {}
+        attributes = {"stablehlo.compare": {"comparison_direction": "LT"},
+                      "stablehlo.reduce_precision": {"exponent_bits": 5, "mantissa_bits": 10},
+                      }.get(name, {})
         op = Op(name, operands, (_value(result_dtype),), attributes)
         try:
-            expression(op, ["a"] * len(operands))
+            statements(op, ["a"] * len(operands), "r")
         except NoKernel:
             continue
         ops.append(op)

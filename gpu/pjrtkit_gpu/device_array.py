@@ -9,6 +9,17 @@ import math
 
 import numpy as np
 
+from pjrtkit.expansions.formats import STORED_ONLY
+
+from pjrtkit_gpu import dtypes
+
+
+def is_storable(dtype: np.dtype) -> bool:
+    """Whether a DeviceArray may hold ``dtype``: the types the kernels compute on, and the
+    complex and narrow types the core's expansions rewrite into those (held as bytes, read
+    only through ``stablehlo.bitcast_convert``)."""
+    return dtypes.is_supported(dtype) or dtype in STORED_ONLY
+
 
 class DeviceArray:
     """``memory`` (a driver allocation with ``.pointer``, ``.nbytes``, ``.device_index``),

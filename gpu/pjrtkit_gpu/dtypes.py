@@ -1,25 +1,30 @@
-"""The element types the GPU kernels support, how each is stored in device memory (its Triton
-pointer type) and the type its arithmetic is done in.
+"""How the GPU kernels hold each element type they take: its Triton pointer type in device
+memory and the Triton type its values are computed in. The facts about the types themselves
+(kinds, widths, what XLA computes each in) are pjrtkit.semantics.dtypes'.
 
 Storage: bool is one byte (Triton's ``*u8``, read as ``!= 0``), bfloat16 is Triton's ``bf16``.
-Arithmetic follows what XLA's CPU backend (the conformance reference) does: float16 and
-bfloat16 compute in float32 and round after every op; everything else in its own type.
+float16 and bfloat16 values are held as float32 (the type XLA's CPU backend computes them in),
+rounded to their type after every op; everything else in its own type.
 """
 from __future__ import annotations
 
-import ml_dtypes
 import numpy as np
 
-BOOL = np.dtype(np.bool_)
-BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
-FLOAT16 = np.dtype(np.float16)
-FLOAT32 = np.dtype(np.float32)
-FLOAT64 = np.dtype(np.float64)
-SIGNED = tuple(np.dtype(t) for t in (np.int8, np.int16, np.int32, np.int64))
-UNSIGNED = tuple(np.dtype(t) for t in (np.uint8, np.uint16, np.uint32, np.uint64))
+from pjrtkit.semantics.dtypes import (BFLOAT16, BOOL, FLOAT16, FLOAT32, FLOAT64, NARROW_INTS,
+                                      int_range, is_float, is_signed, is_unsigned)
+from pjrtkit.semantics.dtypes import SIGNED_INTS as _SIGNED
+from pjrtkit.semantics.dtypes import UNSIGNED_INTS as _UNSIGNED
+
+__all__ = ["BFLOAT16", "BOOL", "FLOAT16", "FLOAT32", "FLOAT64",  # with the names below
+           "int_range", "is_float", "is_signed", "is_unsigned"]
+
+SIGNED = tuple(sorted(_SIGNED - NARROW_INTS, key=lambda d: d.itemsize))
+UNSIGNED = tuple(sorted(_UNSIGNED - NARROW_INTS, key=lambda d: d.itemsize))
 INTEGERS = SIGNED + UNSIGNED
 FLOATS = (FLOAT16, BFLOAT16, FLOAT32, FLOAT64)
 NARROW_FLOATS = (FLOAT16, BFLOAT16)
+# The types Triton holds natively (float8, the sub-byte integers and complex numbers reach
+# the GPU plugins through pjrtkit.expansions, rewritten onto these).
 SUPPORTED = (BOOL, *INTEGERS, *FLOATS)
 
 # The Triton element type of each dtype in memory, as Triton's signatures spell it.
@@ -53,15 +58,3 @@ def compute_language_type(dtype: np.dtype) -> str:
     if dtype in NARROW_FLOATS:
         return "float32"
     return storage_language_type(dtype)
-
-
-def is_float(dtype: np.dtype) -> bool:
-    return dtype in FLOATS
-
-
-def is_signed(dtype: np.dtype) -> bool:
-    return dtype in SIGNED
-
-
-def is_unsigned(dtype: np.dtype) -> bool:
-    return dtype in UNSIGNED

@@ -1,18 +1,35 @@
-"""One expression per elementwise StableHLO op: from its operands' expressions (in their compute
-types, ``dtypes.compute_language_type``) the Triton expression of its result, with XLA's
-semantics (integer division by zero, shifts past the width, saturating float->int conversion,
-NaN-propagating max/min). An op or dtype without an entry raises ``NoKernel`` with the reason,
-which the rule turns into UNIMPLEMENTED naming op and dtype.
+"""The Triton renderer of pjrtkit.semantics: each elementwise StableHLO op as Triton statements.
 
-Every result is converted to its compute type (``.to(tl.T)``), so Triton's promotions (an int8
-times a Python int is int32) never leak; float16/bfloat16 results are rounded to their type
-after every op, as XLA's CPU backend does.
+``statements(op, operands, result)`` asks ``pjrtkit.semantics.definitions`` for the op's
+expression, rewrites it (``semantics.scalar.schedule``) into the scalar operations this module
+spells, and returns one assignment per operation, the last to ``result``. Nothing here says
+what an op means; operations Triton has no function for (trunc, rint, tan, atan2, pow, cbrt,
+expm1, popcount, ...) come from the semantics' recipes in terms of those it has, so the same
+source runs under Triton's interpreter, which calls no device library.
+
+Values are held in their compute types (``dtypes.compute_language_type``): bool as int1,
+float16/bfloat16 as float32 values already rounded to their type. So a conversion to a
+float16/bfloat16 rounds through the type and back (``.to(tl.float16).to(tl.float32)``), and a
+bitcast of one goes through its storage type. Every operation's result is converted to its
+compute type (``.to(tl.T)``), so Triton's promotions (an int8 times a Python int is int32)
+never leak. An op or dtype that cannot be written raises ``NoKernel`` with the reason, which
+the rules turn into UNIMPLEMENTED naming op and dtype.
 """
 from __future__ import annotations
 
+import functools
+import math
+
 import numpy as np
 
+from pjrtkit.semantics import definitions, ops
+from pjrtkit.semantics.scalar import Expr, Undefined, schedule
+
 from pjrtkit_gpu import dtypes as D
+
+RENDERER = "the GPU plugins' Triton kernels"
+# Every elementwise op of the semantics (whether a dtype renders is decided per op).
+OPS = frozenset(t.op for t in ops.ELEMENTWISE.values())
 
 
 class NoKernel(Exception):
@@ -23,288 +40,163 @@ def _tl(dtype) -> str:
     return f"tl.{D.compute_language_type(dtype)}"
 
 
-def finish(expr: str, dtype) -> str:
-    """``expr`` converted to ``dtype``'s compute type, rounded through a narrow float."""
-    if dtype in D.NARROW_FLOATS:
-        return f"(({expr}).to(tl.{D.storage_language_type(dtype)}).to(tl.float32))"
-    return f"(({expr}).to({_tl(dtype)}))"
+_OPERATORS = {"add": "+", "subtract": "-", "multiply": "*", "divide": "/", "and": "&",
+              "or": "|", "xor": "^", "shl": "<<", "lshr": ">>", "ashr": ">>",
+              "div_trunc": "//", "rem_trunc": "%", "fmod": "%"}
+_COMPARISONS = {"EQ": "==", "NE": "!=", "LT": "<", "LE": "<=", "GT": ">", "GE": ">="}
+_FUNCTIONS = {"fabs": "tl.abs", "floor": "tl.floor", "ceil": "tl.ceil", "sqrt": "tl.sqrt",
+              "exp": "tl.exp", "log": "tl.log", "sin": "tl.sin", "cos": "tl.cos"}
+_INT_ONLY = {"div_trunc", "rem_trunc", "shl", "lshr", "ashr"}
 
 
-def _nan_max(a: str, b: str) -> str:
-    return f"tl.where({a} != {a}, {a}, tl.where({b} != {b}, {b}, tl.maximum({a}, {b})))"
-
-
-def _nan_min(a: str, b: str) -> str:
-    return f"tl.where({a} != {a}, {a}, tl.where({b} != {b}, {b}, tl.minimum({a}, {b})))"
-
-
-def _int_limits(dtype) -> tuple[int, int]:
-    info = np.iinfo(dtype)
-    return int(info.min), int(info.max)
-
-
-def _operand(op, i=0):
-    return op.operands[i].type.dtype
-
-
-def _need(condition: bool, why: str) -> None:
-    if not condition:
-        raise NoKernel(why)
-
-
-def _add(op, a, b):
-    d = _operand(op)
-    return f"({a} | {b})" if d == D.BOOL else f"({a} + {b})"
-
-
-def _subtract(op, a, b):
-    _need(_operand(op) != D.BOOL, "subtract of bool")
-    return f"({a} - {b})"
-
-
-def _multiply(op, a, b):
-    return f"({a} & {b})" if _operand(op) == D.BOOL else f"({a} * {b})"
-
-
-def _divide(op, a, b):
-    d = _operand(op)
-    _need(d != D.BOOL, "divide of bool")
-    if D.is_float(d):
-        return f"({a} / {b})"
-    if D.is_unsigned(d):
-        _, hi = _int_limits(d)
-        return f"tl.where({b} == 0, {hi}, {a} // tl.where({b} == 0, 1, {b}))"
-    lo, _ = _int_limits(d)
-    overflow = f"(({a} == {lo}) & ({b} == -1))"
-    safe = f"tl.where(({b} == 0) | {overflow}, 1, {b})"
-    return f"tl.where({b} == 0, -1, tl.where({overflow}, {lo}, {a} // {safe}))"
-
-
-def _remainder(op, a, b):
-    d = _operand(op)
-    _need(d != D.BOOL, "remainder of bool")
-    if D.is_float(d):
-        return f"({a} % {b})"
-    if D.is_unsigned(d):
-        return f"tl.where({b} == 0, {a}, {a} % tl.where({b} == 0, 1, {b}))"
-    lo, _ = _int_limits(d)
-    overflow = f"(({a} == {lo}) & ({b} == -1))"
-    safe = f"tl.where(({b} == 0) | {overflow}, 1, {b})"
-    return f"tl.where({b} == 0, {a}, tl.where({overflow}, 0, {a} % {safe}))"
-
-
-def _maximum(op, a, b):
-    d = _operand(op)
-    if d == D.BOOL:
-        return f"({a} | {b})"
-    return _nan_max(a, b) if D.is_float(d) else f"tl.maximum({a}, {b})"
-
-
-def _minimum(op, a, b):
-    d = _operand(op)
-    if d == D.BOOL:
-        return f"({a} & {b})"
-    return _nan_min(a, b) if D.is_float(d) else f"tl.minimum({a}, {b})"
-
-
-def _bitwise(symbol):
-    def expr(op, a, b):
-        _need(not D.is_float(_operand(op)), f"bitwise op on {_operand(op).name}")
-        return f"({a} {symbol} {b})"
-    return expr
-
-
-def _not(op, a):
-    d = _operand(op)
-    _need(not D.is_float(d), f"not of {d.name}")
-    return f"({a} == 0)" if d == D.BOOL else f"(~{a})"
-
-
-def _negate(op, a):
-    d = _operand(op)
-    _need(d != D.BOOL, "negate of bool")
-    return f"(0 - {a})"
-
-
-def _abs(op, a):
-    d = _operand(op)
-    _need(d != D.BOOL, "abs of bool")
-    return a if D.is_unsigned(d) else f"tl.abs({a})"
-
-
-def _sign(op, a):
-    d = _operand(op)
-    _need(d != D.BOOL, "sign of bool")
-    if D.is_float(d):
-        return f"tl.where({a} > 0, 1.0, tl.where({a} < 0, -1.0, {a}))"
-    return f"tl.where({a} > 0, 1, tl.where({a} < 0, -1, 0))"
-
-
-def _float_only(function):
-    def expr(op, a):
-        d = _operand(op)
-        _need(D.is_float(d), f"{op.name} of {d.name} (floating point only)")
-        return function(a)
-    return expr
-
-
-def _expm1(a):
-    # Kahan: exp(a) - 1 rescaled by a / log(exp(a)), exact where exp(a) rounds to 1.
-    u = f"tl.exp({a})"
-    return (f"tl.where({u} == 1.0, {a}, tl.where({u} - 1.0 == -1.0, -1.0, "
-            f"({u} - 1.0) * {a} / tl.log({u})))")
-
-
-def _log1p(a):
-    u = f"(1.0 + {a})"
-    return f"tl.where({u} == 1.0, {a}, tl.log({u}) * {a} / ({u} - 1.0))"
-
-
-def _tanh(a):
-    # sign(a) * -expm1(-2|a|) / (2 + expm1(-2|a|)): accurate near 0 and saturating at 1.
-    m = _expm1(f"(-2.0 * tl.abs({a}))")
-    return f"tl.where({a} != {a}, {a}, tl.where({a} < 0, -1.0, 1.0) * (-({m}) / (2.0 + {m})))"
-
-
-def _power(op, a, b):
-    d = _operand(op)
-    _need(D.is_float(d) and d != D.FLOAT64,
-          f"power of {d.name} (float16, bfloat16 and float32 only, computed in float64)")
-    x, y = f"{a}.to(tl.float64)", f"{b}.to(tl.float64)"
-    magnitude = f"tl.exp({y} * tl.log(tl.abs({x})))"
-    odd = f"((tl.floor({y}) == {y}) & (tl.floor({y} * 0.5) != {y} * 0.5))"
-    integral = f"(tl.floor({y}) == {y})"
-    value = (f"tl.where({x} < 0, tl.where({integral}, tl.where({odd}, -{magnitude}, "
-             f"{magnitude}), float('nan')), {magnitude})")
-    return f"tl.where({y} == 0.0, 1.0, {value})"
-
-
-def _total_order_key(x: str, dtype) -> str:
-    """A signed integer that orders floats as IEEE 754 totalOrder does (-NaN < -inf < ... <
-    -0.0 < +0.0 < ... < inf < NaN): the bits, with the magnitude bits flipped when negative.
-    float16/bfloat16 are exact in their float32 compute type, whose order is theirs."""
-    bits = 64 if dtype == D.FLOAT64 else 32
-    raw = f"{x}.to(tl.int{bits}, bitcast=True)"
-    return f"({raw} ^ (({raw} >> {bits - 1}) & {2 ** (bits - 1) - 1}))"
-
-
-def _compare(op, a, b):
-    d = _operand(op)
-    direction = op.attributes["comparison_direction"]
-    if op.attributes.get("compare_type", "NOTYPE") == "TOTALORDER" and D.is_float(d):
-        a, b = _total_order_key(a, d), _total_order_key(b, d)
-    symbol = {"EQ": "==", "NE": "!=", "LT": "<", "LE": "<=", "GT": ">", "GE": ">="}.get(direction)
-    _need(symbol is not None, f"comparison_direction {direction}")
-    return f"({a} {symbol} {b})"
-
-
-def _select(op, p, a, b):
-    return f"tl.where({p}, {a}, {b})"
-
-
-def _clamp(op, lo, x, hi):
-    d = op.operands[1].type.dtype
-    _need(d != D.BOOL, "clamp of bool")
-    if D.is_float(d):
-        return _nan_min(_nan_max(x, lo), hi)
-    return f"tl.minimum(tl.maximum({x}, {lo}), {hi})"
-
-
-def _convert(op, a):
-    source, target = _operand(op), op.results[0].type.dtype
-    if target == D.BOOL:
-        return f"({a} != 0)"
-    if D.is_float(source) and not D.is_float(target):
-        bits = target.itemsize * 8
-        lo, hi = _int_limits(target)
-        if D.is_unsigned(target):
-            low, high = "0.0", f"{float(2 ** bits)}"
+def _literal(value, dtype) -> str:
+    if dtype == D.BOOL:
+        return "True" if value else "False"
+    if D.is_float(dtype):
+        if math.isnan(value):
+            text = "float('nan')"
+        elif math.isinf(value):
+            text = "float('inf')" if value > 0 else "float('-inf')"
         else:
-            low, high = f"{float(-2 ** (bits - 1))}", f"{float(2 ** (bits - 1))}"
-        # Saturating, NaN -> 0, as XLA; out-of-range lanes are zeroed before .to so that the
-        # conversion itself is always defined.
-        bad = f"(({a} != {a}) | ({a} <= {low}) | ({a} >= {high}))"
-        converted = f"tl.where({bad}, 0.0, {a}).to({_tl(target)})"
-        return (f"tl.where({a} != {a}, 0, tl.where({a} <= {low}, {lo}, "
-                f"tl.where({a} >= {high}, {hi}, {converted})))")
-    return f"{a}.to({_tl(target)})"
+            text = repr(float(value))
+        return f"tl.full((), {text}, {_tl(dtype)})"
+    return f"tl.full((), {int(value)}, {_tl(dtype)})"
 
 
-def _shift(kind):
-    def expr(op, a, b):
-        d = _operand(op)
-        _need(not D.is_float(d) and d != D.BOOL, f"{op.name} of {d.name}")
-        bits = d.itemsize * 8
-        out_of_range = f"(({b} < 0) | ({b} >= {bits}))" if D.is_signed(d) else f"({b} >= {bits})"
-        amount = f"tl.where({out_of_range}, 0, {b})"
-        if kind == "left":
-            return f"tl.where({out_of_range}, 0, {a} << {amount})"
-        if kind == "arithmetic":
-            fill = f"tl.where({a} < 0, -1, 0)" if D.is_signed(d) else "0"
-            return f"tl.where({out_of_range}, {fill}, {a} >> {amount})"
-        if D.is_signed(d):
-            u = f"tl.uint{bits}"
-            logical = (f"({a}.to({u}, bitcast=True) >> {amount}.to({u}, bitcast=True))"
-                       f".to(tl.int{bits}, bitcast=True)")
-        else:
-            logical = f"({a} >> {amount})"
-        return f"tl.where({out_of_range}, 0, {logical})"
-    return expr
+# bfloat16 converts on its bits (exactly as a GPU's cvt instructions do): Triton's interpreter
+# flushes bfloat16 denormals and does not round float32's largest values to inf.
+
+def _bfloat16_bits(value: str) -> str:
+    """The float32 ``value`` rounded to bfloat16 (to nearest even, overflow to inf, NaN
+    kept), as float32 bits whose low half is zero."""
+    bits = f"({value}).to(tl.uint32, bitcast=True)"
+    rounded = f"({bits} + 0x7FFF + (({bits} >> 16) & 1))"
+    return f"(tl.where({value} != {value}, {bits} | 0x400000, {rounded}) & 0xFFFF0000)"
 
 
-def _is_finite(op, a):
-    d = _operand(op)
-    _need(D.is_float(d), f"is_finite of {d.name}")
-    return f"(({a} == {a}) & (tl.abs({a}) != float('inf')))"
+def _bfloat16_rounded(value: str) -> str:
+    """The float32 ``value`` rounded to bfloat16, held as float32."""
+    return f"{_bfloat16_bits(value)}.to(tl.float32, bitcast=True)"
 
 
-TABLE = {
-    "stablehlo.add": _add,
-    "stablehlo.subtract": _subtract,
-    "stablehlo.multiply": _multiply,
-    "stablehlo.divide": _divide,
-    "stablehlo.remainder": _remainder,
-    "stablehlo.maximum": _maximum,
-    "stablehlo.minimum": _minimum,
-    "stablehlo.and": _bitwise("&"),
-    "stablehlo.or": _bitwise("|"),
-    "stablehlo.xor": _bitwise("^"),
-    "stablehlo.not": _not,
-    "stablehlo.negate": _negate,
-    "stablehlo.abs": _abs,
-    "stablehlo.sign": _sign,
-    "stablehlo.exponential": _float_only(lambda a: f"tl.exp({a})"),
-    "stablehlo.log": _float_only(lambda a: f"tl.log({a})"),
-    "stablehlo.sqrt": _float_only(lambda a: f"tl.sqrt({a})"),
-    "stablehlo.rsqrt": _float_only(lambda a: f"(1.0 / tl.sqrt({a}))"),
-    "stablehlo.sine": _float_only(lambda a: f"tl.sin({a})"),
-    "stablehlo.cosine": _float_only(lambda a: f"tl.cos({a})"),
-    "stablehlo.floor": _float_only(lambda a: f"tl.floor({a})"),
-    "stablehlo.ceil": _float_only(lambda a: f"tl.ceil({a})"),
-    "stablehlo.exponential_minus_one": _float_only(_expm1),
-    "stablehlo.log_plus_one": _float_only(_log1p),
-    "stablehlo.tanh": _float_only(_tanh),
-    "stablehlo.logistic": _float_only(lambda a: f"(1.0 / (1.0 + tl.exp(0.0 - {a})))"),
-    "stablehlo.is_finite": _is_finite,
-    "stablehlo.power": _power,
-    "stablehlo.compare": _compare,
-    "stablehlo.select": _select,
-    "stablehlo.clamp": _clamp,
-    "stablehlo.convert": _convert,
-    "stablehlo.shift_left": _shift("left"),
-    "stablehlo.shift_right_arithmetic": _shift("arithmetic"),
-    "stablehlo.shift_right_logical": _shift("logical"),
-}
+def bfloat16_load(value: str) -> str:
+    """A loaded bfloat16 ``value`` as float32, exactly."""
+    return f"(({value}).to(tl.uint16, bitcast=True).to(tl.uint32) << 16).to(tl.float32, " \
+           f"bitcast=True)"
 
 
-def expression(op, operands: list[str]) -> str:
-    """The result of ``op`` in its compute type, from its operands' expressions."""
+def bfloat16_store(value: str) -> str:
+    """A float32 ``value`` rounded to bfloat16 for a store."""
+    return f"({_bfloat16_bits(value)} >> 16).to(tl.uint16).to(tl.bfloat16, bitcast=True)"
+
+
+def _spell(node: Expr, args: list[str]) -> str | None:
+    """The Triton expression of ``node`` (in its compute type) from its operands'
+    expressions, or None when Triton has no spelling of it on this dtype."""
+    op, dtype = node.op, node.dtype
+    typed = node.args[0].dtype if node.args else dtype
+    if any(not D.is_supported(a.dtype) for a in node.args) or not D.is_supported(dtype):
+        return None
+    if op == "cast":
+        if dtype == typed:
+            return args[0]
+        if typed == D.BOOL:  # 0 or 1 (an int1 converts as a signed one-bit integer)
+            args = [f"tl.where({args[0]}, 1, 0)"]
+        if dtype in D.NARROW_FLOATS:  # round to the type, keep it as float32 (from an
+            # integer through float32, exact for every integer below float16's range)
+            value = args[0] if D.is_float(typed) else f"{args[0]}.to(tl.float32)"
+            if dtype == D.BFLOAT16 and typed != D.FLOAT64:
+                return _bfloat16_rounded(value)
+            return f"{value}.to(tl.{D.storage_language_type(dtype)}).to(tl.float32)"
+        return f"{args[0]}.to({_tl(dtype)})"
+    if op == "bitcast":
+        source = args[0]
+        if typed in D.NARROW_FLOATS:
+            source = f"{source}.to(tl.{D.storage_language_type(typed)})"
+        storage = f"tl.{D.storage_language_type(dtype)}" if dtype in D.NARROW_FLOATS \
+            else _tl(dtype)
+        value = f"{source}.to({storage}, bitcast=True)"
+        return f"{value}.to(tl.float32)" if dtype in D.NARROW_FLOATS else value
+    if op == "select":
+        return f"tl.where({args[0]}, {args[1]}, {args[2]})"
+    if typed in D.NARROW_FLOATS:  # computed in float32 as the semantics say (rounding,
+        return None               # flushing), never on the narrow value directly
+    if op == "compare":
+        direction, compare_type = node.attr
+        return f"({args[0]} {_COMPARISONS[direction]} {args[1]})" \
+            if compare_type == "NOTYPE" else None
+    if op == "not":
+        return f"({args[0]} == 0)" if typed == D.BOOL else f"(~{args[0]})"
+    if op in ("and", "or", "xor") and not D.is_float(typed):
+        return f"({args[0]} {_OPERATORS[op]} {args[1]})"
+    if typed == D.BOOL:
+        return None
+    if op in _INT_ONLY:
+        return f"({args[0]} {_OPERATORS[op]} {args[1]})" if not D.is_float(typed) else None
+    if op in ("add", "subtract", "multiply"):
+        return f"({args[0]} {_OPERATORS[op]} {args[1]})"
+    if op == "negate":
+        return f"(0 - {args[0]})"
+    if not D.is_float(typed):
+        return None
+    if op in ("divide", "fmod"):
+        return f"({args[0]} {_OPERATORS[op]} {args[1]})"
+    if op == "sqrt" and typed == D.FLOAT32:  # tl.sqrt of float32 may be approximate
+        return f"tl.sqrt_rn({args[0]})"
+    if op in _FUNCTIONS:
+        return f"{_FUNCTIONS[op]}({args[0]})"
+    return None
+
+
+def _spells(node: Expr) -> bool:
+    return _spell(node, ["a"] * len(node.args)) is not None
+
+
+@functools.lru_cache(maxsize=4096)
+def _schedule(name: str, dtypes: tuple, out: np.dtype, key: tuple) -> tuple[Expr, ...]:
+    attributes = dict(zip(ops.ELEMENTWISE[name].attributes, key))
     try:
-        make = TABLE[op.name]
-    except KeyError:
-        raise NoKernel(f"{op.name} has no GPU kernel") from None
+        root = definitions.elementwise(name, dtypes, out, attributes)
+        return tuple(schedule(root, _spells, definitions.define, RENDERER))
+    except Undefined as exc:
+        raise NoKernel(f"{ops.PREFIX}{name} on {exc.dtype.name}: {exc}") from None
+
+
+def statements(op, operands: list[str], result: str) -> list[str]:
+    """Assignments computing ``op``'s result into the variable ``result`` (temporaries
+    ``{result}__t<k>``) from its operands' expressions, all in compute types."""
+    traits = ops.traits(op.name)
+    if traits is None or not op.name.startswith(ops.PREFIX):
+        raise NoKernel(f"{op.name} has no GPU kernel")
     for value in (*op.operands, *op.results):
         if not D.is_supported(value.type.dtype):
             raise NoKernel(f"{op.name} on {value.type.dtype.name} (the GPU kernels take "
                            f"{', '.join(d.name for d in D.SUPPORTED)})")
-    return finish(make(op, *operands), op.results[0].type.dtype)
+    key = definitions.attribute_key(traits.name, op.attributes)
+    order = _schedule(traits.name, tuple(v.type.dtype for v in op.operands),
+                      op.results[0].type.dtype, key)
+    local: dict[int, str] = {}
+    lines = []
+    last = len(order) - 1
+    for k, node in enumerate(order):
+        if node.op == "arg":
+            local[id(node)] = operands[node.attr]
+        elif node.op == "const":
+            local[id(node)] = _literal(node.attr, node.dtype)
+        else:
+            name = result if k == last else f"{result}__t{k}"
+            text = _spell(node, [local[id(a)] for a in node.args])
+            lines.append(f"{name} = ({text}).to({_tl(node.dtype)})")
+            local[id(node)] = name
+    if order[-1].op in ("arg", "const"):
+        lines.append(f"{result} = {local[id(order[-1])]}")
+    return lines
+
+
+def renders(op) -> bool:
+    """Whether ``statements`` has code for ``op``."""
+    try:
+        statements(op, [f"a{i}" for i in range(len(op.operands))], "r")
+    except NoKernel:
+        return False
+    return True

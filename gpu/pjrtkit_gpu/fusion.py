@@ -2,8 +2,8 @@
 ``pjrtkit_gpu.fused_elementwise`` op, which the lowering turns into one generated kernel (one
 read of each input and one write of each output instead of one round trip per op).
 
-A group grows in program order over ops of the same shape whose expressions exist
-(``lowering.elementwise_table``); ops in between that do not read the group may stay outside
+A group grows in program order over ops of the same shape that ``elementwise_table``
+renders; ops in between that do not read the group may stay outside
 it. The fused op takes the place of the group's last member, so every input is defined before
 it; an outside op between members that reads a member's value closes the group first. Group
 outputs are the members' values read by anything outside the group. Groups of one op are left
@@ -21,13 +21,14 @@ FUSED = "pjrtkit_gpu.fused_elementwise"
 
 
 def _fusible(op: Op) -> bool:
-    from pjrtkit_gpu.elementwise_table import TABLE
+    from pjrtkit_gpu.elementwise_table import OPS, renders
 
-    if op.name not in TABLE or len(op.results) != 1 or op.regions:
+    if op.name not in OPS or len(op.results) != 1 or op.regions:
         return False
     shape = op.results[0].type.shape
     return all(hasattr(v.type, "dtype") and v.type.shape == shape
-               and D.is_supported(v.type.dtype) for v in (*op.operands, *op.results))
+               and D.is_supported(v.type.dtype) for v in (*op.operands, *op.results)) \
+        and renders(op)
 
 
 def _fuse_block(block: Block) -> Block:

@@ -14,6 +14,7 @@ import zlib
 import jax
 import numpy as np
 
+from pjrtkit.expansions import expand
 from pjrtkit.lowering.plan import build_plan
 from pjrtkit.testing.programs import lower_program
 
@@ -36,9 +37,11 @@ def gpu_plan(fn, *args, static_argnums=()):
     """The emulated driver and the plan of ``fn`` lowered on ``args`` by the GPU lowering."""
     driver = emulated_driver()  # first: it makes Triton interpret
     from pjrtkit_gpu.fusion import fuse_elementwise
-    from pjrtkit_gpu.lowering import registry_for
+    from pjrtkit_gpu.lowering import PRIMITIVES, registry_for
 
-    program = fuse_elementwise(lower_program(fn, *args, static_argnums=static_argnums))
+    # As the core does before the plugin compiles: what the rules lack is expanded.
+    program = expand(lower_program(fn, *args, static_argnums=static_argnums), PRIMITIVES)
+    program = fuse_elementwise(program)
     return driver, build_plan(program, registry_for(driver, 0, "pjrtkit_cuda"))
 
 

@@ -133,10 +133,12 @@ class FakeBuffer:
         self.memory = memory
         self.to_host_calls: list = []
         self.destroyed = False
+        self.minor_to_major = None
 
-    def to_host(self, dst):
+    def to_host(self, dst, minor_to_major=None):
         self.to_host_calls.append(dst)
-        dst[:] = self.array.tobytes()
+        order = None if minor_to_major is None else tuple(reversed(minor_to_major))
+        dst[:] = (self.array if order is None else self.array.transpose(order)).tobytes()
         from pjrtkit.runtime.event import Event
         return Event.completed()
 

@@ -164,21 +164,64 @@ def test_to_host_buffer_two_calls(table, client):
     _call(table, "PJRT_Buffer_Destroy", buffer=buffer)
 
 
-def test_to_host_buffer_rejects_column_major(table, client):
+def _tiled_layout(order, tiles=()):
+    """A PJRT_Buffer_MemoryLayout (tiled) with minor_to_major ``order`` and ``tiles`` (each a
+    tuple of tile dimensions); the arrays it points to are kept on the returned struct's owner."""
+    layout = ffi.new("PJRT_Buffer_MemoryLayout*")
+    keep = [ffi.new("int64_t[]", list(order))]
+    layout.struct_size = ffi.sizeof("PJRT_Buffer_MemoryLayout")
+    layout.type = lib.PJRT_Buffer_MemoryLayout_Type_Tiled
+    layout.tiled.minor_to_major, layout.tiled.minor_to_major_size = keep[0], len(order)
+    if tiles:
+        keep.append(ffi.new("int64_t[]", [d for tile in tiles for d in tile]))
+        keep.append(ffi.new("size_t[]", [len(tile) for tile in tiles]))
+        layout.tiled.tile_dims, layout.tiled.tile_dim_sizes = keep[1], keep[2]
+        layout.tiled.num_tiles = len(tiles)
+    return layout, keep
+
+
+def test_to_host_buffer_writes_the_layout_asked_for(table, client):
+    fake, ptr = client
+    device = _call(table, "PJRT_Client_Devices", client=ptr).devices[0]
+    host = np.arange(6, dtype=np.float32).reshape(2, 3)
+    buffer = _from_host(table, ptr, device, host).buffer
+    layout, _keep = _tiled_layout([0, 1])  # column-major
+    dst = ffi.new("char[]", 24)
+    args = _call(table, "PJRT_Buffer_ToHostBuffer", src=buffer, host_layout=layout, dst=dst,
+                 dst_size=24)
+    _call(table, "PJRT_Event_Await", event=args.event)
+    np.testing.assert_array_equal(np.frombuffer(ffi.buffer(dst, 24), np.float32),
+                                  host.T.reshape(-1))
+    _call(table, "PJRT_Event_Destroy", event=args.event)
+    _call(table, "PJRT_Buffer_Destroy", buffer=buffer)
+
+
+def test_a_buffer_made_column_major_reports_its_layout(table, client):
+    fake, ptr = client
+    device = _call(table, "PJRT_Client_Devices", client=ptr).devices[0]
+    host = np.arange(6, dtype=np.float32).reshape(2, 3)
+    layout, _keep = _tiled_layout([0, 1])
+    dims = ffi.new("int64_t[]", [2, 3])
+    buffer = _call(table, "PJRT_Client_BufferFromHostBuffer", client=ptr,
+                   data=ffi.cast("void*", host.ctypes.data), type=lib.PJRT_Buffer_Type_F32,
+                   dims=dims, num_dims=2, device=device, device_layout=layout).buffer
+    np.testing.assert_array_equal(fake.host_arrays[-1], host)  # the payload is the values
+    reported = _call(table, "PJRT_Buffer_GetMemoryLayout", buffer=buffer)
+    assert ffi.unpack(reported.layout.tiled.minor_to_major,
+                      reported.layout.tiled.minor_to_major_size) == [0, 1]
+    _call(table, "PJRT_Buffer_Destroy", buffer=buffer)
+
+
+def test_to_host_buffer_refuses_a_tiled_layout(table, client):
     fake, ptr = client
     device = _call(table, "PJRT_Client_Devices", client=ptr).devices[0]
     buffer = _from_host(table, ptr, device, np.zeros((2, 3), np.float32)).buffer
-    layout = ffi.new("PJRT_Buffer_MemoryLayout*")
-    order = ffi.new("int64_t[]", [0, 1])
-    layout.struct_size = ffi.sizeof("PJRT_Buffer_MemoryLayout")
-    layout.type = lib.PJRT_Buffer_MemoryLayout_Type_Tiled
-    layout.tiled.minor_to_major, layout.tiled.minor_to_major_size = order, 2
+    layout, _keep = _tiled_layout([1, 0], tiles=[(8, 128)])
     dst = ffi.new("char[]", 24)
     args = new_args("PJRT_Buffer_ToHostBuffer", src=buffer, host_layout=layout, dst=dst, dst_size=24)
     code, message = take_error(table, table.PJRT_Buffer_ToHostBuffer(args))
-    assert code == ErrorCode.UNIMPLEMENTED and "row-major" in message
+    assert code == ErrorCode.UNIMPLEMENTED and "1 tile(s)" in message
     _call(table, "PJRT_Buffer_Destroy", buffer=buffer)
-
 
 
 @pytest.mark.parametrize("garbage", [0, 3, 1 << 40])
@@ -337,12 +380,13 @@ def test_client_create_passes_options(table, monkeypatch):
     created = []
 
     class RecordingClient(FakeClient):
-        def __init__(self, backend, options):
+        def __init__(self, backend, options, *, store=None, process_state=None):
             super().__init__()
-            created.append((backend, options))
+            created.append((backend, options, store))
 
     monkeypatch.setattr(client_module, "Client", RecordingClient)
     options = named_values.NamedValues({"num_devices": 4, "name": "x"})
     args = _call(table, "PJRT_Client_Create", create_options=options.array, num_options=options.count)
-    assert created == [(FAKE, {"num_devices": 4, "name": "x"})]
+    # No key-value callbacks: no store (a single-process client).
+    assert created == [(FAKE, {"num_devices": 4, "name": "x"}, None)]
     table.PJRT_Client_Destroy(new_args("PJRT_Client_Destroy", client=args.client))

@@ -18,7 +18,7 @@ from pjrtkit.conformance import hooks_checks
 from pjrtkit.conformance.checks import REGISTRY, Outcome, run_check
 from pjrtkit.conformance.runner import import_layer
 from pjrtkit.types import (CompiledProgram, CostEstimate, MemorySpaceSpec, MemoryStats,
-                           Topology)
+                           MultiProcessSupport, Topology)
 
 HOOKS = sorted(hooks_checks.all_hook_names())
 import_layer("hooks")  # every hooks_checks* module registers its checks
@@ -318,6 +318,10 @@ MUTANTS = {
     "hooks.capabilities.custom_call_targets": dict(pjrtkit_capabilities=_capabilities_with(
         custom_call_targets={"pjrtkit_conformance_no_such_target"})),
     "hooks.capabilities.features": dict(pjrtkit_make_topology=_no_topologies_at_all),
+    # Per-process, yet numbers its devices with the job's process index itself.
+    "hooks.multi_process.declaration": dict(
+        pjrtkit_multi_process=lambda: MultiProcessSupport(("gloo",)),
+        pjrtkit_client_topology=topology_with(process_index=1)),
     "hooks.jax_lowering_rules.records": dict(
         pjrtkit_jax_lowering_rules=lambda: [("eigh", "not a lowering rule")]),
     # Many devices: outputs off by one (tests/conformance/test_multidevice_checks.py breaks

@@ -46,3 +46,19 @@ def test_a_deleted_array_has_no_address(devices):
     x.delete()
     with pytest.raises(Exception, match="deleted"):
         _ptr(x)
+
+
+def test_outputs_never_share_an_inputs_or_each_others_buffer_as_on_xla(devices):
+    """XLA gives every output its own buffer: a pass-through output, an output returned twice
+    and a constant output get fresh ones on both backends."""
+    for device in devices:
+        x = jax.device_put(np.arange(3, dtype=np.int32), device)
+        assert _ptr(jax.jit(lambda v: v)(x)) != _ptr(x), device.platform
+        z1, z2 = jax.jit(lambda v: (v, v))(x)
+        assert _ptr(z1) != _ptr(z2), device.platform
+        y1, y2 = jax.device_put((np.array([1, 2]), np.array([2, 3])), device)
+        a, b, c = jax.jit(lambda p, q: (q, np.arange(4), p))(y1, y2)
+        assert _ptr(a) != _ptr(y2) and _ptr(c) != _ptr(y1), device.platform
+        constant = jax.jit(lambda: np.arange(4, dtype=np.float32))
+        assert _ptr(constant()) != _ptr(constant()), device.platform
+        np.testing.assert_array_equal(b, np.arange(4))

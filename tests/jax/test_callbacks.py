@@ -261,7 +261,7 @@ def test_every_callback_primitive_of_this_jax_has_a_rule():
     from pjrtkit import jax_callbacks
 
     names = sorted(p.name for p in jax_callbacks.callback_lowerings("pjrtkit_cpu", "cpu"))
-    assert names == ["debug_callback", "debug_print", "io_callback", "pure_callback"]
+    assert names == ["check", "debug_callback", "debug_print", "io_callback", "pure_callback"]
 
 
 def test_without_the_cpu_platform_callbacks_get_arrays_on_the_pjrtkit_device(run_python):
@@ -317,3 +317,47 @@ def test_a_callback_in_a_partially_manual_shard_map_is_refused_as_on_cpu(run_pyt
     assert ours.stdout == xla.stdout
     assert ours.stdout.startswith("error: callbacks are only supported in spmd computations")
     assert ours.stdout.splitlines()[-1] == "alive 3.0"
+
+
+def test_checkify_check_under_jit_is_refused_at_lowering_as_on_xla_cpu(devices):
+    from jax.experimental import checkify
+
+    def f(x):
+        checkify.check(jnp.all(x > 0), "x must be positive")
+        return x * 2
+
+    for device in devices:
+        with pytest.raises(ValueError, match="Cannot abstractly evaluate a checkify.check"):
+            jax.jit(f)(jax.device_put(np.ones(3, np.float32), device))
+
+
+def test_checkify_debug_check_is_a_no_op_under_jit_as_on_xla_cpu(devices):
+    from jax.experimental import checkify
+
+    def f(x):
+        checkify.debug_check(jnp.all(x < 0), "{x} is not negative", x=x)
+        return x + 1
+
+    ours, theirs = _on_both(devices, f, _data(3))
+    assert_close(ours[0], theirs[0], what="debug_check under jit")
+
+
+def test_checkify_check_with_runtime_errors_raises_at_execution_as_on_xla_cpu(devices):
+    from jax.experimental import checkify
+
+    def f(x):
+        checkify.check(jnp.all(x > 0), "x must be positive, got {x}", x=x)
+        return x * 2
+
+    jax.config.update("jax_experimental_unsafe_xla_runtime_errors", True)
+    try:
+        ours, theirs = _on_both(devices, f, np.ones(3, np.float32))
+        assert_close(ours[0], theirs[0], what="a check that holds")
+        for device in devices:
+            with pytest.raises(Exception, match="x must be positive, got"):
+                np.asarray(jax.jit(f)(jax.device_put(-np.ones(3, np.float32), device)))
+    finally:
+        jax.config.update("jax_experimental_unsafe_xla_runtime_errors", False)
+        from jax._src import dispatch  # the failed runtime tokens would raise again at exit
+
+        dispatch.runtime_tokens.clear()

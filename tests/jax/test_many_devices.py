@@ -123,8 +123,11 @@ from jax.sharding import Mesh, PartitionSpec as P
 import pjrtkit_cpu.plugin as cpu_plugin
 from pjrtkit.collectives.launch import current_device
 
-# Fault injection in the plugin's kernel: partition 2 raises after the others have reached
-# the first collective's rendezvous. What is tested is the core's launch, not this.
+# Fault injection in the plugin's kernels: partition 2 raises after the others have reached
+# the first collective (on threads: its rendezvous; in lockstep: the step before it). What is
+# tested is the core's launch, not this.
+import pjrtkit.collectives.lockstep as lockstep
+MODE = os.environ["LAUNCH_MODE"]
 original = cpu_plugin.CpuExecutable.execute
 def execute(self, arguments, devices):
     device = current_device()
@@ -132,7 +135,18 @@ def execute(self, arguments, devices):
         time.sleep(0.5)
         raise ValueError("injected kernel failure on partition 2")
     return original(self, arguments, devices)
-cpu_plugin.CpuExecutable.execute = execute
+original_steps = lockstep._run_steps
+def run_steps(steps, device, env):
+    if device.partition == 2:
+        time.sleep(0.5)
+        raise ValueError("injected kernel failure on partition 2")
+    return original_steps(steps, device, env)
+if MODE == "threads":
+    cpu_plugin.CpuExecutable.execute = execute
+    original_launch = cpu_plugin.CpuExecutable.execute_launch
+    cpu_plugin.CpuExecutable.execute_launch = lambda self, *args: None
+else:
+    lockstep._run_steps = run_steps
 
 mesh = Mesh(np.array(jax.devices()), ("x",))
 f = jax.jit(jax.shard_map(lambda a: lax.psum(lax.psum(a, "x") * 2, "x"), mesh=mesh,
@@ -152,12 +166,14 @@ print("ERRORS", len(errors), all("injected kernel failure on partition 2" in e f
 print("ELAPSED", elapsed)
 print("LEFT", left)
 cpu_plugin.CpuExecutable.execute = original
+lockstep._run_steps = original_steps
 print("AFTER", np.asarray(f(jnp.arange(8.0))).tolist())
 """
 
 
-def test_failing_device_fails_the_whole_launch_and_leaves_no_thread_waiting(run_python):
-    child = run_python(FAILING_DEVICE)
+@pytest.mark.parametrize("mode", ["lockstep", "threads"])
+def test_failing_device_fails_the_whole_launch_and_leaves_no_thread_waiting(run_python, mode):
+    child = run_python(FAILING_DEVICE, LAUNCH_MODE=mode)
     assert child.returncode == 0, child.stderr[-3000:]
     lines = dict(line.split(" ", 1) for line in child.stdout.splitlines() if " " in line)
     assert lines["ERRORS"] == "4 True", child.stdout
@@ -414,3 +430,45 @@ def test_donated_arguments_of_a_partitioned_program_are_deleted_as_on_xla(run_py
     found = json.loads(child.stdout.strip().splitlines()[-1])
     assert found["pjrtkit"] == found["xla"]
     assert [row[:3] for row in found["pjrtkit"]] == [[True, True, False]] * 3
+
+
+LAUNCH_PATHS = """
+import os, json
+os.environ["PJRTKIT_CPU_DEVICES"] = "4"
+os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=4"
+os.environ["JAX_PLATFORMS"] = "pjrtkit_cpu,cpu"
+import jax, jax.numpy as jnp, numpy as np
+from jax import lax
+from jax.sharding import Mesh, PartitionSpec as P
+import pjrtkit.collectives.lockstep as lockstep
+runs = []
+original = lockstep.LockstepProgram.run
+def run(self, *args, **kwargs):
+    runs.append(1)
+    return original(self, *args, **kwargs)
+lockstep.LockstepProgram.run = run
+report = {}
+for platform in ("pjrtkit_cpu", "cpu"):
+    mesh = Mesh(np.array(jax.devices(platform)[:4]), ("x",))
+    programs = {
+        "shard_map psum": lambda a: lax.psum(lax.psum(a, "x") * 2, "x"),
+        "psum in a loop": lambda a: lax.fori_loop(0, 3, lambda i, c: c + lax.psum(c, "x"), a),
+        "axis_index": lambda a: a + lax.axis_index("x").astype(a.dtype),
+    }
+    for name, body in programs.items():
+        f = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=P("x"), out_specs=P("x")))
+        before = len(runs)
+        value = np.asarray(f(jnp.arange(8.0))).tolist()
+        report.setdefault(name, []).append((value, len(runs) - before))
+print(json.dumps(report))
+"""
+
+
+def test_launches_run_in_lockstep_when_every_collective_is_a_step_of_the_program(run_python):
+    child = run_python(LAUNCH_PATHS, XLA_FLAGS="")
+    assert child.returncode == 0, child.stderr[-3000:]
+    report = json.loads(child.stdout.strip().splitlines()[-1])
+    for name, ((ours, lockstep_runs), (xla, _)) in report.items():
+        assert ours == xla, (name, ours, xla)
+        # A collective inside a loop body cannot stop halfway: that launch runs on threads.
+        assert lockstep_runs == (0 if name == "psum in a loop" else 1), (name, lockstep_runs)

@@ -32,6 +32,14 @@ TEST_FILE = textwrap.dedent('''
     def test_default_platform_is_xla_cpu():
         assert jax.devices()[0].platform == "cpu", f"default platform {jax.devices()[0].platform}"
 
+    def test_capture_stdout_sees_what_the_program_prints():
+        # JAX's test_util binds capture_stdout to the sys.stdout of its import: the runner's
+        # plugin must import it where pytest captures output, as the test modules do
+        with jtu.capture_stdout() as output:
+            jax.jit(lambda v: jax.debug.print("v={}", v))(np.int32(7))
+            jax.effects_barrier()
+        assert output() == "v=7\\n"
+
     def test_dies_when_asked():
         if os.environ.get("JAX_SUITE_TEST_DIE") and jax.devices()[0].platform != "cpu":
             os._exit(3)
@@ -58,15 +66,16 @@ def comparison(tree, tmp_path_factory):
 
 
 def test_comparison_counts_backend_failures_among_xla_passes(comparison):
-    assert comparison.reference_passed == 4
-    assert comparison.backend_passed == 3
+    assert comparison.reference_passed == 5
+    assert comparison.backend_passed == 4
     assert list(comparison.failures) == [NODE + "test_default_platform_is_xla_cpu"]
     assert "default platform pjrtkit_cpu" in comparison.failures[
         NODE + "test_default_platform_is_xla_cpu"].message
     # the plugin set the tag: without it device_under_test() is "pjrtkit_cpu" and this fails
     assert NODE + "test_device_tag_is_cpu" in comparison.passed_on_both
     assert not comparison.dead_workers and not comparison.unfinished
-    assert comparison.ran == {"reference": (4, 4), "backend": (4, 4)}
+    assert NODE + "test_capture_stdout_sees_what_the_program_prints" in comparison.passed_on_both
+    assert comparison.ran == {"reference": (5, 5), "backend": (5, 5)}
 
 
 def expected_list(tmp_path, names):
@@ -136,3 +145,21 @@ def test_a_tpu_backend_is_compared_with_xla_cpu_tested_as_tpu_too(tmp_path):
     s = settings_from(parser.parse_args(["--jax-tests", str(tree), "--backend", "tpu",
                                          "--reference-device-tag", "cpu"]))
     assert environment(s, "reference", tmp_path / "r.jsonl")[DUT_VARIABLE] == "cpu"
+
+
+def test_vendor_checks_answer_as_the_reference_on_a_pjrtkit_gpu_platform(monkeypatch):
+    """Tag gpu on pjrtkit_cuda: JAX's is_device_cuda() would find "cuda" in the platform
+    version and ask XLA's (absent) gpu backend for its compute capability; the plugin makes the
+    vendor checks answer False, as on the XLA cpu reference run."""
+    import importlib
+
+    from pjrtkit_tools.jax_tests.pytest_plugin import answer_vendor_checks_as_the_reference
+
+    test_util = importlib.import_module("jax._src.test_util")
+    monkeypatch.setattr(test_util, "is_device_cuda", lambda: True)
+    monkeypatch.setattr(test_util, "is_device_rocm", lambda: True)
+    answer_vendor_checks_as_the_reference(test_util)
+    assert not test_util.is_device_cuda() and not test_util.is_device_rocm()
+    assert not test_util.is_cuda_compute_capability_at_least("8.0")
+    assert not test_util.is_cuda_compute_capability_equal("9.0")
+    assert {"cuda", "rocm"}.isdisjoint(test_util._get_device_tags())

@@ -27,18 +27,16 @@ from collections.abc import Callable
 import ml_dtypes
 import numpy as np
 
-from pjrtkit.reference.dtypes import FLOAT8_AND_NARROWER, is_complex, is_float, is_int
+from pjrtkit.semantics import dtypes as D
+from pjrtkit.semantics.dtypes import is_complex, is_float, is_int
 from pjrtkit.testing.ulps import ulp_error
 
-BOOL = np.dtype(np.bool_)
-NARROW_INTS = tuple(np.dtype(d) for d in (ml_dtypes.int2, ml_dtypes.int4, ml_dtypes.uint2,
-                                          ml_dtypes.uint4))
-INTS = NARROW_INTS + tuple(np.dtype(d) for d in (
-    np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64))
-NARROW_FLOATS = FLOAT8_AND_NARROWER
-FLOATS = NARROW_FLOATS + tuple(np.dtype(d) for d in (
-    np.float16, ml_dtypes.bfloat16, np.float32, np.float64))
-COMPLEXES = (np.dtype(np.complex64), np.dtype(np.complex128))
+BOOL = D.BOOL
+NARROW_INTS = tuple(sorted(D.NARROW_INTS, key=str))
+INTS = NARROW_INTS + tuple(sorted(D.INTS - D.NARROW_INTS, key=lambda d: (d.kind, d.itemsize)))
+NARROW_FLOATS = tuple(f.dtype for f in D.TABLE if f.dtype in D.FLOAT8_AND_NARROWER)
+FLOATS = NARROW_FLOATS + (D.FLOAT16, D.BFLOAT16, D.FLOAT32, D.FLOAT64)
+COMPLEXES = (D.COMPLEX64, D.COMPLEX128)
 ALL_DTYPES = (BOOL,) + INTS + FLOATS + COMPLEXES
 
 # Allowed error of wider floats, in ulps of the result dtype, where both backends approximate.

@@ -21,6 +21,10 @@ HERE = pathlib.Path(__file__).resolve().parent
 DECLARATIONS = (HERE / "pjrt_declarations.h").read_text()
 HANDLE_STRUCTS = (HERE / "pjrtkit_handles.h").read_text()
 FAST_PATHS = (HERE / "pjrtkit_fast_paths.h").read_text()
+# The C execute path: declarations (cdef and C) and code (C only); see pjrtkit_native.h.
+NATIVE_DECLARATIONS = (HERE / "pjrtkit_native.h").read_text()
+NATIVE_EXECUTE = (HERE / "pjrtkit_native_execute.h").read_text()
+PROCESS_STATES = (HERE / "pjrtkit_process_states.h").read_text()
 
 API_MAJOR = 0
 API_MINOR = 90
@@ -133,8 +137,10 @@ def _c_answer_source() -> str:
     return "\n".join(out) + "\n"
 
 
-# Answered (when possible) by hand-written C in pjrtkit_fast_paths.h.
-_FAST_PATH_ANSWERS = frozenset({"PJRT_Buffer_Destroy"})
+# Answered (when possible) by hand-written C in pjrtkit_fast_paths.h and
+# pjrtkit_native_execute.h.
+_FAST_PATH_ANSWERS = frozenset({"PJRT_Buffer_Destroy", "PJRT_Buffer_IsDeleted",
+                                "PJRT_Client_UpdateGlobalProcessInfo"})
 # Entry points written by hand in pjrtkit_fast_paths.h instead of generated.
 _HAND_WRITTEN_ENTRY_POINTS = frozenset({"PJRT_LoadedExecutable_Execute"})
 
@@ -166,6 +172,9 @@ def _callback_prototypes(static: bool) -> str:
     for t in SERIALIZED_TYPES:
         lines.append(f"{storage}void pjrtkit_free_{t}({t}*);")
     lines.append(f"{storage}void pjrtkit_chunk_deleter(void*, void*);")
+    # The PJRT_CallbackError a plugin hands the host's key-value callbacks (abi/kv_store.py).
+    lines.append(f"{storage}PJRT_Error* pjrtkit_kv_callback_error(PJRT_Error_Code, const char*, "
+                 f"size_t);")
     # The fast paths' own callbacks (pjrtkit_fast_paths.h).
     lines.append(f"{storage}void pjrtkit_drain_destroyed(PJRT_Buffer**, size_t);")
     lines.append(f"{storage}PJRT_Error* pjrtkit_execute_inline(void*, void**, size_t, "
@@ -285,10 +294,12 @@ void pjrtkit_fill_api(PJRT_Api* api, int slot) {{
 CDEF = (
     DECLARATIONS
     + HANDLE_STRUCTS
+    + NATIVE_DECLARATIONS
     + '\nextern "Python" {\n'
     + _callback_prototypes(static=False)
     + "\n}\n"
     + "void pjrtkit_fill_api(PJRT_Api* api, int slot);\n"
+    + "int pjrtkit_process_state(int task, int* state, int* error_code);\n"
     + _guarded_deleter_prototypes()
     + f"#define PJRTKIT_MAX_BACKENDS {MAX_BACKENDS}\n"
     + f"#define PJRTKIT_API_MINOR {API_MINOR}\n"
@@ -296,15 +307,18 @@ CDEF = (
 
 SOURCE = (
     "#include <pthread.h>\n#include <stdbool.h>\n#include <stddef.h>\n#include <stdint.h>\n"
-    "#include <string.h>\n"
+    "#include <stdlib.h>\n#include <string.h>\n"
     + DECLARATIONS
     + HANDLE_STRUCTS
+    + NATIVE_DECLARATIONS
     + f"\n#define PJRTKIT_MAX_BACKENDS {MAX_BACKENDS}\n#define PJRTKIT_API_MINOR {API_MINOR}\n"
     + _FINALIZING_MACRO
     # cffi defines extern "Python" functions after this prefix; C code here needs them declared.
     + _callback_prototypes(static=True)
     + _c_answer_source()
+    + NATIVE_EXECUTE
     + FAST_PATHS
+    + PROCESS_STATES
     + _fill_api_source()
 )
 

@@ -1,22 +1,11 @@
-"""PJRT_Buffer_Type <-> NumPy dtype (ml_dtypes supplies bfloat16, the float8s and sub-byte ints)."""
+"""PJRT_Buffer_Type <-> NumPy dtype, from the PJRT names of ``pjrtkit.semantics.dtypes``."""
 from __future__ import annotations
 
-import ml_dtypes
 import numpy as np
 
 from pjrtkit.abi._cffi import lib
 from pjrtkit.errors import InvalidArgument, Unimplemented
-
-_NAMES = {
-    "PRED": np.bool_, "S8": np.int8, "S16": np.int16, "S32": np.int32, "S64": np.int64,
-    "U8": np.uint8, "U16": np.uint16, "U32": np.uint32, "U64": np.uint64,
-    "F16": np.float16, "F32": np.float32, "F64": np.float64,
-    "C64": np.complex64, "C128": np.complex128, "BF16": "bfloat16",
-    "F8E5M2": "float8_e5m2", "F8E4M3FN": "float8_e4m3fn", "F8E4M3B11FNUZ": "float8_e4m3b11fnuz",
-    "F8E5M2FNUZ": "float8_e5m2fnuz", "F8E4M3FNUZ": "float8_e4m3fnuz", "F8E4M3": "float8_e4m3",
-    "F8E3M4": "float8_e3m4", "F8E8M0FNU": "float8_e8m0fnu", "F4E2M1FN": "float4_e2m1fn",
-    "S4": "int4", "U4": "uint4", "S2": "int2", "U2": "uint2",
-}
+from pjrtkit.semantics.dtypes import BY_PJRT
 
 
 def _build() -> tuple[dict[int, np.dtype], dict[np.dtype, int], dict[int, str]]:
@@ -25,13 +14,9 @@ def _build() -> tuple[dict[int, np.dtype], dict[np.dtype, int], dict[int, str]]:
     for attr in dir(lib):
         if attr.startswith("PJRT_Buffer_Type_"):
             names[getattr(lib, attr)] = attr.removeprefix("PJRT_Buffer_Type_")
-    for short, spec in _NAMES.items():
+    for short, dtype in BY_PJRT.items():  # the types this ml_dtypes has (pjrtkit.semantics)
         code = getattr(lib, f"PJRT_Buffer_Type_{short}")
-        if isinstance(spec, str):
-            spec = getattr(ml_dtypes, spec, None)  # older ml_dtypes lack some types
-            if spec is None:
-                continue
-        to_dtype[code] = np.dtype(spec)
+        to_dtype[code] = dtype
     return to_dtype, {dt: code for code, dt in to_dtype.items()}, names
 
 

@@ -6,12 +6,13 @@ from typing import Any
 from pjrtkit.abi._cffi import ffi, lib
 from pjrtkit.abi.args import Args, int_list, string
 from pjrtkit.abi.dtypes import to_code, to_dtype
+from pjrtkit.abi import native
 from pjrtkit.abi.errors import pjrt_function
 from pjrtkit.abi.fn_client import client_of
 from pjrtkit.abi.handles import (
     BUFFERS, BufferRef, DeviceRef, MemoryRef, deref, new_buffer, new_event,
 )
-from pjrtkit.abi.layouts import host_array, require_dense
+from pjrtkit.abi.layouts import host_array, layout_order, require_dense
 from pjrtkit.errors import ErrorCode, InvalidArgument, PjrtError, Unimplemented
 
 NULL = ffi.NULL
@@ -51,7 +52,9 @@ def client_buffer_from_host_buffer(args: Any) -> None:
     a = Args(args)
     client = client_of(a)
     a.require_outputs("done_with_host_buffer", "buffer")
-    shape, dtype = _shape_spec(a, "dims", "num_dims", "type", "device_layout")
+    shape, dtype = _shape_spec(a, "dims", "num_dims", "type", None)
+    order = layout_order(a.opt("device_layout", NULL), shape, dtype.itemsize,
+                         f"{a.name}.device_layout")
     strides_ptr, num_strides = a.req("byte_strides"), a.req("num_byte_strides")
     strides = None if strides_ptr == NULL or num_strides == 0 else int_list(
         strides_ptr, num_strides, f"{a.name}.byte_strides")
@@ -64,6 +67,7 @@ def client_buffer_from_host_buffer(args: Any) -> None:
     # host buffer is released at once.
     array = host_array(a.req("data"), shape, dtype, strides, f"{a.name}.data")
     buffer = client.obj.buffer_from_host(array, device=device, memory=memory)
+    buffer.minor_to_major = order
     a.set("buffer", new_buffer(buffer, client))
     a.set("done_with_host_buffer", new_event(_completed_event()))
 
@@ -102,9 +106,19 @@ def client_create_error_buffer(args: Any) -> None:
 
 @pjrt_function("PJRT_Buffer_Destroy", never_fails=True)
 def buffer_destroy(args: Any) -> None:
-    ref = BUFFERS.release(Args(args).req("buffer"))
+    ptr = Args(args).req("buffer")
+    if ptr != NULL:
+        c = ffi.cast(_BUFFER_STRUCT, ptr)
+        if c.head.kind == BufferRef.KIND and c.head.ref == NULL and c.native == 1:
+            lib.pjrtkit_native_buffer_destroy(ptr)  # an output of the C path (C answers off)
+            return
+    ref = BUFFERS.release(ptr)
     if ref is not None:
+        native.detach(ref.c)
         ref.obj.destroy()
+
+
+_BUFFER_STRUCT = ffi.typeof("pjrtkit_buffer*")
 
 
 @pjrt_function("PJRT_Buffer_ElementType")
@@ -146,8 +160,8 @@ def buffer_get_memory_layout(args: Any) -> None:
     a = Args(args)
     ref = buffer_of(a)
     rank = len(ref.obj.shape)
-    order = ref.cached("minor_to_major",
-                       lambda: ffi.new("int64_t[]", list(range(rank - 1, -1, -1)) or [0]))
+    layout_of = ref.obj.minor_to_major or range(rank - 1, -1, -1)
+    order = ref.cached("minor_to_major", lambda: ffi.new("int64_t[]", list(layout_of) or [0]))
     a.require_outputs("layout")
     layout = a.p.layout
     layout.struct_size = ffi.sizeof("PJRT_Buffer_MemoryLayout")
@@ -185,7 +199,9 @@ def buffer_memory(args: Any) -> None:
 
 @pjrt_function("PJRT_Buffer_Delete")
 def buffer_delete(args: Any) -> None:
-    buffer_of(Args(args)).obj.delete()
+    ref = buffer_of(Args(args))
+    native.detach(ref.c)
+    ref.obj.delete()
 
 
 @pjrt_function("PJRT_Buffer_IsDeleted")
@@ -231,8 +247,8 @@ def buffer_to_host_buffer(args: Any) -> None:
     ref = buffer_of(a, "src")
     buffer = ref.obj
     nbytes = int(buffer.dtype.itemsize) * _element_count(buffer.shape)
-    require_dense(a.req("host_layout"), buffer.shape, buffer.dtype.itemsize,
-                  f"{a.name}.host_layout")
+    host_order = layout_order(a.req("host_layout"), buffer.shape, buffer.dtype.itemsize,
+                              f"{a.name}.host_layout")
     dst = a.req("dst")
     if dst == NULL:
         # First of two calls: the caller asks how much to allocate.
@@ -243,7 +259,7 @@ def buffer_to_host_buffer(args: Any) -> None:
         raise InvalidArgument(
             f"{a.name}.dst_size is {a.req('dst_size')} bytes, the buffer needs {nbytes}")
     # The runtime may fill dst after we return; the caller keeps dst alive until the event fires.
-    a.set("event", new_event(buffer.to_host(memoryview(ffi.buffer(dst, nbytes)))))
+    a.set("event", new_event(buffer.to_host(memoryview(ffi.buffer(dst, nbytes)), host_order)))
 
 
 @pjrt_function("PJRT_Buffer_CopyRawToHost")

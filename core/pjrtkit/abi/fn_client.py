@@ -4,14 +4,18 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from pjrtkit.abi import named_values
-from pjrtkit.abi.args import Args, data, string
+from pjrtkit.abi import named_values, native
+from pjrtkit.abi._cffi import ffi, lib
+from pjrtkit.abi.args import Args, data, string, struct_array
 from pjrtkit.abi.errors import pjrt_function
 from pjrtkit.abi.fn_executable import new_loaded_executable
 from pjrtkit.abi.handles import CLIENTS, NULL, ClientRef, deref
 from pjrtkit.abi.slots import backend_for_slot
+from pjrtkit.abi.kv_store import CallbackStore
 from pjrtkit.bounded_calls import call_within
-from pjrtkit.errors import FailedPrecondition, InvalidArgument
+from pjrtkit.discovery import start_timeout_s
+from pjrtkit.distributed.placement import placement_from_options, rendezvous_timeout_s
+from pjrtkit.errors import FailedPrecondition, Internal, InvalidArgument
 
 log = logging.getLogger("pjrtkit.abi")
 
@@ -26,15 +30,21 @@ def client_create(slot: int, args: Any) -> None:
     a.require_outputs("client")
     options = named_values.read(a.req("create_options"), a.req("num_options"),
                                 "PJRT_Client_Create_Args.create_options")
-    # kv_get/kv_put/kv_try_get serve multi-process key-value exchange; pjrtkit clients are
-    # single-process, so the callbacks are accepted and not used.
+    # Under jax.distributed: node_id/num_nodes in the options and the job's key-value store
+    # as three callbacks (pjrtkit.distributed; the client exchanges topologies over them).
+    store = CallbackStore.from_create_args(a)
     backend = backend_for_slot(slot)
     from pjrtkit.runtime.client import Client  # runtime is imported lazily: abi must load alone
-    # The plugin's client hook may never return; JAX would wait for ever (bounded_calls).
+    # The plugin's client hook may never return; JAX would wait for ever (bounded_calls). The
+    # topology exchange of a multi-process job waits for the other processes on top of that.
+    timeout = start_timeout_s()
+    if placement_from_options(options, backend.platform_name) is not None:
+        timeout += rendezvous_timeout_s()
     try:
-        client = call_within(lambda: Client(backend, options),
+        client = call_within(lambda: Client(backend, options, store=store,
+                                        process_state=process_state),
                              f"creating a {backend.platform_name} client "
-                             "(pjrtkit_client_topology)")
+                             "(pjrtkit_client_topology)", timeout)
     except Exception as exc:
         # JAX registers pjrtkit platforms quietly (jax_compat.register_plugin): unless the
         # platform is asked for, it keeps this error to itself. Say it once here; a machine
@@ -43,6 +53,7 @@ def client_create(slot: int, args: Any) -> None:
             log.warning("pjrtkit backend %r: creating its %s client failed: %s: %s",
                         backend.name, backend.platform_name, type(exc).__name__, exc)
         raise
+    native.install_ledgers(client)  # memory counts the C execute path shares (abi/native.py)
     a.set("client", CLIENTS.new(ClientRef(client, backend)))
 
 
@@ -51,6 +62,31 @@ def client_destroy(args: Any) -> None:
     ref = CLIENTS.release(Args(args).req("client"))
     if ref is not None:
         ref.obj.destroy()
+
+
+@pjrt_function("PJRT_Client_UpdateGlobalProcessInfo")
+def client_update_global_process_info(args: Any) -> None:
+    """Answered in C (pjrtkit_process_states.h: jaxlib's watcher thread must never wait for
+    the GIL); Python sees only the calls C refused, and says what is wrong with them."""
+    a = Args(args)
+    client_of(a)
+    infos = struct_array(a.req("process_infos"), a.req("num_process_infos"),
+                         "PJRT_Client_UpdateGlobalProcessInfo_Args.process_infos")
+    for info in infos:
+        info.req("error_code")  # the struct must reach the fields C reads
+        task = info.req("task_id")
+        if not 0 <= task < lib.PJRTKIT_MAX_PROCESSES:
+            raise InvalidArgument(f"{info.name}.task_id is {task}; pjrtkit keeps the states of "
+                                  f"tasks 0..{lib.PJRTKIT_MAX_PROCESSES - 1}")
+    raise Internal("PJRT_Client_UpdateGlobalProcessInfo: the C answer declined valid Args")
+
+
+def process_state(task: int) -> tuple[int, int] | None:
+    """(PJRT_ProcessState, error code) jaxlib last reported for ``task``, or None."""
+    state, code = ffi.new("int*"), ffi.new("int*")
+    if not lib.pjrtkit_process_state(task, state, code):
+        return None
+    return state[0], code[0]
 
 
 @pjrt_function("PJRT_Client_PlatformName")

@@ -13,6 +13,7 @@ from pjrtkit.abi.handles import (
     BUFFERS, EXECUTABLES, EXECUTE_CONTEXTS, LOADED_EXECUTABLES, BufferRef, ClientRef, DeviceRef,
     ExecutableRef, ExecuteContextRef, LoadedExecutableRef, deref, new_blob, new_buffer, new_event,
 )
+from pjrtkit.abi import native
 from pjrtkit.abi.named_values import NamedValues
 from pjrtkit.errors import InvalidArgument, Unimplemented
 
@@ -28,7 +29,9 @@ def new_loaded_executable(loaded: Any, client: ClientRef) -> Any:
     # Everything LoadedExecutable_GetDeviceAssignment hands out is computed here, where failing
     # is still allowed: an error from GetDeviceAssignment aborts the process.
     assignment = serialized_device_assignment(loaded.device_assignment)
-    return LOADED_EXECUTABLES.new(LoadedExecutableRef(loaded, client, assignment))
+    ref = LoadedExecutableRef(loaded, client, assignment)
+    ref.native = native.NativeState()
+    return LOADED_EXECUTABLES.new(ref)
 
 
 def executable_of(a: Args) -> ExecutableRef:
@@ -206,8 +209,14 @@ def executable_get_compile_options(args: Any) -> None:
 def loaded_executable_destroy(args: Any) -> None:
     ref = LOADED_EXECUTABLES.release(Args(args).req("executable"))
     if ref is not None:
+        _stop_native(ref)
         ref.output_handles.clear()
         ref.obj.destroy()
+
+
+def _stop_native(ref: LoadedExecutableRef) -> None:
+    if ref.native is not None:
+        native.disable(ref)
 
 
 @pjrt_function("PJRT_LoadedExecutable_GetExecutable", never_fails=True)
@@ -238,7 +247,9 @@ def loaded_executable_addressable_devices(args: Any) -> None:
 
 @pjrt_function("PJRT_LoadedExecutable_Delete")
 def loaded_executable_delete(args: Any) -> None:
-    loaded_of(Args(args)).obj.delete()
+    ref = loaded_of(Args(args))
+    _stop_native(ref)
+    ref.obj.delete()
 
 
 @pjrt_function("PJRT_LoadedExecutable_IsDeleted")
@@ -282,6 +293,7 @@ def drain_destroyed(buffers: Any, count: int) -> None:
             if handle is None:
                 continue
             ref = ffi.from_handle(handle)
+            native.detach(ref.c)
             ref.obj.destroy()
             if ref.recycle is not None:
                 ref.recycle[0].give_back(ref, handle, ptr)
@@ -324,13 +336,17 @@ def execute_inline_from_c(loaded: Any, refs: Any, num_args: int, outputs_ptr: An
         drain_destroyed(destroyed, num_destroyed)
     try:
         ref = ffi.from_handle(loaded)
-        buffers = [ffi.from_handle(refs[i]).obj for i in range(num_args)]
+        buffer_refs = [ffi.from_handle(refs[i]) for i in range(num_args)]
+        buffers = [r.obj for r in buffer_refs]
     except BaseException as exc:  # noqa: BLE001 - nothing may escape into C
         note_failure("PJRT_LoadedExecutable_Execute", exc, fatal_if_returned=False)
         return NULL  # *declined is still 1: the general path reports the problem
     try:
         if _run_inline(ref, buffers, outputs_ptr, events_ptr):
             declined[0] = 0
+            state = ref.native
+            if state is not None and (state.pending or state.plan is not None):
+                native.after_python_execution(ref, buffer_refs)
         return NULL
     except BaseException as exc:  # noqa: BLE001 - nothing may escape into C
         declined[0] = 0
@@ -360,7 +376,7 @@ def _execute_inline(args: Any, ref: LoadedExecutableRef) -> bool:
             if ptr == NULL:
                 return False
             head = ffi.cast(_HEAD, ptr)
-            if head.kind != _BUFFER_KIND:
+            if head.kind != _BUFFER_KIND or head.ref == NULL:  # (NULL: the general path adopts)
                 return False
             buffers.append(ffi.from_handle(head.ref).obj)
     return _run_inline(ref, buffers, outputs_ptr[0], args.device_complete_events)
@@ -381,16 +397,21 @@ def loaded_executable_execute(args: Any) -> None:
     lists, outputs_ptr = a.req("argument_lists"), a.req("output_lists")
     if num_devices and (lists == NULL and num_args or outputs_ptr == NULL):
         raise InvalidArgument(f"{a.name}: argument_lists or output_lists is NULL")
-    arguments = [
-        [deref(lists[d][i], BufferRef, f"{a.name}.argument_lists[{d}][{i}]").obj
+    argument_refs = [
+        [deref(lists[d][i], BufferRef, f"{a.name}.argument_lists[{d}][{i}]")
          for i in range(num_args)]
         for d in range(num_devices)
     ]
+    arguments = [[r.obj for r in row] for row in argument_refs]
     device_ptr = a.opt("execute_device", NULL)
     device = None if device_ptr == NULL else deref(
         device_ptr, DeviceRef, f"{a.name}.execute_device").obj
     events_ptr = a.req("device_complete_events")
     outputs, events = ref.obj.execute(arguments, execute_device=device, non_donatable=non_donatable)
+    for row in argument_refs:  # donated ones read as deleted now: C must not read them either
+        for r in row:
+            if r.c is not None and r.c.storage != NULL and r.obj.is_deleted:
+                native.detach(r.c)
     if len(outputs) != num_devices or len(events) != num_devices:
         raise InvalidArgument(f"{a.name}: the runtime returned {len(outputs)} output lists and "
                               f"{len(events)} events for {num_devices} devices")

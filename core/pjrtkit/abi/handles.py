@@ -114,6 +114,8 @@ class Ref:
 
 # A buffer up to this size may have its PJRT_Buffer_Destroy queued in C (pjrtkit_fast_paths.h).
 _DEFERRED_DESTROY_BYTES: int = lib.PJRTKIT_DEFERRED_DESTROY_BYTES
+# A shape's key is its hash, non-negative (abi/native.shape_key).
+_SHAPE_KEY_MASK = 0x7FFFFFFFFFFFFFFF
 
 
 class HandleTable(Generic[T]):
@@ -162,6 +164,11 @@ class HandleTable(Generic[T]):
         return len(self._live)
 
 
+# Set by pjrtkit.abi.native (which imports this module): makes the Ref of a buffer the C
+# execute path made, which has none until Python first needs it.
+adopt_native_buffer: Callable[[Any], Any] | None = None
+
+
 def deref(ptr: Any, cls: type[T], what: str) -> T:
     """The Ref behind a handle C passed in; ``what`` names the Args field for error messages."""
     if ptr == NULL:
@@ -171,7 +178,12 @@ def deref(ptr: Any, cls: type[T], what: str) -> T:
     if kind != cls.KIND:
         found = _KIND_NAMES.get(kind, "destroyed or foreign")
         raise InvalidArgument(f"{what} is a {found} handle, expected {cls.__name__}")
-    return ffi.from_handle(head.ref)
+    ref = head.ref
+    if ref == NULL:  # only an output of the C execute path, before Python needed it
+        if adopt_native_buffer is None or kind != lib.PJRTKIT_KIND_BUFFER:
+            raise InvalidArgument(f"{what} is a {cls.__name__} handle with nothing behind it")
+        return adopt_native_buffer(ptr)
+    return ffi.from_handle(ref)
 
 
 def set_c_answers(enabled: bool) -> bool:
@@ -342,6 +354,10 @@ class BufferRef(Ref):
             c.on_device_size_in_bytes = -1
         else:
             c.deferrable_destroy = 0 <= size <= _DEFERRED_DESTROY_BYTES
+        try:  # what the C execute path compares an argument's shape by (abi/native.shape_key)
+            c.shape_key = hash(obj.shape) & _SHAPE_KEY_MASK
+        except Exception:  # noqa: BLE001 - no shape known: C never takes it as an argument
+            c.shape_key = -1
 
 
 class EventRef(Ref):
@@ -366,7 +382,7 @@ class ExecutableRef(Ref):
 
 
 class LoadedExecutableRef(Ref):
-    __slots__ = ("client", "device_assignment", "inline", "output_handles")
+    __slots__ = ("client", "device_assignment", "inline", "output_handles", "native")
     KIND = lib.PJRTKIT_KIND_LOADED_EXECUTABLE
     CTYPE = "pjrtkit_loaded_executable"
 
@@ -379,6 +395,8 @@ class LoadedExecutableRef(Ref):
         # The runtime's cheap path for PJRT_LoadedExecutable_Execute, when it has one.
         self.inline = getattr(loaded, "execute_inline", None)
         self.output_handles = OutputHandles(client)
+        # Its state on the C execute path (abi/native.NativeState), set by whoever made it.
+        self.native = None
 
     def fill(self, c: Any) -> None:
         c.has_inline = self.inline is not None
@@ -399,8 +417,16 @@ class BlobRef(Ref):
 # How long C holds each kind of handle (and so how long the table keeps it):
 # a client until PJRT_Client_Destroy (jaxlib: for the process, or until the backend is cleared);
 CLIENTS: HandleTable[ClientRef] = HandleTable("client", "PJRT_Client*")
+class BufferTable(HandleTable[BufferRef]):
+    """Buffer handles: those in the table and the outputs of the C execute path that Python
+    has not adopted (C counts them), together."""
+
+    def __len__(self) -> int:
+        return super().__len__() + int(lib.pjrtkit_native_buffers_live())
+
+
 # a buffer until PJRT_Buffer_Destroy (when the jax.Array is garbage-collected or deleted);
-BUFFERS: HandleTable[BufferRef] = HandleTable("buffer", "PJRT_Buffer*")
+BUFFERS: BufferTable = BufferTable("buffer", "PJRT_Buffer*")
 # an event until PJRT_Event_Destroy, usually right after OnReady/Await returns;
 EVENTS: HandleTable[EventRef] = HandleTable("event", "PJRT_Event*")
 # an executable (from GetExecutable or PJRT_Compile) until PJRT_Executable_Destroy;

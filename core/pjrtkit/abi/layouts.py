@@ -1,4 +1,5 @@
-"""PJRT_Buffer_MemoryLayout: pjrtkit stores every array dense and row-major, nothing else."""
+"""PJRT_Buffer_MemoryLayout: pjrtkit keeps every array dense; a buffer may be made in another
+dense order (a permutation of its dimensions, ``layout_order``), tiles are refused."""
 from __future__ import annotations
 
 import math
@@ -17,6 +18,40 @@ def row_major_strides(shape: Sequence[int], itemsize: int) -> list[int]:
         strides.append(step)
         step *= max(int(dim), 1)
     return strides[::-1]
+
+
+def layout_order(ptr: Any, shape: Sequence[int], itemsize: int,
+                 what: str) -> tuple[int, ...] | None:
+    """The dense layout a PJRT_Buffer_MemoryLayout asks for, as minor_to_major: None for NULL or
+    row-major, else a permutation of the dimensions (``jax.experimental.layout``: a tiled
+    layout without tiles, or byte strides of a dense permuted layout). Tiles and strides of
+    no permutation are UNIMPLEMENTED."""
+    if ptr == ffi.NULL:
+        return None
+    layout = ffi.cast("PJRT_Buffer_MemoryLayout*", ptr)  # read whole: see require_dense
+    n = len(shape)
+    if layout.type == lib.PJRT_Buffer_MemoryLayout_Type_Tiled:
+        tiled = layout.tiled
+        order = int_list(tiled.minor_to_major, tiled.minor_to_major_size,
+                         f"{what}.tiled.minor_to_major")
+        if tiled.num_tiles == 0 and sorted(order) == list(range(n)):
+            return None if order == list(range(n - 1, -1, -1)) else tuple(order)
+        if tiled.num_tiles == 0 and not order:
+            return None
+    elif layout.type == lib.PJRT_Buffer_MemoryLayout_Type_Strides:
+        strides = layout.strides
+        got = int_list(strides.byte_strides, strides.num_byte_strides,
+                       f"{what}.strides.byte_strides")
+        if len(got) == n:
+            # the dense layout these strides describe: dimensions from smallest stride up
+            order = sorted(range(n), key=lambda d: (got[d], -d))
+            major_to_minor = order[::-1]
+            expected = row_major_strides([shape[d] for d in major_to_minor], itemsize)
+            if all(got[d] == expected[i] or shape[d] <= 1
+                   for i, d in enumerate(major_to_minor)):
+                return None if order == list(range(n - 1, -1, -1)) else tuple(order)
+    require_dense(ptr, shape, itemsize, what)  # raises, naming the layout
+    return None
 
 
 def require_dense(ptr: Any, shape: Sequence[int], itemsize: int, what: str) -> None:

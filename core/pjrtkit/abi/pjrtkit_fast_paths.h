@@ -8,10 +8,11 @@
  *    At most PJRTKIT_DESTROY_QUEUE_SIZE buffers of at most PJRTKIT_DEFERRED_DESTROY_BYTES wait;
  *    a full queue, a big buffer or an unusual call is destroyed by Python at once. Memory
  *    statistics are read through Python, so they always see the queue drained.
- * 2. PJRT_LoadedExecutable_Execute checks the shape of the call in C (one device, no
- *    execute_device, no send/recv, valid buffer handles) and hands Python the Refs only
- *    (pjrtkit_execute_inline); the runtime may decline, and then the ordinary Python callback
- *    serves the call.
+ * 2. PJRT_LoadedExecutable_Execute is first offered to the C execute path
+ *    (pjrtkit_native_execute.h), which runs an installed native plan without Python; else it
+ *    checks the shape of the call in C (one device, no execute_device, no send/recv, valid
+ *    buffer handles) and hands Python the Refs only (pjrtkit_execute_inline); the runtime may
+ *    decline, and then the ordinary Python callback serves the call.
  */
 
 static pthread_mutex_t pjrtkit_destroy_mutex = PTHREAD_MUTEX_INITIALIZER;
@@ -22,7 +23,12 @@ static int pjrtkit_answer_PJRT_Buffer_Destroy(PJRT_Buffer_Destroy_Args* args) {
     if (!pjrtkit_c_answers || args == NULL
         || args->struct_size < PJRTKIT_FIELD_END(PJRT_Buffer_Destroy_Args, buffer)) return 0;
     pjrtkit_buffer* b = (pjrtkit_buffer*)args->buffer;
-    if (b == NULL || b->head.kind != PJRTKIT_KIND_BUFFER || b->deferrable_destroy != 1) return 0;
+    if (b == NULL || b->head.kind != PJRTKIT_KIND_BUFFER) return 0;
+    if (b->native == 1 && b->head.ref == NULL) {  /* an output of the C path: all C's */
+        pjrtkit_native_buffer_destroy(args->buffer);
+        return 1;
+    }
+    if (b->deferrable_destroy != 1) return 0;
     int queued = 0;
     pthread_mutex_lock(&pjrtkit_destroy_mutex);
     if (pjrtkit_destroy_count < PJRTKIT_DESTROY_QUEUE_SIZE) {
@@ -72,7 +78,8 @@ static int pjrtkit_inline_candidate(PJRT_LoadedExecutable_Execute_Args* args, vo
                       || o->num_send_ops != 0 || o->num_recv_ops != 0)) return 0;
     for (size_t i = 0; i < args->num_args; i++) {
         const pjrtkit_head* b = (const pjrtkit_head*)args->argument_lists[0][i];
-        if (b == NULL || b->kind != PJRTKIT_KIND_BUFFER) return 0;
+        /* (no Ref: an output of the C path Python has not adopted; the general path does) */
+        if (b == NULL || b->kind != PJRTKIT_KIND_BUFFER || b->ref == NULL) return 0;
         refs[i] = b->ref;
     }
     return 1;
@@ -80,6 +87,7 @@ static int pjrtkit_inline_candidate(PJRT_LoadedExecutable_Execute_Args* args, vo
 
 static PJRT_Error* pjrtkit_guarded_PJRT_LoadedExecutable_Execute(
         PJRT_LoadedExecutable_Execute_Args* args) {
+    if (pjrtkit_native_execute(args)) return NULL;  /* served in C (pjrtkit_native_execute.h) */
     void* refs[PJRTKIT_INLINE_MAX_ARGS];
     int candidate = pjrtkit_inline_candidate(args, refs);
     PyGILState_STATE gil = PyGILState_Ensure();

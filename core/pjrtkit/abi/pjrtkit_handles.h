@@ -86,12 +86,24 @@ typedef struct pjrtkit_buffer {
     /* 1: PJRT_Buffer_Destroy may be queued in C and finished by Python at its next entry
      * (small buffers only, so what waits in the queue is bounded). */
     int64_t deferrable_destroy;
+    /* The C execute path (pjrtkit_native.h). Mutable, unlike the facts above: `storage` is the
+     * host memory of the ready contents while C may read them (NULL: C must not; changed only
+     * under the storage mutex), `native` 1 for an output of the C path that has no Python
+     * object yet, 2 once Python adopted it. `shape_key`, `rank` and `dims` are facts. */
+    struct pjrtkit_storage* storage;
+    int64_t native;
+    int64_t shape_key;
+    int64_t rank;
+    int64_t dims[8];
 } pjrtkit_buffer;
 
 typedef struct pjrtkit_loaded_executable {
     pjrtkit_head head;
     /* 1: the runtime object has execute_inline; C then tries it first (pjrtkit_fast_paths.h). */
     int64_t has_inline;
+    /* How C runs it without Python (pjrtkit_native.h), once Python installed a plan; NULL
+     * until then. Written once, read atomically. */
+    struct pjrtkit_native_plan* native;
 } pjrtkit_loaded_executable;
 
 /* The one event handle for work that is already done without error (inline executions, host

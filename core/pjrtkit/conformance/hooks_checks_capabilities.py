@@ -14,7 +14,8 @@ from pjrtkit.errors import ErrorCode, PjrtError
 from pjrtkit.conformance.checks import Failed, Skipped, check, expect
 from pjrtkit.conformance.hooks_support import (LAYER, client_topology, compile_text,
                                                        first_device)
-from pjrtkit.types import FEATURES, Capabilities
+from pjrtkit.types import (COLLECTIVE_ENGINES, FEATURES, Capabilities,
+                           MultiProcessSupport, Topology)
 
 # NumPy dtype name -> MLIR element type, for the dtypes a program can be written for here.
 MLIR_TYPES = {"bool": "i1", "int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64",
@@ -141,3 +142,28 @@ def capabilities_features(backend):
                "the multiple_devices feature", expected="multiple_devices",
                actual=sorted(caps.features))
     return ", ".join(sorted(caps.features)) or "no features declared"
+
+
+@check("hooks.multi_process.declaration", layer=LAYER)
+def multi_process_declaration(backend):
+    """pjrtkit_multi_process answers None (one process) or MultiProcessSupport with known
+    engines; a per-process backend's client topology for process 1 of 2 keeps process_index 0
+    (the core numbers the job's devices)"""
+    support = backend.multi_process()
+    if support is None:
+        return  # a single-process backend: the core refuses jobs for it
+    expect(isinstance(support, MultiProcessSupport), "pjrtkit_multi_process returns "
+           "MultiProcessSupport or None", expected="MultiProcessSupport",
+           actual=type(support).__name__)
+    unknown = sorted(set(support.engines) - set(COLLECTIVE_ENGINES))
+    expect(not unknown, "its engines are among pjrtkit.types.COLLECTIVE_ENGINES",
+           expected=COLLECTIVE_ENGINES, actual=unknown)
+    if support.global_topology:
+        return  # the job's size is the backend's own (a slice's hosts): nothing general to ask
+    topology = backend.client_topology(options={"node_id": 1, "num_nodes": 2})
+    expect(isinstance(topology, Topology) and len(topology.devices) > 0,
+           "pjrtkit_client_topology answers for a process of a job", expected="Topology",
+           actual=type(topology).__name__)
+    indices = sorted({d.process_index for d in topology.devices})
+    expect(indices == [0], "a per-process topology's devices have process_index 0",
+           expected=[0], actual=indices)

@@ -88,17 +88,29 @@ def _qr_invariants(outputs, args):
             np.tril(r, -1)]
 
 
+def _sorted_eigenvalues(w):
+    """Eigenvalues in one order whatever order the algorithm found them in: by real part, then
+    imaginary part, with real parts equal to 1e-6 of the largest magnitude taken as equal (a
+    complex conjugate pair has one real part, which rounding makes differ in the last bits; a
+    plain sort_complex then orders the pair by that noise)."""
+    w = np.asarray(w)
+    scale = float(np.max(np.abs(w))) if w.size else 1.0
+    real_key = np.round(w.real / (scale or 1.0), 6)
+    order = np.lexsort((w.imag, real_key), axis=-1)
+    return np.take_along_axis(w, order, axis=-1)
+
+
 def _eig_invariants(outputs, args):
     w, v = outputs
     (a,) = args
     residual = _wide(a) @ _wide(v) - _wide(v) * _wide(w)[..., None, :]
-    return [np.sort_complex(w), _like(residual, v)]
+    return [_sorted_eigenvalues(w), _like(residual, v)]
 
 
 def _schur_invariants(outputs, args):
     t, z = outputs
     reconstruction = _wide(z) @ _wide(t) @ _adjoint(_wide(z))
-    eigenvalues = np.sort_complex(np.linalg.eigvals(_wide(t))).astype(
+    eigenvalues = _sorted_eigenvalues(np.linalg.eigvals(_wide(t))).astype(
         C128 if t.dtype == F64 or t.dtype == C128 else C64)
     return [_like(reconstruction, t), _gram(z), eigenvalues, np.tril(t, -2)]
 

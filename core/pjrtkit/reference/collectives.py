@@ -3,8 +3,10 @@
 Each device of a launch runs the program on its own thread (``pjrtkit.collectives``); a
 collective's kernel finds this device's process group (StableHLO's rules, ``groups``), hands
 its operands to the launch's rendezvous and builds its results from every member's operands,
-in group order, so all members compute the same values in the same order. Results never alias
-another device's arrays (a device may update its arrays in place later).
+in group order, so all members compute the same values in the same order. A reduction or
+gather whose result is the same on every member (all_reduce, all_gather; reduce_scatter's
+whole reduction) is computed once per group by one member (``DeviceContext.combine``) and
+shared, read-only; results that differ per member are each member's own arrays.
 
 A kernel running outside a launch (a program on one device) is a launch of one device: its
 group is itself, its ids are 0.
@@ -26,8 +28,9 @@ import numpy as np
 from pjrtkit.collectives import groups as G
 from pjrtkit.collectives.launch import current_device
 from pjrtkit.errors import InvalidArgument
-from pjrtkit.reference import dtypes as D
-from pjrtkit.reference.reduce import binary_body, body_ufunc, vectorized_region
+from pjrtkit.semantics import dtypes as D
+from pjrtkit.lowering.regions import vectorized_region
+from pjrtkit.reference.reduce import binary_body, body_ufunc
 from pjrtkit.reference.registry import REFERENCE
 
 
@@ -36,18 +39,37 @@ def _group_rule(op):
     return G.group_mode(op), G.replica_groups(op)
 
 
+def _group(device, mode, replica_groups) -> tuple[int, ...]:
+    launch = device.launch
+    processes = G.process_groups(mode, replica_groups, launch.num_replicas,
+                                 launch.num_partitions)
+    group = G.group_of(device.position, processes)
+    return (device.position,) if group is None else group
+
+
 def _exchange(mode, replica_groups, payload):
     """(every member's payload in group order, this device's index in its group)."""
     device = current_device()
     if device is None:
         return [payload], 0
-    launch = device.launch
-    processes = G.process_groups(mode, replica_groups, launch.num_replicas,
-                                 launch.num_partitions)
-    group = G.group_of(device.position, processes)
-    if group is None:
-        group = (device.position,)
+    group = _group(device, mode, replica_groups)
     return device.exchange(group, payload), group.index(device.position)
+
+
+def _combined(mode, replica_groups, payload, combine):
+    """(``combine(every member's payload in group order)``, computed once for the whole
+    group and shared by its members, this device's index in its group, the group's size)."""
+    device = current_device()
+    if device is None:
+        return combine([payload]), 0, 1
+    group = _group(device, mode, replica_groups)
+    return device.combine(group, payload, combine), group.index(device.position), len(group)
+
+
+def _read_only(array: np.ndarray) -> np.ndarray:
+    """A result every member of a group shares: nobody may write it."""
+    array.flags.writeable = False
+    return array
 
 
 def _collective_dtype(dtype) -> np.dtype:
@@ -108,10 +130,12 @@ def all_reduce(op, ctx):
     combiners = _reducer(op, ctx)
     dtypes = [v.type.dtype for v in op.results]
 
+    def fold_all(values):
+        return tuple(_read_only(_fold([v[i] for v in values], combiners[i], dtypes[i]))
+                     for i in range(len(values[0])))
+
     def all_reduce_kernel(*operands):
-        values, _ = _exchange(mode, replica_groups, operands)
-        return tuple(_fold([v[i] for v in values], combiners[i], dtypes[i])
-                     for i in range(len(operands)))
+        return _combined(mode, replica_groups, operands, fold_all)[0]
 
     return all_reduce_kernel
 
@@ -121,10 +145,12 @@ def all_gather(op, ctx):
     mode, replica_groups = _group_rule(op)
     axis = int(op.attributes["all_gather_dim"])
 
+    def gather_all(values):
+        return tuple(_read_only(np.concatenate([v[i] for v in values], axis=axis))
+                     for i in range(len(values[0])))
+
     def all_gather_kernel(*operands):
-        values, _ = _exchange(mode, replica_groups, operands)
-        return tuple(np.concatenate([v[i] for v in values], axis=axis)
-                     for i in range(len(operands)))
+        return _combined(mode, replica_groups, operands, gather_all)[0]
 
     return all_gather_kernel
 
@@ -136,10 +162,12 @@ def reduce_scatter(op, ctx):
     (combiner,) = _reducer(op, ctx)
     dtype = op.results[0].type.dtype
 
+    def fold(values):
+        return _fold(values, combiner, dtype)
+
     def reduce_scatter_kernel(operand):
-        values, index = _exchange(mode, replica_groups, operand)
-        reduced = _fold(values, combiner, dtype)
-        return (np.array(np.split(reduced, len(values), axis=axis)[index], copy=True),)
+        reduced, index, count = _combined(mode, replica_groups, operand, fold)
+        return (np.array(np.split(reduced, count, axis=axis)[index], copy=True),)
 
     return reduce_scatter_kernel
 

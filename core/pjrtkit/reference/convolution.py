@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 
-import ml_dtypes
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
@@ -25,9 +24,10 @@ from pjrtkit.reference.conv_scratch import Scratch
 from pjrtkit.reference.dot import ThreadPolicy
 from pjrtkit.reference.reduce import placement
 from pjrtkit.reference.registry import REFERENCE
+from pjrtkit.semantics.dtypes import BFLOAT16, FLOAT16
 from pjrtkit.stablehlo.attributes import padding_pairs
 
-_LOW_PRECISION = (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
+_LOW_PRECISION = (FLOAT16, BFLOAT16)
 
 
 def _compute_dtype(dtype):

@@ -22,11 +22,11 @@ import re
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 
-import ml_dtypes
 import numpy as np
 
 from pjrtkit.stablehlo.attributes import DotDimensionNumbers, OpaqueAttribute
-from pjrtkit.reference.dtypes import NARROW_FLOATS, NARROW_INTS, compute_dtype
+from pjrtkit.semantics.dtypes import (BFLOAT16, FLOAT16, NARROW_FLOATS, NARROW_INTS, compute_dtype,
+                                      int_range, is_signed)
 from pjrtkit.reference.registry import REFERENCE
 
 _F32 = np.dtype(np.float32)
@@ -39,14 +39,14 @@ _NARROW_FLOATS = NARROW_FLOATS  # float16, bfloat16, every float8 and float4 typ
 _ALGORITHM_FIELDS = re.compile(r"(lhs_precision_type|rhs_precision_type|accumulation_type|"
                                r"lhs_component_count|rhs_component_count|"
                                r"num_primitive_operations)\s*=\s*(\w+)")
-_MLIR_FLOAT = {"f16": np.dtype(np.float16), "bf16": np.dtype(ml_dtypes.bfloat16), "f32": _F32,
+_MLIR_FLOAT = {"f16": FLOAT16, "bf16": BFLOAT16, "f32": _F32,
                "f64": _F64}
 
 
 def _kind(dtype: np.dtype) -> str:
     """NumPy's kind letter, with int2/int4 ("i") and uint2/uint4 ("u") told apart from "V"."""
     if dtype in NARROW_INTS:
-        return "i" if ml_dtypes.iinfo(dtype).min < 0 else "u"
+        return "i" if is_signed(dtype) else "u"
     return dtype.kind
 
 
@@ -74,11 +74,11 @@ def _compute_dtype(lhs: np.dtype, rhs: np.dtype, result: np.dtype, contracted: i
 def _magnitude(dtype: np.dtype) -> int:
     if dtype.kind == "b":
         return 1
-    info = ml_dtypes.iinfo(dtype)
-    return max(abs(int(info.min)), int(info.max))
+    low, high = int_range(dtype)
+    return max(abs(low), high)
 
 
-_BF16 = np.dtype(ml_dtypes.bfloat16)
+_BF16 = BFLOAT16
 # (lhs, rhs component counts, primitive operations) of BF16_BF16_F32, its _X3 and its _X6.
 _BF16_SPLITS = {("1", "1", "1"), ("1", "1", "3"), ("1", "1", "6")}
 

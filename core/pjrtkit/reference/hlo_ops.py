@@ -3,7 +3,8 @@ XLA's HLO (``pjrtkit.stablehlo.partition``), and the converter writes these as `
 
 ``mhlo.copy`` (around parameters and results), ``mhlo.erf`` (where JAX's program had the
 ``chlo.erf`` composite) and ``mhlo.topk`` (``chlo.top_k``) are what it emits for JAX's
-programs; anything else ``mhlo.*`` has no rule and is UNIMPLEMENTED naming it.
+programs; anything else ``mhlo.*`` has no rule and is UNIMPLEMENTED naming it. The custom call
+``LayoutConstraint``, which the partitioner keeps, is the value unchanged.
 """
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import math
 
 import numpy as np
 
+from pjrtkit.errors import InvalidArgument
+from pjrtkit.lowering.registry import custom_call_rule
 from pjrtkit.reference.registry import REFERENCE
 from pjrtkit.reference.sort import total_order_key
 
@@ -26,6 +29,21 @@ def copy(op, ctx):
         return (np.array(operand, copy=True),)
 
     return copy_kernel
+
+
+@REFERENCE.register(custom_call_rule("LayoutConstraint"))
+def layout_constraint(op, ctx):
+    """``with_layout_constraint`` (or a ``Format`` in ``with_sharding_constraint``) in a
+    program XLA partitioned: the value unchanged (its layout is the order of the elements in
+    memory; on one device ``stablehlo.one_device`` already forwarded it)."""
+    if len(op.operands) != 1 or op.operands[0].type != op.results[0].type:
+        raise InvalidArgument(f"{op.describe()}: a LayoutConstraint takes one value and "
+                              f"returns it with its type")
+
+    def layout_constraint_kernel(operand):
+        return (operand,)
+
+    return layout_constraint_kernel
 
 
 @REFERENCE.register("mhlo.erf")

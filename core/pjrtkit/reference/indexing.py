@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from pjrtkit.reference.dtypes import FLOAT8_AND_NARROWER
+from pjrtkit.semantics.dtypes import FLOAT8_AND_NARROWER, int_range
 from pjrtkit.reference.reduce import binary_body, body_ufunc, compute_dtype
 from pjrtkit.reference.registry import REFERENCE
 
-_INT64_MAX = np.iinfo(np.int64).max
+_INT64_MAX = int_range(np.int64)[1]
 
 
 def _strides(shape):

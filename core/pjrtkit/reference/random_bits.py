@@ -20,6 +20,7 @@ import math
 
 import numpy as np
 
+from pjrtkit.expansions.random_bits import split_shape_into_halves
 from pjrtkit.reference.registry import REFERENCE
 
 _U32 = np.dtype(np.uint32)
@@ -90,20 +91,6 @@ def _counters(start: int, count: int) -> np.ndarray:
 
 
 # -- THREE_FRY --------------------------------------------------------------------------------
-def _half_split(shape: tuple[int, ...]):
-    """XLA's SplitShapeIntoHalves: (half shape with a trivial dim after the split dim, the
-    concat axis, the even-rounded shape); None for a scalar."""
-    if not shape:
-        return None
-    even = [i for i, d in enumerate(shape) if d % 2 == 0]
-    split = even[0] if even else max(range(len(shape)), key=lambda i: (shape[i], -i))
-    half = list(shape)
-    half[split:split + 1] = [-(-shape[split] // 2), 1]
-    rounded = list(shape)
-    rounded[split] = 2 * half[split]
-    return tuple(half), split + 1, tuple(rounded)
-
-
 def _threefry_kernel(shape, dtype):
     n = math.prod(shape)
     if dtype.itemsize == 8:
@@ -113,7 +100,7 @@ def _threefry_kernel(shape, dtype):
 
         return generate
 
-    split = _half_split(shape)
+    split = split_shape_into_halves(shape)
     half_shape, concat_axis, rounded = split if split else ((1,), 0, (2,))
     n_half = math.prod(half_shape)
     crop = tuple(slice(0, d) for d in shape)

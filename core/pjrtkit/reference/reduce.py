@@ -10,18 +10,16 @@ from __future__ import annotations
 
 import itertools
 
-import ml_dtypes
 import numpy as np
 
-from pjrtkit.errors import Unimplemented
-from pjrtkit.stablehlo.inline import inline_calls, inline_region_calls
-from pjrtkit.stablehlo.ir import Block, Op, Region, TensorType, Value
-from pjrtkit.reference import dtypes
+from pjrtkit.lowering.regions import vectorized_region
+from pjrtkit.stablehlo.inline import inline_region_calls
+from pjrtkit.semantics import dtypes
 from pjrtkit.reference.registry import REFERENCE
 from pjrtkit.stablehlo.attributes import padding_pairs
 
 
-_FLOAT4 = np.dtype(ml_dtypes.float4_e2m1fn)
+_FLOAT4 = dtypes.FLOAT4_E2M1FN
 
 # ufunc per body op, for bool operands and for everything else (StableHLO add on i1 is "or").
 _BODY_UFUNCS = {
@@ -66,45 +64,6 @@ def body_ufunc(op_name: str, dtype: np.dtype) -> np.ufunc:
     return bool_ufunc if np.dtype(dtype) == np.bool_ else ufunc
 
 
-_specialized_ids = itertools.count(1 << 40)  # ids that can't clash with the program's values
-
-
-def _shaped(value_type, shape):
-    if isinstance(value_type, TensorType) and value_type.shape == ():
-        return TensorType(tuple(shape), value_type.dtype)
-    return value_type
-
-
-def vectorized_region(ctx, region, shape):
-    """Compile ``region`` (scalar block arguments) to act elementwise on arrays of ``shape``.
-
-    The region's ops are elementwise on scalars, so a copy of the region whose rank-0 values all
-    have type ``shape`` computes the same function on every element at once; it is compiled by
-    the ordinary rules, so their kernels see exactly the shapes they are declared with.
-    Captured outer values keep their own types and broadcast. ``func.call`` ops (JAX calls
-    ``@_where`` for every ``jnp.where`` in a body) are inlined first: a callee is planned for
-    its declared scalar types and cannot take arrays.
-    """
-    block = inline_calls(region.entry, ctx.program)
-    mapping = {}
-
-    def new_value(old):
-        value = Value(next(_specialized_ids), _shaped(old.type, shape))
-        mapping[old.id] = value
-        return value
-
-    args = tuple(new_value(v) for v in block.arguments)
-    ops = []
-    for op in block.ops:
-        if op.regions or op.name == "func.call" or any(
-                isinstance(v.type, TensorType) and v.type.shape != ()
-                for v in (*op.operands, *op.results)):
-            raise Unimplemented(f"{ctx.backend}: region op {op.describe()} is not elementwise on "
-                                f"scalars, so the region can't be applied to whole arrays")
-        operands = tuple(mapping.get(v.id, v) for v in op.operands)
-        results = tuple(new_value(v) for v in op.results)
-        ops.append(Op(op.name, operands, results, op.attributes, (), op.location))
-    return ctx.compile_region(Region([Block(args, ops)]))
 
 
 def _as_result(value, t) -> np.ndarray:

@@ -1,7 +1,7 @@
 """``REFERENCE``: the reference rule set, XLA's semantics as NumPy kernels, that every module of
 this package registers into and that a backend merges into its own registry."""
 from pjrtkit.lowering.registry import LoweringRegistry
-from pjrtkit.reference import dtypes
+from pjrtkit.semantics import dtypes
 from pjrtkit.reference.payloads import NUMPY_PAYLOADS
 
 # The dtypes the reference kernels implement (as TensorType.dtype spells them): every PJRT

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from pjrtkit.stablehlo.ir import Block, Op, Region
-from pjrtkit.reference.reduce import vectorized_region
+from pjrtkit.lowering.regions import vectorized_region
 from pjrtkit.reference.registry import REFERENCE
 
 

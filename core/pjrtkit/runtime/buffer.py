@@ -29,13 +29,25 @@ def count_allocations(requests) -> None:
         raise
 
 
+def in_layout(flat: np.ndarray, shape: tuple[int, ...], minor_to_major) -> np.ndarray:
+    """A view of the dense memory ``flat`` as the logical array of ``shape`` laid out
+    ``minor_to_major`` (None: row-major): writing the logical values through it puts them in
+    that order."""
+    if minor_to_major is None:
+        return flat.reshape(shape)
+    major_to_minor = tuple(reversed(minor_to_major))
+    physical = flat.reshape(tuple(shape[d] for d in major_to_minor))
+    return physical.transpose(np.argsort(major_to_minor))
+
+
 class Buffer:
     # One lock for the state of all buffers (deleted, holds, external references): each
     # critical section is a few assignments and never takes another lock, and buffers are
     # made for every execution output, so a lock per buffer would cost more than it saves.
     _lock = threading.Lock()
     __slots__ = ("client", "dtype", "shape", "device", "memory", "payload", "ready", "nbytes",
-                 "_counted", "_deleted", "_holds", "_external_refs", "__weakref__")
+                 "minor_to_major", "_counted", "_deleted", "_holds", "_external_refs",
+                 "__weakref__")
 
     def __init__(self, client, dtype: np.dtype, shape: tuple[int, ...], device, memory,
                  payload=None, ready: Event | None = None, *, accounting: str = "count"):
@@ -50,6 +62,9 @@ class Buffer:
         self.payload = payload
         self.ready = ready if ready is not None else Event.completed()
         self.nbytes = math.prod(self.shape) * self.dtype.itemsize
+        # The layout it was made with (``stablehlo.entry_layouts``), None for row-major: the
+        # payload is the logical array either way; only host copies of bytes follow it.
+        self.minor_to_major = None
         self._deleted = False
         self._holds = 0  # executions queued that will read the payload
         self._external_refs = 0
@@ -72,6 +87,7 @@ class Buffer:
         self.payload = payload
         self.ready = ready
         self.nbytes = nbytes
+        self.minor_to_major = None
         self._deleted = False
         self._holds = 0
         self._external_refs = 0
@@ -151,8 +167,9 @@ class Buffer:
                                      f"deleted or donated")
 
     # -- transfers --------------------------------------------------------------------------
-    def to_host(self, dst) -> Event:
-        """Copy the contents into ``dst`` (a writable buffer of exactly nbytes) once ready."""
+    def to_host(self, dst, minor_to_major: tuple[int, ...] | None = None) -> Event:
+        """Copy the contents into ``dst`` (a writable buffer of exactly nbytes) once ready, in
+        the layout ``minor_to_major`` (None: row-major)."""
         self.check_usable("read")
         view = memoryview(dst).cast("B")
         if view.nbytes != self.nbytes:
@@ -161,13 +178,15 @@ class Buffer:
 
         def write(host: np.ndarray) -> None:
             out = np.frombuffer(view, dtype=self.dtype, count=math.prod(self.shape))
-            np.copyto(out.reshape(self.shape), np.asarray(host), casting="no")
+            np.copyto(in_layout(out, self.shape, minor_to_major), np.asarray(host),
+                      casting="no")
 
         return self._when_read(write, "copying a buffer to host")
 
     def copy_raw_to_host(self, dst, offset: int, size: int) -> Event:
-        """Copy bytes ``[offset, offset + size)`` of the contents, in their dense row-major
-        layout, into ``dst`` (a writable buffer of ``size`` bytes) once ready."""
+        """Copy bytes ``[offset, offset + size)`` of the contents, dense in the buffer's layout
+        (row-major unless it was made with another), into ``dst`` (a writable buffer of
+        ``size`` bytes) once ready."""
         self.check_usable("read")
         if offset < 0 or size < 0 or offset + size > self.nbytes:
             raise InvalidArgument(f"raw copy of bytes [{offset}, {offset + size}) is outside "
@@ -176,8 +195,10 @@ class Buffer:
         view = memoryview(dst).cast("B")
 
         def write(host: np.ndarray) -> None:
-            raw = np.ascontiguousarray(host, dtype=self.dtype).reshape(-1).view(np.uint8)
-            view[:size] = raw[offset:offset + size].data
+            dense = np.empty(self.nbytes, np.uint8).view(self.dtype)
+            np.copyto(in_layout(dense, self.shape, self.minor_to_major), np.asarray(host),
+                      casting="no")
+            view[:size] = dense.view(np.uint8)[offset:offset + size].data
 
         return self._when_read(write, "copying raw bytes to host")
 
@@ -208,6 +229,7 @@ class Buffer:
         self.check_usable("copied")
         device = device or (memory.devices[0] if memory.devices else self.device)
         result = Buffer(self.client, self.dtype, self.shape, device, memory, ready=Event())
+        result.minor_to_major = self.minor_to_major
 
         def copy(error):
             if error is not None:

@@ -5,6 +5,8 @@ import math
 
 import numpy as np
 
+from pjrtkit.distributed.placement import placement_from_options
+from pjrtkit.distributed.runtime import ProcessRuntime
 from pjrtkit.errors import InvalidArgument, PjrtError, host_out_of_memory
 from pjrtkit.runtime import serialized_executable
 from pjrtkit.runtime.buffer import Buffer
@@ -16,33 +18,51 @@ from pjrtkit.runtime.memory_limits import MemoryPool, host_memory_bytes, per_dev
 
 
 class Client:
-    def __init__(self, backend, options: dict):
+    def __init__(self, backend, options: dict, *, store=None, process_state=None):
         self.backend = backend
         self.platform_name = backend.platform_name
         self.platform_version = backend.platform.version
         self.process_index = 0
+        # A job of several processes (jax.distributed): pjrtkit.distributed.
+        self.distributed: ProcessRuntime | None = None
+        placement = placement_from_options(options, self.platform_name)
+        if placement is not None:
+            self.distributed = ProcessRuntime(self.platform_name, placement, store,
+                                              backend.multi_process(), process_state)
+            self.process_index = placement.node_id
         self._topology = backend.client_topology(options=options)
+        if self.distributed is not None:
+            self._topology = self.distributed.join(self._topology)
         self.devices: list[Device] = []
-        self.memories: list[Memory] = []
+        self.memories: list[Memory] = []  # the addressable ones
         seen_ids = set()
+        local_count = sum(1 for spec in self._topology.devices
+                          if spec.process_index == self.process_index)
         # Host-backed memories (capacity None) of every device share one pool: the host's RAM.
         self.host_pool = MemoryPool(
-            f"the host memory shared by the {len(self._topology.devices)} device(s) of "
+            f"the host memory shared by the {local_count} device(s) of "
             f"{self.platform_name}", host_memory_bytes())
         user_limit = per_device_limit(backend.name)
+        remote_memories = 0
         for spec in self._topology.devices:
             if spec.id in seen_ids:
                 raise InvalidArgument(f"{self.platform_name}: device id {spec.id} appears twice "
                                       f"in the client topology")
             seen_ids.add(spec.id)
+            local = spec.process_index == self.process_index
             memories = []
             for space in spec.memory_spaces:
                 limit = space.capacity_bytes
                 if user_limit is not None and space.kind == spec.default_memory_kind:
                     limit = user_limit if limit is None else min(limit, user_limit)
-                memory = Memory(len(self.memories), space.kind, space.capacity_bytes, limit,
-                                self.host_pool if space.capacity_bytes is None else None)
-                self.memories.append(memory)
+                if local:
+                    memory = Memory(len(self.memories), space.kind, space.capacity_bytes,
+                                    limit, self.host_pool if space.capacity_bytes is None
+                                    else None)
+                    self.memories.append(memory)
+                else:  # another process's: described, never allocated in
+                    remote_memories += 1
+                    memory = Memory(-remote_memories, space.kind, space.capacity_bytes, limit)
                 memories.append(memory)
             device = Device(self, spec, memories)
             for memory in memories:
@@ -173,3 +193,5 @@ class Client:
 
     def destroy(self) -> None:
         self.executor.shutdown()
+        if self.distributed is not None:
+            self.distributed.close()

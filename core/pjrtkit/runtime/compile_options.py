@@ -6,6 +6,7 @@ well-formed protobuf is INVALID_ARGUMENT, as XLA answers.
 """
 from __future__ import annotations
 
+from pjrtkit import jax_compat
 from pjrtkit.errors import InvalidArgument
 from pjrtkit.types import CompileOptions
 
@@ -96,6 +97,9 @@ def parse_compile_options(data: bytes) -> CompileOptions:
             assignment = _device_assignment(build.device_assignment.serialize())
         elif options.device_assignment is not None:
             assignment = _device_assignment(options.device_assignment.serialize())
+        problem = jax_compat.compile_option_overrides_problem(data)
+        if problem is not None:  # an unknown or ill-typed compiler option, refused as XLA does
+            raise InvalidArgument(problem)
         return CompileOptions(
             num_replicas=max(1, int(build.num_replicas or options.num_replicas or 1)),
             num_partitions=max(1, int(build.num_partitions or options.num_partitions or 1)),

@@ -1,10 +1,8 @@
 """Devices, device descriptions and memory spaces of a client or a compile-only topology."""
 from __future__ import annotations
 
-import threading
-
 from pjrtkit.errors import InvalidArgument, ResourceExhausted
-from pjrtkit.runtime.memory_limits import MemoryPool, format_bytes
+from pjrtkit.runtime.memory_limits import FITS, POOL_LIMIT, Ledger, MemoryPool, format_bytes
 from pjrtkit.types import MEMORY_KINDS, DeviceSpec, MemoryStats
 
 
@@ -33,7 +31,7 @@ class DeviceDescription:
 class Memory:
     """One memory space of a device, with the allocation statistics the core tracks and the
     limits it enforces (``runtime/memory_limits.py``): its own ``limit_bytes`` (None: none) and
-    the ``pool`` it shares (None: none)."""
+    the ``pool`` it shares (None: none). The counts live in its ``ledger``."""
 
     def __init__(self, memory_id: int, kind: str, capacity_bytes: int | None,
                  limit_bytes: int | None = None, pool: MemoryPool | None = None):
@@ -41,48 +39,42 @@ class Memory:
         self.kind = kind
         self.kind_id = MEMORY_KINDS.index(kind) if kind in MEMORY_KINDS else len(MEMORY_KINDS)
         self.capacity_bytes = capacity_bytes
-        self.limit_bytes = limit_bytes
         self.pool = pool
+        self.ledger = Ledger(limit_bytes, pool.ledger if pool is not None else None)
         self.devices: list[Device] = []
         self.debug_string = f"memory {memory_id} ({kind})"
         self.to_string = f"Memory(id={memory_id}, kind={kind})"
-        self._lock = threading.Lock()
-        self.bytes_in_use = 0
-        self.peak_bytes_in_use = 0
-        self.num_allocs = 0
-        self.largest_alloc_size = 0
+
+    @property
+    def limit_bytes(self) -> int | None:
+        return self.ledger.limit_bytes
+
+    @property
+    def bytes_in_use(self) -> int:
+        return self.ledger.counts()[0]
 
     def allocated(self, nbytes: int, array: tuple | None = None) -> None:
         """Count a new buffer of ``nbytes``; ResourceExhausted (nothing counted) when it would
         pass this memory's limit or its pool's. ``array`` is its ``(dtype, shape)``, for the
         message (formatted only then: this runs for every buffer)."""
-        # Runs for every buffer, execution outputs included: comparisons, not max() calls.
-        with self._lock:
-            in_use = self.bytes_in_use + nbytes
-            self._check_own_limit(nbytes, array)
-            if self.pool is not None:
-                self.pool.take(nbytes, lambda: self._request(nbytes, array))
-            self.bytes_in_use = in_use
-            if in_use > self.peak_bytes_in_use:
-                self.peak_bytes_in_use = in_use
-            self.num_allocs += 1
-            if nbytes > self.largest_alloc_size:
-                self.largest_alloc_size = nbytes
+        refusal = self.ledger.take(nbytes)
+        if refusal != FITS:
+            raise self._refused(refusal, nbytes, array)
 
     def check_room(self, nbytes: int, array: tuple | None = None) -> None:
         """ResourceExhausted when a buffer of ``nbytes`` would not fit now; counts nothing
         (for callers that must know before they read the data, e.g. from the host)."""
-        with self._lock:
-            self._check_own_limit(nbytes, array)
-            if self.pool is not None:
-                self.pool.check(nbytes, lambda: self._request(nbytes, array))
+        refusal = self.ledger.check(nbytes)
+        if refusal != FITS:
+            raise self._refused(refusal, nbytes, array)
 
-    def _check_own_limit(self, nbytes: int, array: tuple | None) -> None:
+    def _refused(self, refusal: int, nbytes: int, array: tuple | None) -> ResourceExhausted:
+        if refusal == POOL_LIMIT:
+            return self.pool.refused(nbytes, lambda: self._request(nbytes, array))
         limit = self.limit_bytes
-        if limit is not None and nbytes > 0 and self.bytes_in_use + nbytes > limit:
-            raise ResourceExhausted(
-                f"{self._request(nbytes, array)}: would exceed the memory's limit of "
-                f"{format_bytes(limit)} ({format_bytes(self.bytes_in_use)} in use)")
+        return ResourceExhausted(
+            f"{self._request(nbytes, array)}: would exceed the memory's limit of "
+            f"{format_bytes(limit)} ({format_bytes(self.bytes_in_use)} in use)")
 
     def _request(self, nbytes: int, array: tuple | None) -> str:
         device = self.devices[0].debug_string if self.devices else "no device"
@@ -90,10 +82,7 @@ class Memory:
         return f"allocating {format_bytes(nbytes)} for {what} in {self.kind} memory of {device}"
 
     def freed(self, nbytes: int) -> None:
-        with self._lock:
-            self.bytes_in_use -= nbytes
-            if self.pool is not None:
-                self.pool.give_back(nbytes)
+        self.ledger.give(nbytes)
 
     @property
     def effective_limit_bytes(self) -> int | None:
@@ -103,12 +92,12 @@ class Memory:
         return min(limits) if limits else None
 
     def stats(self) -> MemoryStats:
-        with self._lock:
-            pool = self.pool
-            return MemoryStats(self.bytes_in_use, self.peak_bytes_in_use, self.num_allocs,
-                               self.largest_alloc_size, self.effective_limit_bytes,
-                               pool.bytes_in_use if pool else None,
-                               pool.peak_bytes_in_use if pool else None)
+        in_use, peak, allocs, largest = self.ledger.counts()
+        pool = self.pool
+        pool_counts = pool.ledger.counts() if pool is not None else None
+        return MemoryStats(in_use, peak, allocs, largest, self.effective_limit_bytes,
+                           pool_counts[0] if pool_counts else None,
+                           pool_counts[1] if pool_counts else None)
 
 
 class Device(DeviceDescription):

@@ -8,7 +8,7 @@ from time import perf_counter
 
 import numpy as np
 
-from pjrtkit.collectives.launch import launch_on_threads
+from pjrtkit.collectives.launch import Launch, launch_on_threads
 from pjrtkit.errors import Internal, InvalidArgument, PjrtError, host_out_of_memory
 from pjrtkit.runtime import serialized_executable
 from pjrtkit.runtime.buffer import Buffer, count_allocations
@@ -16,6 +16,7 @@ from pjrtkit.runtime.compile_options import parse_compile_options
 from pjrtkit.runtime.event import Event, when_all
 from pjrtkit.stablehlo.ir import Program, TensorType
 from pjrtkit.stablehlo import isolation
+from pjrtkit.stablehlo.entry_layouts import entry_layouts, layout_attributes, row_major
 from pjrtkit.stablehlo.loader import load_program
 from pjrtkit.stablehlo.partition import partitioned_program
 from pjrtkit.types import CompiledProgram, CompileOptions
@@ -113,6 +114,9 @@ class Executable:
         self.donated_parameters = frozenset(
             i for i, attrs in enumerate(main.arg_attributes)
             if "tf.aliasing_output" in attrs or attrs.get("jax.buffer_donor"))
+        # Concrete layouts JAX asked for (None: row-major); jax.experimental.layout.
+        self.parameter_layouts, self.result_layouts = entry_layouts(program)
+        self._layout_program: bytes | None = None
         self.compile_options = options.serialized
         self.fingerprint = hashlib.sha256(
             backend.platform_name.encode() + code + options.serialized).hexdigest()
@@ -139,22 +143,52 @@ class Executable:
     def optimized_program(self) -> bytes:
         """The program as compiled: the bytes Compile was given (portable artifact, MLIR
         bytecode or text; jaxlib reads all three as format "mlir"). pjrtkit does not rewrite
-        the MLIR (plugins optimise in their plans), and handing back the original bytes spares
+        the MLIR (plugins optimise in their plans; a program with concrete layouts gets its
+        entry layouts as module attributes, ``entry_layouts``), and handing back the original bytes spares
         printing the module as text at load and jaxlib parsing that text again: about 4 ms of
         an MLP-step compile (jaxlib asks for this program four times per compile).
 
         A program partitioned over several devices answers with the per-device program XLA's
         partitioner made: jaxlib reads the output and parameter shardings from its module
         attributes ``mhlo.spmd_output_sharding`` / ``mhlo.spmd_parameters_shardings``."""
-        if self.per_device_code is not None:
-            return bytes(self.per_device_code)
-        return bytes(self.code)
+        code = self.per_device_code if self.per_device_code is not None else self.code
+        if not any(self.parameter_layouts) and not any(self.result_layouts):
+            return bytes(code)
+        if self._layout_program is None:  # jaxlib reads the entry layouts from module attributes
+            main = self.program.main
+            parameters = [order or row_major(len(getattr(v.type, "shape", ())))
+                          for order, v in zip(self.parameter_layouts, main.arguments)]
+            results = [order or row_major(len(getattr(t, "shape", ())))
+                       for order, t in zip(self.result_layouts, main.result_types)]
+            self._layout_program = isolation.with_module_attributes_isolated(
+                code, layout_attributes(tuple(parameters), tuple(results)))
+        return self._layout_program
 
     def serialize(self) -> bytes:
         """The program and options themselves, so a later process can compile it again
         (the format: ``runtime/serialized_executable.py``)."""
         return serialized_executable.pack(self.backend.platform_name, self.code,
                                           self.options.serialized, self.fingerprint)
+
+
+class NativePlan:
+    """A loaded executable as the C execute path runs it (``LoadedExecutable.native_plan``):
+    the plugin's ``kernel`` (``pjrtkit.types.NativeKernel``), the one ``device``, each
+    argument's ``(dtype, shape)`` and each output's ``(dtype, shape, nbytes, memory)``."""
+
+    __slots__ = ("kernel", "device", "arguments", "outputs")
+    MAX_RANK = 8      # dims a handle struct holds (pjrtkit_handles.h)
+    MAX_VALUES = 64   # arguments or outputs C handles per call (pjrtkit_native_execute.h)
+
+    def __init__(self, kernel, device, arguments: tuple, outputs: tuple):
+        self.kernel = kernel
+        self.device = device
+        self.arguments = arguments
+        self.outputs = outputs
+
+
+# ``native_plan`` of an executable the C execute path can never run.
+NO_NATIVE_PLAN = "no native plan"
 
 
 class InlineSpeed:
@@ -186,7 +220,17 @@ class LoadedExecutable:
     def __init__(self, client, executable: Executable, devices: list):
         self.client = client
         self.executable = executable
-        self.addressable_devices = devices
+        # ``devices``: the device assignment's, in position order (replica-major); in a job of
+        # several processes some are other processes' devices, which this process never runs.
+        self.addressable_devices = [d for d in devices if d.is_addressable]
+        self.positions = [p for p, d in enumerate(devices) if d.is_addressable]
+        self.remote = None
+        if len(self.addressable_devices) < len(devices):
+            from pjrtkit.distributed.exchange import ProcessExchange
+
+            self.remote = ProcessExchange(client.distributed, [d.id for d in devices],
+                                          [d.process_index for d in devices])
+            client.distributed.prepare_engine()
         opts = executable.options
         if opts.device_assignment is not None:
             self.device_assignment = [list(row) for row in opts.device_assignment]
@@ -203,7 +247,8 @@ class LoadedExecutable:
         """What ``execute_inline`` needs, decided once: None unless the program runs on one
         device and donates nothing."""
         exe = self.executable
-        if len(self.addressable_devices) != 1 or exe.donated_parameters:
+        if (len(self.addressable_devices) != 1 or exe.donated_parameters
+                or self.remote is not None or any(exe.result_layouts)):
             return None
         device = self.addressable_devices[0]
         outputs = []
@@ -218,6 +263,33 @@ class LoadedExecutable:
         return (device, [device.spec], outputs, self.client.executor,
                 exe.compiled.executable.execute, exe.num_parameters, allocations,
                 exe.argument_types)
+
+    def native_plan(self):
+        """What the C execute path needs to run this executable without Python: a
+        ``NativePlan`` once the plugin hands over a kernel (``NativeKernel``), None while it
+        has not (ask again later), ``NO_NATIVE_PLAN`` when it never can: more than one
+        device, donation, a token argument or output, a rank past ``NativePlan.MAX_RANK``,
+        or a plugin executable without ``native_kernel``. Only for a program quick enough to
+        run on the caller's thread (``InlineSpeed``): C runs it there."""
+        plan = self._inline
+        if plan is None or self._deleted:
+            return NO_NATIVE_PLAN
+        native_kernel = getattr(self.executable.compiled.executable, "native_kernel", None)
+        if native_kernel is None:
+            return NO_NATIVE_PLAN
+        device, _specs, outputs = plan[:3]
+        arguments = plan[7]
+        if (any(a is None or len(a[1]) > NativePlan.MAX_RANK for a in arguments)
+                or any(len(shape) > NativePlan.MAX_RANK for _d, shape, _n, _m in outputs)
+                or len(arguments) > NativePlan.MAX_VALUES
+                or len(outputs) > NativePlan.MAX_VALUES):
+            return NO_NATIVE_PLAN
+        if not self._speed.quick:
+            return None
+        kernel = native_kernel(device.spec)
+        if kernel is None:
+            return None
+        return NativePlan(kernel, device, tuple(arguments), tuple(outputs))
 
     def execute_inline(self, arguments: list) -> tuple[list, Event] | None:
         """The common case of ``execute``, cheaply: one device, no donation, a cheap program,
@@ -305,9 +377,17 @@ class LoadedExecutable:
         inputs_ready = [buf.ready for args in sources for buf in args]
 
         # A program over several devices runs as one launch: a thread per device, meeting
-        # at the core's rendezvous for collectives (pjrtkit.collectives).
-        run_devices = (run_launch if len(devices) > 1 and exe.num_replicas * exe.num_partitions
-                       == len(devices) else run_together)
+        # at the core's rendezvous for collectives (pjrtkit.collectives), and with the devices
+        # of other processes through the engine (pjrtkit.distributed).
+        if execute_device is None and self.remote is not None:
+            positions, remote = self.positions, self.remote
+
+            def run_devices(exe, payloads, specs):
+                return run_launch(exe, payloads, specs, positions=positions, remote=remote)
+        elif len(devices) > 1 and exe.num_replicas * exe.num_partitions == len(devices):
+            run_devices = run_launch
+        else:
+            run_devices = run_together
 
         def run(input_error):
             error = input_error
@@ -350,10 +430,12 @@ class LoadedExecutable:
             outputs = []
             for dev in devices:
                 outs = []
-                for dtype, shape, kind in zip(exe.output_dtypes, exe.output_shapes,
-                                              exe.output_memory_kinds):
+                for dtype, shape, kind, layout in zip(exe.output_dtypes, exe.output_shapes,
+                                                      exe.output_memory_kinds,
+                                                      exe.result_layouts):
                     outs.append(Buffer(self.client, dtype, shape, dev, _output_memory(dev, kind),
                                        ready=Event()))
+                    outs[-1].minor_to_major = layout
                     made.append(outs[-1])
                 outputs.append(outs)
             return outputs
@@ -375,19 +457,34 @@ def run_together(exe: Executable, payloads: list, specs: list) -> list:
     return exe.compiled.executable.execute(payloads, specs)
 
 
-def run_launch(exe: Executable, payloads: list, specs: list) -> list:
-    """One launch over several devices (``pjrtkit.collectives.launch.launch_on_threads``): the
-    plugin's ``execute`` for each device on its own thread."""
-    execute = exe.compiled.executable.execute
+def run_launch(exe: Executable, payloads: list, specs: list, *,
+               positions: list[int] | None = None, remote=None) -> list:
+    """One launch over several devices: the plugin's ``execute_launch`` when it has one and
+    every device of the launch is in this process (every device on this thread, in lockstep:
+    ``pjrtkit.collectives.lockstep``), else (``pjrtkit.collectives.launch.launch_on_threads``)
+    the plugin's ``execute`` for each device on its own thread. ``payloads[i]`` and ``specs[i]``
+    belong to ``positions[i]`` (default: every position; a job of several processes runs its
+    own and meets the others through ``remote``)."""
+    plugin = exe.compiled.executable
+    execute_launch = getattr(plugin, "execute_launch", None)
+    if execute_launch is not None and positions is None and remote is None:
+        results = execute_launch(payloads, specs,
+                                 Launch(exe.name, exe.num_replicas, exe.num_partitions))
+        if results is not None:
+            return results
+    execute = plugin.execute
+    index = {p: i for i, p in enumerate(positions)} if positions is not None else None
 
     def run_device(position: int) -> list:
-        out = execute([payloads[position]], [specs[position]])
+        i = position if index is None else index[position]
+        out = execute([payloads[i]], [specs[i]])
         if len(out) != 1:
             raise _wrong_output_count(exe)
         return out[0]
 
     return launch_on_threads(exe.name, exe.num_replicas, exe.num_partitions, run_device,
-                             lambda exc: execution_error(exe, exc))
+                             lambda exc: execution_error(exe, exc), positions=positions,
+                             remote=remote)
 
 
 def _wrong_output_count(exe: Executable) -> Internal:

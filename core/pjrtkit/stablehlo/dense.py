@@ -19,31 +19,17 @@ from __future__ import annotations
 
 import re
 
-import ml_dtypes
 import numpy as np
 
 from pjrtkit.errors import InvalidArgument, Unimplemented
+from pjrtkit.semantics.dtypes import (BOOL, BY_MLIR, NARROW_INTS, facts, int_range, is_int,
+                                      is_signed, real_part_of)
 
-ELEMENT_TYPES = {
-    "i1": np.dtype(np.bool_), "i2": np.dtype(ml_dtypes.int2), "i4": np.dtype(ml_dtypes.int4),
-    "i8": np.dtype(np.int8), "i16": np.dtype(np.int16), "i32": np.dtype(np.int32),
-    "i64": np.dtype(np.int64),
-    "ui2": np.dtype(ml_dtypes.uint2), "ui4": np.dtype(ml_dtypes.uint4),
-    "ui8": np.dtype(np.uint8), "ui16": np.dtype(np.uint16), "ui32": np.dtype(np.uint32),
-    "ui64": np.dtype(np.uint64),
-    "f16": np.dtype(np.float16), "bf16": np.dtype(ml_dtypes.bfloat16),
-    "f32": np.dtype(np.float32), "f64": np.dtype(np.float64),
-    "complex<f32>": np.dtype(np.complex64), "complex<f64>": np.dtype(np.complex128),
-    "f8E4M3FN": np.dtype(ml_dtypes.float8_e4m3fn), "f8E5M2": np.dtype(ml_dtypes.float8_e5m2),
-    "f8E4M3": np.dtype(ml_dtypes.float8_e4m3), "f8E3M4": np.dtype(ml_dtypes.float8_e3m4),
-    "f8E4M3FNUZ": np.dtype(ml_dtypes.float8_e4m3fnuz),
-    "f8E5M2FNUZ": np.dtype(ml_dtypes.float8_e5m2fnuz),
-    "f8E4M3B11FNUZ": np.dtype(ml_dtypes.float8_e4m3b11fnuz),
-    "f8E8M0FNU": np.dtype(ml_dtypes.float8_e8m0fnu), "f4E2M1FN": np.dtype(ml_dtypes.float4_e2m1fn),
-}
+# MLIR element type name -> dtype (pjrtkit.semantics' StableHLO names)
+ELEMENT_TYPES = BY_MLIR
 
 # Element types stored in the low bits of one byte: (bits, signed).
-_SUB_BYTE_INTEGERS = {"i2": (2, True), "i4": (4, True), "ui2": (2, False), "ui4": (4, False)}
+_SUB_BYTE_INTEGERS = {facts(d).mlir: (facts(d).bits, is_signed(d)) for d in NARROW_INTS}
 
 # Largest constant decoded from its printed form (hex: two characters per byte).
 MAX_CONSTANT_BYTES = 1 << 31
@@ -143,7 +129,7 @@ _TOKEN = re.compile(r"0x[0-9A-Fa-f]+|[-+]?(?:inf|nan)|[-+]?[0-9][0-9.]*(?:[eE][-
 
 
 def _component_dtype(dtype: np.dtype) -> np.dtype:
-    return np.dtype(np.float32) if dtype == np.complex64 else np.dtype(np.float64)
+    return real_part_of(dtype)
 
 
 def _literals(tokens: list[str], dtype: np.dtype) -> np.ndarray:
@@ -168,17 +154,13 @@ def _literals(tokens: list[str], dtype: np.dtype) -> np.ndarray:
     return out
 
 
-_NARROW_INTEGERS = frozenset(ELEMENT_TYPES[name] for name in _SUB_BYTE_INTEGERS)
-
-
 def _is_integer(dtype: np.dtype) -> bool:
-    return dtype == np.bool_ or dtype.kind in "iu" or dtype in _NARROW_INTEGERS
+    return dtype == BOOL or is_int(dtype)
 
 
 def _wrap(value: int, dtype: np.dtype) -> int:
     """An integer literal as the element type holds it (unsigned may print as negative)."""
     if dtype == np.bool_:
         return value != 0
-    info = ml_dtypes.iinfo(dtype)
-    span = int(info.max) - int(info.min) + 1
-    return (value - int(info.min)) % span + int(info.min)
+    low, high = int_range(dtype)
+    return (value - low) % (high - low + 1) + low

@@ -229,3 +229,22 @@ def bytecode_text_isolated(bytecode: bytes, dialect_module: str) -> str:
 
         return bytecode_text(bytes(bytecode), dialect_module)
     return _PARSER.request(BytecodeTextRequest(bytes(bytecode), dialect_module))
+
+
+@dataclasses.dataclass(frozen=True)
+class ModuleAttributesRequest:
+    """Ask the child for a program with module attributes set, as MLIR bytecode
+    (``pjrtkit.stablehlo.mlir_text.with_module_attributes`` there)."""
+
+    code: bytes
+    attributes: tuple[tuple[str, str], ...]  # (name, MLIR attribute text)
+
+
+def with_module_attributes_isolated(code: bytes, attributes: dict[str, str]) -> bytes:
+    """``code`` with the module attributes set, re-serialized in the child process (in this one
+    under ``PJRTKIT_ISOLATED_PARSER=0``)."""
+    if not ENABLED:
+        from pjrtkit.stablehlo.mlir_text import with_module_attributes
+
+        return with_module_attributes(bytes(code), attributes)
+    return _PARSER.request(ModuleAttributesRequest(bytes(code), tuple(attributes.items())))

@@ -15,6 +15,7 @@ import numpy as np
 from pjrtkit.errors import InvalidArgument, Unimplemented
 from pjrtkit.stablehlo import attributes as A
 from pjrtkit.stablehlo import dense, isolation, one_device
+from pjrtkit.stablehlo.entry_layouts import layout_modes_of
 from pjrtkit.stablehlo.ir import (Block, Function, Op, Program, Region, TensorType, TokenType,
                                   TupleType, Value)
 
@@ -78,6 +79,8 @@ class EntryMarks:
 
     donated: frozenset[int]                        # parameters JAX donates
     result_memory_kinds: tuple[str | None, ...]    # each result's ``mhlo.memory_kind``
+    parameter_layout_modes: tuple[str | None, ...] = ()  # ``mhlo.layout_mode``s (entry_layouts)
+    result_layout_modes: tuple[str | None, ...] = ()
 
 
 def entry_marks(code: bytes | str) -> EntryMarks:
@@ -111,7 +114,8 @@ def _entry_marks_of(module) -> EntryMarks:
             attrs = ir.DictAttr(attrs)
             kinds.append(ir.StringAttr(attrs[MEMORY_KIND_ATTRIBUTE]).value
                          if MEMORY_KIND_ATTRIBUTE in attrs else None)
-    return EntryMarks(frozenset(donated), tuple(kinds))
+    return EntryMarks(frozenset(donated), tuple(kinds), layout_modes_of(entry, "arg_attrs"),
+                      layout_modes_of(entry, "res_attrs"))
 
 
 def _parsed(code: bytes | str, read):

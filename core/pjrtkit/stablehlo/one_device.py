@@ -13,7 +13,9 @@ them once, here, for every plugin (a plugin never sees an ``sdy`` op on one devi
   the whole value (on one device the local shape is the global one);
 - ``sdy.constant`` becomes ``stablehlo.constant``; ``sdy.sharding_group`` is dropped;
 - GSPMD's custom calls ``Sharding``, ``SPMDFullToShardShape`` and ``SPMDShardToFullShape``
-  (programs lowered with the Shardy partitioner off) forward their operand.
+  (programs lowered with the Shardy partitioner off) forward their operand, and so does
+  ``LayoutConstraint`` (``with_layout_constraint``, a ``Format`` in ``with_sharding_constraint``):
+  a layout is the order of the value's elements in memory, not the value.
 
 On one device in all (one partition and one replica), the collectives of a ``shard_map`` over a
 one-device mesh (``psum`` is ``stablehlo.all_reduce`` over the group ``[[0]]``) return their
@@ -43,7 +45,7 @@ FORWARDING_OPS = frozenset({
 INLINED_OPS = frozenset({"sdy.manual_computation", "sdy.named_computation"})
 DROPPED_OPS = frozenset({"sdy.sharding_group"})
 FORWARDING_CUSTOM_CALLS = frozenset({"Sharding", "SPMDFullToShardShape",
-                                     "SPMDShardToFullShape"})
+                                     "SPMDShardToFullShape", "LayoutConstraint"})
 
 # Every sdy op this pass removes; ``sdy.return`` ends the bodies it inlines and ``sdy.mesh``
 # never reaches the IR (see the loader).

@@ -1,6 +1,7 @@
 """The child side of ``pjrtkit.stablehlo.isolation``: parse programs sent on stdin (or partition
 them with XLA first: ``PartitionRequest``; or print other MLIR bytecode as text:
-``BytecodeTextRequest``), send each answer (or the error) back pickled on the original stdout. Run as
+``BytecodeTextRequest``; or set module attributes: ``ModuleAttributesRequest``), send each
+answer (or the error) back pickled on the original stdout. Run as
 ``python -m pjrtkit.stablehlo.parser_child``; it exits when its stdin closes."""
 from __future__ import annotations
 
@@ -9,10 +10,11 @@ import pickle
 import signal
 import sys
 
-from pjrtkit.stablehlo.isolation import (BytecodeTextRequest, PartitionRequest, error_reply,
-                                         read_message, write_message)
+from pjrtkit.stablehlo.isolation import (BytecodeTextRequest, ModuleAttributesRequest,
+                                         PartitionRequest, error_reply, read_message,
+                                         write_message)
 from pjrtkit.stablehlo.loader import parse_program
-from pjrtkit.stablehlo.mlir_text import bytecode_text
+from pjrtkit.stablehlo.mlir_text import bytecode_text, with_module_attributes
 from pjrtkit.stablehlo.partition import partition_and_parse
 
 
@@ -21,6 +23,8 @@ def answer(request):
     for a BytecodeTextRequest."""
     if isinstance(request, BytecodeTextRequest):
         return bytecode_text(request.bytecode, request.dialect_module)
+    if isinstance(request, ModuleAttributesRequest):
+        return with_module_attributes(request.code, dict(request.attributes))
     if isinstance(request, PartitionRequest):
         return partition_and_parse(request.code, request.compile_options,
                                    num_replicas=request.num_replicas,

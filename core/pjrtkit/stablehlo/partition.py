@@ -17,7 +17,10 @@ PJRT_Executable_OptimizedProgram to learn how outputs and parameters are sharded
 ``partitioned_program`` caches by (program bytes, options bytes): a second compile of the
 same program costs an unpickle of the parsed per-device program. The runtime partitions and
 parses in the parser's child process (``isolation``), so an XLA abort on a strange program
-cannot take the user's process down.
+cannot take the user's process down; except a program whose partitioning calls back into this
+process's Python (``calls_python_while_partitioning``: ``inspect_array_sharding``,
+``custom_partitioning``), which is partitioned here: the callbacks are the user's objects, with
+the user's side effects, and exist only in this process (ARCHITECTURE.md, "Many devices").
 """
 from __future__ import annotations
 
@@ -73,7 +76,7 @@ def partitioned_program(code: bytes, compile_options: bytes, *, num_replicas: in
             _cache.move_to_end(key)
     if hit is None:
         started = time.perf_counter()
-        if isolated:
+        if isolated and not calls_python_while_partitioning(code):
             from pjrtkit.stablehlo import isolation
 
             program, bytecode = isolation.partition_isolated(
@@ -88,6 +91,22 @@ def partitioned_program(code: bytes, compile_options: bytes, *, num_replicas: in
             while len(_cache) > CACHE_ENTRIES:
                 _cache.popitem(last=False)
     return pickle.loads(hit[0]), hit[1]
+
+
+# Custom calls whose partitioning XLA hands to a Python function of the process that lowered
+# the program: ``jax.debug.inspect_array_sharding`` (and ``visualize_array_sharding`` in a jit)
+# and ``custom_partitioning``. Their ``backend_config`` is a key into that process's objects
+# (for InspectSharding, the callback's address), meaningless in the parser's child.
+PYTHON_PARTITIONED_TARGETS = (b"InspectSharding", b"CustomSPMDPartitioning")
+
+
+def calls_python_while_partitioning(code: bytes) -> bool:
+    """Whether ``code`` holds a custom call XLA's partitioner resolves to a Python function of
+    this process; such programs are partitioned here, not in the parser's child. Target names
+    are stored verbatim in StableHLO bytecode and text, so a byte search finds them (a constant
+    that happens to spell one only moves that program's partitioning into this process)."""
+    code = bytes(code)
+    return any(target in code for target in PYTHON_PARTITIONED_TARGETS)
 
 
 def partition_and_parse(code: bytes, compile_options: bytes, *, num_replicas: int,
@@ -108,6 +127,7 @@ def keep_entry_marks(program: Program, marks) -> Program:
     buffers JAX donated, and the results' ``mhlo.memory_kind``, without which an output JAX
     placed in ``pinned_host`` would be reported in ``device`` memory (and JAX refuses the
     executable)."""
+    from pjrtkit.stablehlo.entry_layouts import LAYOUT_MODE
     from pjrtkit.stablehlo.loader import MEMORY_KIND_ATTRIBUTE
 
     main = program.main
@@ -115,6 +135,14 @@ def keep_entry_marks(program: Program, marks) -> Program:
     for position in marks.donated:
         if position < len(attributes):
             attributes[position]["jax.buffer_donor"] = True
+    for position, mode in enumerate(marks.parameter_layout_modes):
+        if mode is not None and position < len(attributes):
+            attributes[position][LAYOUT_MODE] = mode
+    modes = marks.result_layout_modes
+    if any(mode is not None for mode in modes) and len(modes) == len(main.result_types):
+        main.result_attributes = tuple(
+            {**attrs, LAYOUT_MODE: mode} if mode is not None else attrs
+            for attrs, mode in zip(main.result_attributes or [{} for _ in modes], modes))
     kinds = marks.result_memory_kinds
     if any(kind is not None for kind in kinds) and len(kinds) == len(main.result_types):
         results = main.result_attributes or [{} for _ in kinds]
@@ -131,7 +159,7 @@ def rename_host_callbacks(program: Program) -> Program:
 
     for op in walk_ops(program):
         if (op.name == "stablehlo.custom_call" and op.attributes.get("call_target_name")
-                == callbacks.PARTITIONER_CALLBACK_TARGET):
+                in (callbacks.PARTITIONER_CALLBACK_TARGET, callbacks.PARTITIONED_CALLBACK_TARGET)):
             op.attributes["call_target_name"] = callbacks.HOST_CALLBACK_TARGET
     return program
 

@@ -1,12 +1,13 @@
 """Elementwise ops: one generated Triton kernel per chain (a single op, or a group the fusion
 pass (``fusion.py``) made into one ``pjrtkit_gpu.fused_elementwise`` op), from the expressions
-of ``elementwise_table``."""
+of ``elementwise_table`` (the Triton rendering of pjrtkit.semantics)."""
 from __future__ import annotations
 
 import math
 
 from pjrtkit_gpu import codegen, dtypes as D, kernels
-from pjrtkit_gpu.elementwise_table import TABLE, NoKernel, expression
+from pjrtkit_gpu.elementwise_table import (OPS, NoKernel, bfloat16_load, bfloat16_store,
+                                           statements)
 from pjrtkit_gpu.lowering.launching import blocks
 
 FUSED = "pjrtkit_gpu.fused_elementwise"
@@ -15,6 +16,8 @@ FUSED = "pjrtkit_gpu.fused_elementwise"
 def load_template(dtype) -> str:
     if dtype == D.BOOL:
         return "({v} != 0)"
+    if dtype == D.BFLOAT16:
+        return bfloat16_load("{v}")
     if dtype in D.NARROW_FLOATS:
         return "{v}.to(tl.float32)"
     return "{v}"
@@ -23,6 +26,8 @@ def load_template(dtype) -> str:
 def store_template(dtype) -> str:
     if dtype == D.BOOL:
         return "{v}.to(tl.uint8)"
+    if dtype == D.BFLOAT16:
+        return bfloat16_store("{v}")
     if dtype in D.NARROW_FLOATS:
         return f"{{v}}.to(tl.{D.storage_language_type(dtype)})"
     return "{v}"
@@ -44,12 +49,11 @@ def chain_source(ops, inputs, outputs) -> str:
     body = []
     for k, inner in enumerate(ops):
         try:
-            text = expression(inner, [names[v.id] for v in inner.operands])
+            body += statements(inner, [names[v.id] for v in inner.operands], f"v{k}")
         except NoKernel as exc:
             exc.op = inner
             raise
         names[inner.results[0].id] = f"v{k}"
-        body.append(f"v{k} = {text}")
     stores = [(names[v.id], store_template(v.type.dtype)) for v in outputs]
     return codegen.elementwise_source("elementwise", loaded, body, stores)
 
@@ -89,5 +93,5 @@ def fused_rule(op, ctx):
     return chain_kernel(op, ctx, inner, list(block.arguments), returned)
 
 
-ELEMENTWISE_RULES = {name: elementwise_rule for name in TABLE}
+ELEMENTWISE_RULES = {name: elementwise_rule for name in OPS}
 ELEMENTWISE_RULES[FUSED] = fused_rule

@@ -1,19 +1,25 @@
 """``gather`` and ``scatter`` as generated kernels: one thread per output (gather) or update
 (scatter) element computes its operand position from the start indices it loads, with
 StableHLO's rules (gather clamps a start so the slice fits; scatter skips an update window that
-does not fit). Scatter's combiner: replace (a store) or add (``tl.atomic_add``; float32, float64
-and 32/64-bit integers, whose atomics every target has). Batched gathers/scatters
-(operand_batching_dims) and variadic scatters are UNIMPLEMENTED."""
+does not fit). Scatter's combiner: replace (a store), add (``tl.atomic_add``; float32, float64
+and 32/64-bit integers, whose atomics every target has) or max/min (``tl.atomic_max``/``min``,
+32/64-bit integers). Batched gathers and scatters (operand_batching_dims) are first rewritten
+without batching dimensions by the core (``pjrtkit.expansions.batched_indexing``); variadic
+scatters are UNIMPLEMENTED."""
 from __future__ import annotations
 
 import math
 
+from pjrtkit.expansions import lower_by_expansion
+from pjrtkit.expansions.batched_indexing import gather_without_batching, scatter_without_batching
 from pjrtkit_gpu import codegen, dtypes as D, kernels
 from pjrtkit_gpu.lowering.launching import blocks, row_major_strides
 from pjrtkit_gpu.lowering.reduce import body_op_name
 from pjrtkit_gpu.lowering.structural import check_operands
 
 _ATOMIC_ADD = (D.FLOAT32, D.FLOAT64, *(d for d in D.INTEGERS if d.itemsize >= 4))
+# Integer max/min atomics every target has (float ones would drop XLA's NaN propagation).
+_ATOMIC_MAX = tuple(d for d in D.INTEGERS if d.itemsize >= 4)
 
 
 def _start_index_loads(indices_shape, index_vector_dim, batch_coords, count, lines):
@@ -37,8 +43,7 @@ def gather(op, ctx):
     operand, indices = op.operands[0].type, op.operands[1].type
     out = op.results[0].type
     if dn.operand_batching_dims:
-        raise ctx.unimplemented(op, f"batched gather (operand_batching_dims) on "
-                                    f"{operand.dtype.name}")
+        return lower_by_expansion(op, ctx, gather_without_batching)
     sizes = tuple(op.attributes["slice_sizes"])
     offset_dims = tuple(dn.offset_dims)
     batch_dims = [d for d in range(out.rank) if d not in offset_dims]
@@ -78,9 +83,12 @@ def _combiner(op, ctx) -> str:
     dtype = op.operands[0].type.dtype
     if body == "stablehlo.add" and dtype in _ATOMIC_ADD:
         return "add"
+    if body in ("stablehlo.maximum", "stablehlo.minimum") and dtype in _ATOMIC_MAX:
+        return "max" if body == "stablehlo.maximum" else "min"
     raise ctx.unimplemented(op, f"scatter combiner {body or [o.name for o in block.ops]} on "
-                                f"{dtype.name} (replace, or add on "
-                                f"{', '.join(d.name for d in _ATOMIC_ADD)})")
+                                f"{dtype.name} (replace, add on "
+                                f"{', '.join(d.name for d in _ATOMIC_ADD)}, max/min on "
+                                f"{', '.join(d.name for d in _ATOMIC_MAX)})")
 
 
 def scatter(op, ctx):
@@ -91,8 +99,7 @@ def scatter(op, ctx):
     dn = op.attributes["scatter_dimension_numbers"]
     operand, indices, updates = (v.type for v in op.operands)
     if dn.input_batching_dims:
-        raise ctx.unimplemented(op, f"batched scatter (input_batching_dims) on "
-                                    f"{operand.dtype.name}")
+        return lower_by_expansion(op, ctx, scatter_without_batching)
     combine = _combiner(op, ctx)
     window_dims = tuple(dn.update_window_dims)
     scatter_dims = [d for d in range(updates.rank) if d not in window_dims]
@@ -111,8 +118,8 @@ def scatter(op, ctx):
              for d in range(operand.rank)]
     lines.append(f"target = tl.where(inside, {' + '.join(terms) or '0'}, 0)")
     lines.append("value = tl.load(upd + i, mask=mask)")
-    if combine == "add":
-        lines.append("tl.atomic_add(out + target, value, mask=inside)")
+    if combine in ("add", "max", "min"):
+        lines.append(f"tl.atomic_{combine}(out + target, value, mask=inside)")
     else:
         lines.append("tl.store(out + target, value, mask=inside)")
     kernel = codegen.load_kernel(codegen.linear_kernel_source(

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 
 from pjrtkit.stablehlo.inline import inline_region_calls
 
@@ -57,14 +56,14 @@ def _identity(body: str, dtype) -> str:
     if body == "stablehlo.multiply":
         return "1"
     if body == "stablehlo.and":
-        return "1" if dtype == D.BOOL else str(int(np.iinfo(dtype).max) if D.is_unsigned(dtype)
+        return "1" if dtype == D.BOOL else str(D.int_range(dtype)[1] if D.is_unsigned(dtype)
                                                else -1)
     if D.is_float(dtype):
         return "float('-inf')" if body == "stablehlo.maximum" else "float('inf')"
     if dtype == D.BOOL:
         return "0" if body == "stablehlo.maximum" else "1"
-    info = np.iinfo(dtype)
-    return str(int(info.min) if body == "stablehlo.maximum" else int(info.max))
+    low, high = D.int_range(dtype)
+    return str(low if body == "stablehlo.maximum" else high)
 
 
 def combine_expression(body: str, dtype) -> str:

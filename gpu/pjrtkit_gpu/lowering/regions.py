@@ -15,7 +15,7 @@ import math
 import numpy as np
 
 from pjrtkit_gpu import dtypes as D
-from pjrtkit_gpu.elementwise_table import NoKernel, expression
+from pjrtkit_gpu.elementwise_table import NoKernel, statements
 from pjrtkit_gpu.lowering.elementwise import FUSED, load_template
 
 
@@ -76,9 +76,9 @@ def region_lines(region, arguments: list[str], prefix: str, captures=()
             raise exc
         try:
             if op.name == "stablehlo.constant":
-                text = _literal(op)
+                lines.append(f"{prefix}{k} = {_literal(op)}")
             else:
-                text = expression(op, [names[v.id] for v in op.operands])
+                lines += statements(op, [names[v.id] for v in op.operands], f"{prefix}{k}")
         except NoKernel as exc:
             exc.op = op
             raise
@@ -87,5 +87,4 @@ def region_lines(region, arguments: list[str], prefix: str, captures=()
             exc.op = op
             raise exc from None
         names[op.results[0].id] = f"{prefix}{k}"
-        lines.append(f"{prefix}{k} = {text}")
     return lines, [names[v.id] for v in block.ops[-1].operands]

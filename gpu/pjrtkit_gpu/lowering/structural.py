@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 
 from pjrtkit_gpu import dtypes as D, kernels
-from pjrtkit_gpu.device_array import DeviceArray
+from pjrtkit_gpu.device_array import DeviceArray, is_storable
 from pjrtkit_gpu.lowering.launching import (blocks, permuted, row_major_strides,
                                             strided_copy)
 
@@ -233,12 +233,20 @@ def dynamic_update_slice(op, ctx):
 
 
 def bitcast_convert(op, ctx):
-    """Same-width bitcasts reinterpret the memory (no kernel); other widths are UNIMPLEMENTED."""
-    check_operands(op, ctx, max_rank=64)
+    """A new view of the same memory (no kernel): the bytes of a dense row-major array read as
+    another type. Between widths the narrower side has one more dimension, of the ratio
+    (uint32[n, 2] <-> uint64[n], float32[n, 2] <-> complex64[n]), which is how the bytes lie.
+    Types the kernels only store (complex, float8, int4) pass here: the core's expansions read
+    them as uint8 / float pairs."""
     source, target = op.operands[0].type, op.results[0].type
-    if source.dtype.itemsize != target.dtype.itemsize or D.BOOL in (source.dtype, target.dtype):
+    for t in (source, target):
+        if not hasattr(t, "dtype") or not is_storable(t.dtype):
+            raise ctx.unimplemented(op, f"bitcast_convert of {t}")
+    if D.BOOL in (source.dtype, target.dtype) and source.dtype != target.dtype:
         raise ctx.unimplemented(op, f"bitcast_convert {source.dtype.name} -> "
-                                    f"{target.dtype.name} (same-width, non-bool types only)")
+                                    f"{target.dtype.name} (a bool is one bit, stored in a byte)")
+    if source.size * source.dtype.itemsize != target.size * target.dtype.itemsize:
+        raise ctx.unimplemented(op, f"bitcast_convert {source} -> {target} changes the size")
 
     def run_bitcast(x):
         return (DeviceArray(x.memory, target.shape, target.dtype),)

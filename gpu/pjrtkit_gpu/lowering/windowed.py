@@ -3,12 +3,15 @@ its window; padding reads the init value, as XLA pads with it) and ``convolution
 implicit GEMM (rows: batch x output positions, columns: output features, contraction: input
 features x window positions; the input tile is gathered from the operand on the fly, never
 materialised), with any dimension numbers, strides, padding, lhs/rhs dilation and window
-reversal. Grouped convolutions (feature_group_count / batch_group_count > 1) are UNIMPLEMENTED.
+reversal. Grouped convolutions (feature_group_count / batch_group_count > 1) are the core's
+ungrouped convolutions per group (``pjrtkit.expansions.convolution``).
 """
 from __future__ import annotations
 
 import math
 
+from pjrtkit.expansions import lower_by_expansion
+from pjrtkit.expansions.convolution import ungrouped_convolution
 from pjrtkit.stablehlo.attributes import padding_pairs
 from pjrtkit_gpu import codegen, dtypes as D, kernels
 from pjrtkit_gpu.lowering.launching import blocks, row_major_strides
@@ -36,7 +39,11 @@ def reduce_window(op, ctx):
     x_t, out = op.operands[0].type, op.results[0].type
     dtype = x_t.dtype
     body = body_op_name(op.regions[0])
-    if body not in ("stablehlo.add", "stablehlo.maximum", "stablehlo.minimum") or dtype == D.BOOL:
+    # The window is folded in order by one thread (no tl.reduce), so any combiner works.
+    integer_only = ("stablehlo.and", "stablehlo.or", "stablehlo.xor")
+    if body not in ("stablehlo.add", "stablehlo.multiply", "stablehlo.maximum",
+                    "stablehlo.minimum", *integer_only) or dtype == D.BOOL \
+            or (body in integer_only and D.is_float(dtype)):
         raise ctx.unimplemented(op, f"reduce_window body {body} on {dtype.name}")
     window, strides, base, dilation, padding = _window_attributes(op, x_t.rank)
     accumulator = D.compute_language_type(dtype)
@@ -82,9 +89,8 @@ def convolution(op, ctx):
     attrs = op.attributes
     x_t, w_t, out = op.operands[0].type, op.operands[1].type, op.results[0].type
     groups = (int(attrs.get("feature_group_count", 1)), int(attrs.get("batch_group_count", 1)))
-    if groups != (1, 1):
-        raise ctx.unimplemented(op, f"grouped convolution (feature_group_count, "
-                                    f"batch_group_count = {groups}) on {x_t.dtype.name}")
+    if groups != (1, 1):  # one ungrouped convolution per group, concatenated (the core's)
+        return lower_by_expansion(op, ctx, ungrouped_convolution)
     use_dot = x_t.dtype == w_t.dtype and x_t.dtype in (D.FLOAT16, D.BFLOAT16, D.FLOAT32) \
         and out.dtype in (D.FLOAT16, D.BFLOAT16, D.FLOAT32)
     if not use_dot and (x_t.dtype != w_t.dtype or x_t.dtype != out.dtype

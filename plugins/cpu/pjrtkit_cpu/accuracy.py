@@ -29,11 +29,12 @@ import sys
 import time
 from collections.abc import Callable
 
-import ml_dtypes
 import numpy as np
 
-F32 = np.dtype(np.float32)
-DTYPES = (F32, np.dtype(ml_dtypes.bfloat16), np.dtype(np.float16))
+from pjrtkit.semantics import dtypes as D
+
+F32 = D.FLOAT32
+DTYPES = (F32, D.BFLOAT16, D.FLOAT16)
 PATHS = ("numpy", "fused", "native", "xla")
 
 
@@ -118,7 +119,7 @@ def smallest_measured(dtype) -> float:
     smallest normal. Below it XLA's CPU backend flushes denormal inputs, intermediates and
     results to zero (its threads run with denormals-are-zero and flush-to-zero), a difference
     of semantics that would swamp the table (millions of ulps), not one of accuracy."""
-    return float(np.finfo(np.float32).tiny) * 2.0 ** 20  # float16 computes in float32 too
+    return D.float_limits(F32)[1] * 2.0 ** 20  # float16 computes in float32 too
 
 
 def inputs(function: Function, dtype, samples: int, seed: int = 0) -> list[np.ndarray]:
@@ -263,7 +264,7 @@ def measure(function: Function, dtype, samples: int, paths=PATHS) -> dict:
         error = ulp_error(result, reference, dtype)
         # See smallest_measured; results beyond the dtype's range (float16 exp(88)) overflow.
         error[(np.abs(reference) < smallest_measured(dtype))
-              | (np.abs(reference) > float(ml_dtypes.finfo(dtype).max))] = 0.0
+              | (np.abs(reference) > D.float_limits(dtype)[0])] = 0.0
         worst = int(np.argmax(error))
         out[path] = (float(error[worst]), float(np.mean(error)),
                      [float(a[worst]) for a in args])
@@ -323,7 +324,7 @@ def main(argv=None) -> int:
         if names and function.name not in names:
             continue
         for dtype_name in options.dtypes.split(","):
-            dtype = np.dtype(getattr(ml_dtypes, dtype_name, dtype_name))
+            dtype = D.by_name(dtype_name)
             paths = measure(function, dtype, options.samples)
             rows.append({"function": function.name, "dtype": dtype.name,
                          "domain": function.domain, "paths": paths})

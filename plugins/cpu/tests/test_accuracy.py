@@ -8,7 +8,7 @@ that are not in ``FLOAT32_VIA_FLOAT64``) so a regression to NumPy's own float32 
 import numpy as np
 import pytest
 
-from pjrtkit.reference.elementwise_tables import FLOAT32_VIA_FLOAT64
+from pjrtkit.reference.elementwise_numpy import FLOAT32_VIA_FLOAT64
 
 from pjrtkit_cpu import accuracy as A
 

@@ -432,3 +432,26 @@ def test_values_read_twice_or_across_an_in_place_update_are_not_chained(check_na
     # the carry's copy.
     assert source.count("for q in range(16):") == 4, source
     assert source.count("np.empty(16") == 3, source
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.bool_])
+def test_a_scalar_carry_computed_in_a_one_element_buffer(check_native, rng, dtype):
+    # The rank-0 carry comes out of a dot of two vectors (a one-element buffer in the native
+    # loop): Numba refused "Cannot unify bool and array(bool, 1d, C)" (numpyro's NUTS tree
+    # building) and the loop stayed interpreted.
+    v = rng.standard_normal(10).astype(np.float32)
+
+    def fn(v):
+        def cond(carry):
+            i, _x, _flag = carry
+            return i < 5
+
+        def body(carry):
+            i, x, flag = carry
+            s = jnp.dot(x, x) * 0.5
+            new_flag = (s > 1.0) if dtype is np.bool_ else s
+            return i + 1, x * 0.9, new_flag.astype(dtype)
+
+        return lax.while_loop(cond, body, (0, v, jnp.zeros((), dtype)))
+
+    check_native(fn, v)

@@ -11,7 +11,7 @@ import dataclasses
 
 from pjrtkit import hookimpl
 from pjrtkit.stablehlo.cost import estimate_cost
-from pjrtkit.types import Capabilities, PlatformInfo
+from pjrtkit.types import Capabilities, MultiProcessSupport, PlatformInfo
 
 # Host-memory payloads and JAX rules exactly as the cpu plugin's: its hook implementations,
 # registered here by import.
@@ -26,7 +26,8 @@ from pjrtkit_cpu.plugin import (  # noqa: F401 - hook implementations, collected
 from pjrtkit_tpu import __version__
 from pjrtkit_tpu.hbm import check_fits, fused_bytes_accessed, program_memory
 from pjrtkit_tpu.precision import with_tpu_precision
-from pjrtkit_tpu.topology import configured_layout, parse_layout, slice_topology
+from pjrtkit_tpu.topology import (configured_layout, multi_host_topology, parse_layout,
+                                  slice_topology)
 
 PLATFORM = "pjrtkit_tpu"
 
@@ -56,7 +57,18 @@ def pjrtkit_platform():
 # -- topology -----------------------------------------------------------------------------------
 @hookimpl
 def pjrtkit_client_topology(options):
+    num_nodes = options.get("num_nodes")
+    if isinstance(num_nodes, int) and num_nodes > 1:  # one process per host of the slice
+        return multi_host_topology(configured_layout(), num_nodes)
     return slice_topology(configured_layout(), live=True)
+
+
+@hookimpl
+def pjrtkit_multi_process():
+    # A multi-host slice: every process computes the whole slice as libtpu lays it out, so
+    # the topology is global (the core checks that the processes agree). Payloads are host
+    # arrays, as on the cpu plugin: the host engines carry collectives between hosts.
+    return MultiProcessSupport(engines=("gloo", "mpi"), global_topology=True)
 
 
 @hookimpl

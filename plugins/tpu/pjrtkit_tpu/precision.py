@@ -28,15 +28,15 @@ import dataclasses
 import math
 import re
 
-import ml_dtypes
 import numpy as np
 
 from pjrtkit.errors import Unimplemented
+from pjrtkit.semantics.dtypes import BFLOAT16
 from pjrtkit.stablehlo.attributes import OpaqueAttribute
 from pjrtkit.stablehlo.ir import Op, Program, Region, TensorType, Value, fresh_value
 
 F32 = np.dtype(np.float32)
-BF16 = np.dtype(ml_dtypes.bfloat16)
+BF16 = BFLOAT16
 CONTRACTIONS = frozenset({"stablehlo.dot_general", "stablehlo.dot", "stablehlo.convolution"})
 PASSES = {"DEFAULT": 1, "HIGH": 3, "HIGHEST": 6}
 _PIECES = {1: 1, 3: 2, 6: 3}

@@ -18,23 +18,17 @@ exp of an (8, 128) array of each type, on a v5e device):
   and so does this backend. It also rejects a sum of int4/uint4, which this backend runs."""
 from __future__ import annotations
 
-import ml_dtypes
 import numpy as np
 
 from pjrtkit.errors import Unimplemented
+from pjrtkit.semantics import dtypes as D
 
 from pjrtkit_cpu.lowering import RULES as CPU_RULES
 
 # JAX's test_util.supported_dtypes() for device tag tpu (HARDWARE_NOTES.md), plus the 64-bit
 # integers and the float8/float4 types libtpu compiles.
-TPU_DTYPES = frozenset(np.dtype(t) for t in (
-    np.bool_, ml_dtypes.int4, np.int8, np.int16, np.int32, np.int64,
-    ml_dtypes.uint4, np.uint8, np.uint16, np.uint32, np.uint64,
-    ml_dtypes.bfloat16, np.float16, np.float32, np.complex64,
-    ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e4m3b11fnuz, ml_dtypes.float8_e5m2,
-    ml_dtypes.float8_e4m3fnuz, ml_dtypes.float8_e5m2fnuz, ml_dtypes.float8_e4m3,
-    ml_dtypes.float8_e3m4, ml_dtypes.float8_e8m0fnu, ml_dtypes.float4_e2m1fn,
-))
+TPU_DTYPES = frozenset(D.ALL) - {D.by_name(n) for n in ("int2", "uint2", "float64",
+                                                      "complex128")}
 
 RULES = CPU_RULES.merged({}, backend="pjrtkit_tpu", dtypes=TPU_DTYPES)
 

@@ -15,8 +15,11 @@ The layout, libtpu's:
 
 ``PJRTKIT_TPU_TOPOLOGY`` picks the live client's slice: the name with its options after commas,
 e.g. ``v5e:2x2,num_slices=2`` (default ``v5e:2x4,chips_per_host_bounds=2x4x1``, a single-host
-v5e-8). A live client is one process, so every device is addressable and its ``process_index``
-is 0; the host libtpu would run it on is the device attribute ``host_index``.
+v5e-8). A client of one process runs every device: each is addressable, its ``process_index``
+is 0, and the host libtpu would run it on is the device attribute ``host_index``. Under
+``jax.distributed`` with one process per host (``hosts_per_slice * num_slices`` processes),
+each process is that host: the devices, ids, coords and process indices are libtpu's for the
+slice (``multi_host_topology``) and a process addresses its host's chips.
 """
 from __future__ import annotations
 
@@ -183,3 +186,24 @@ def slice_topology(layout: SliceLayout, *, live: bool) -> Topology:
         "hbm_bytes_per_device": gen.hbm_bytes,
     }
     return Topology(name=layout.name, devices=tuple(devices), attributes=attributes)
+
+
+def multi_host_topology(layout: SliceLayout, num_nodes: int) -> Topology:
+    """Every device of ``layout`` with libtpu's process indices, for a job of ``num_nodes``
+    processes, one per host; ``local_hardware_id`` numbers each host's devices from 0."""
+    hosts = layout.hosts_per_slice * layout.num_slices
+    if num_nodes != hosts:
+        raise InvalidArgument(
+            f"pjrtkit_tpu: {TOPOLOGY_VARIABLE} {layout.name} ("
+            f"{'x'.join(map(str, layout.chip_bounds))} chips, chips_per_host_bounds "
+            f"{'x'.join(map(str, layout.chips_per_host_bounds))}, {layout.num_slices} "
+            f"slice(s)) has {hosts} host(s); jax.distributed started {num_nodes} processes. "
+            f"Run one process per host, or set chips_per_host_bounds to match")
+    topology = slice_topology(layout, live=False)
+    counts: dict[int, int] = {}
+    devices = []
+    for spec in topology.devices:
+        local = counts.get(spec.process_index, 0)
+        counts[spec.process_index] = local + 1
+        devices.append(dataclasses.replace(spec, local_hardware_id=local))
+    return dataclasses.replace(topology, devices=tuple(devices))

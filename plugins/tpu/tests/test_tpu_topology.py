@@ -8,7 +8,10 @@ import pytest
 from topology_cases import HYBRID_CASES, MESH_CASES, TOPOLOGY_CASES
 from tpu_children import HERE, report_of, require_libtpu, start
 
+from pjrtkit.backend import Backend
+from pjrtkit.distributed.store import InMemoryStore
 from pjrtkit.errors import InvalidArgument
+from pjrtkit.runtime.client import Client
 from pjrtkit_tpu.generations import GENERATIONS, generation
 from pjrtkit_tpu.topology import (DEFAULT_TOPOLOGY, configured_layout, parse_layout,
                                   parse_setting, slice_topology)
@@ -31,6 +34,76 @@ def reports():
 def test_devices_match_libtpu(reports, index):
     theirs, ours = reports
     assert ours["topologies"][index] == theirs["topologies"][index], TOPOLOGY_CASES[index]
+
+
+def _setting(name, options):
+    parts = [name] + [f"{k}={'x'.join(map(str, v)) if isinstance(v, tuple) else v}"
+                      for k, v in options.items()]
+    return ",".join(parts)
+
+
+def _hosts(name, options):
+    layout = parse_layout(name, options)
+    return layout.hosts_per_slice * layout.num_slices
+
+
+MULTI_HOST = [i for i, (_, name, options) in enumerate(TOPOLOGY_CASES)
+              if _hosts(name, options) > 1]
+
+
+def _job_clients(monkeypatch, setting, count):
+    """One pjrtkit_tpu client per process of a ``count``-process job over one key-value store
+    (the processes played by threads; what the core does under jax.distributed)."""
+    import threading
+
+    import pjrtkit_tpu.plugin
+
+    monkeypatch.setenv("PJRTKIT_TPU_TOPOLOGY", setting)
+    monkeypatch.setenv("PJRTKIT_DISTRIBUTED_TIMEOUT_S", "60")
+    backend = Backend("tpu", pjrtkit_tpu.plugin, "test")
+    store, clients = InMemoryStore(), [None] * count
+
+    def make(node):
+        clients[node] = Client(backend, {"node_id": node, "num_nodes": count}, store=store)
+
+    threads = [threading.Thread(target=make, args=(n,), daemon=True) for n in range(count)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    return clients
+
+
+def test_at_least_three_multi_host_slices_are_compared():
+    assert len(MULTI_HOST) >= 3
+
+
+@pytest.mark.parametrize("index", MULTI_HOST,
+                         ids=[_setting(*TOPOLOGY_CASES[i][1:]) for i in MULTI_HOST])
+def test_each_host_process_gets_libtpus_devices(reports, monkeypatch, index):
+    """A job with one process per host: every process reports libtpu's devices for the slice
+    (ids, kind, coords, core, process index, slice index, order) and addresses exactly the
+    devices libtpu gives its process index."""
+    theirs = reports[0]["topologies"][index]
+    _, name, options = TOPOLOGY_CASES[index]
+    clients = _job_clients(monkeypatch, _setting(name, options), _hosts(name, options))
+    for process, client in enumerate(clients):
+        assert client is not None, f"process {process} did not make its client"
+        ours = [[d.id, d.kind, list(d.spec.coords), d.spec.core_on_chip, d.process_index,
+                 d.spec.attributes.get("slice_index")] for d in client.devices]
+        assert ours == theirs
+        assert [d.id for d in client.addressable_devices] == [
+            row[0] for row in theirs if row[4] == process]
+        assert client.process_index == process
+
+
+def test_processes_must_match_the_hosts_of_the_slice(monkeypatch):
+    monkeypatch.setenv("PJRTKIT_TPU_TOPOLOGY", "v5e:4x4")
+    import pjrtkit_tpu.plugin
+
+    with pytest.raises(InvalidArgument, match="has 4 host.*started 2 processes"):
+        Client(Backend("tpu", pjrtkit_tpu.plugin, "test"), {"node_id": 0, "num_nodes": 2},
+               store=InMemoryStore())
 
 
 def test_every_generation_is_compared():

@@ -6,12 +6,19 @@ an entry point, so it touches no other pytest run. Two environment variables dri
 ``PJRTKIT_JAX_TEST_DUT``
     the device tag. JAX's test_util reads ``jax_test_dut`` when a test module is collected (its
     skip decorators ask ``device_under_test()``), and the flag exists only once test_util is
-    imported, so it is set here in ``pytest_configure``, before collection, in the controller
-    and in every xdist worker (each runs its own configure and collection).
+    imported, so it is set here when collection starts (before any test module is imported), in
+    the controller and in every xdist worker (each collects on its own).
 ``PJRTKIT_JAX_TEST_RECORD``
     a file to which the controlling process appends one JSON line per test report and per
     worker that went down. Unlike junitxml, written once at the end, the record survives a run
     that is killed at its time limit or whose controller dies.
+
+A pjrtkit GPU platform tested with the tag ``gpu`` is not XLA's CUDA or ROCm backend, but
+JAX's ``jtu.is_device_cuda()`` finds "cuda" in its platform version and then asks XLA's
+``gpu`` backend for the compute capability (``xla_bridge.local_devices(backend="gpu")``),
+which does not exist here: every test that asks fails before it starts. So on a pjrtkit
+platform the vendor checks answer False, as they do for the XLA cpu reference run under the
+same tag, and both runs select the same tests (``answer_vendor_checks_as_the_reference``).
 """
 from __future__ import annotations
 
@@ -25,16 +32,38 @@ DUT_VARIABLE = "PJRTKIT_JAX_TEST_DUT"
 RECORD_VARIABLE = "PJRTKIT_JAX_TEST_RECORD"
 
 
-def pytest_configure(config):
+_tag_set = False
+
+
+def pytest_make_collect_report(collector):
+    # Before the first test module is imported, where pytest captures output; not in
+    # pytest_configure or at session start: test_util binds ``capture_stdout`` to the
+    # ``sys.stdout`` of its import, which must be the capturing one the tests print to (else
+    # every test of jtu.capture_stdout sees no output, on XLA's cpu as on the backend).
+    global _tag_set
     tag = os.environ.get(DUT_VARIABLE)
-    if tag:
+    if tag and not _tag_set and isinstance(collector, pytest.Module):
         import jax
 
-        importlib.import_module("jax._src.test_util")  # defines the jax_test_dut flag
+        test_util = importlib.import_module("jax._src.test_util")  # defines jax_test_dut
         jax.config.update("jax_test_dut", tag)
+        if os.environ.get("JAX_PLATFORMS", "").startswith("pjrtkit_"):
+            answer_vendor_checks_as_the_reference(test_util)
+        _tag_set = True
+
+
+def pytest_configure(config):
     path = os.environ.get(RECORD_VARIABLE)
     if path and not hasattr(config, "workerinput"):
         config.pluginmanager.register(OutcomeRecorder(path), "pjrtkit-jax-tests-recorder")
+
+
+def answer_vendor_checks_as_the_reference(test_util) -> None:
+    """``is_device_cuda`` and ``is_device_rocm`` of JAX's test_util answer False (see the
+    module docstring); the checks built on them (compute capability, device tags "cuda" and
+    "rocm") follow, since test_util calls them through its module globals."""
+    test_util.is_device_cuda = lambda: False
+    test_util.is_device_rocm = lambda: False
 
 
 def first_line_of_failure(report) -> str:

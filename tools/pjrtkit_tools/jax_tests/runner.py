@@ -58,7 +58,7 @@ class RunSettings:
     python: str = sys.executable
     time_limit: float | None = 3600.0  # seconds per pytest run
     reference_device_tag: str = "cpu"  # jax_test_dut of the XLA cpu run
-
+    alone: bool = False  # JAX_PLATFORMS=<backend> alone, as users run it (no XLA cpu beside)
 
     @property
     def platform(self) -> str:
@@ -86,7 +86,10 @@ def test_file_path(settings: RunSettings, name: str) -> str:
 
 def environment(settings: RunSettings, side: str, record: Path) -> dict[str, str]:
     env = dict(os.environ)
-    env["JAX_PLATFORMS"] = f"{settings.platform},cpu" if side == "backend" else "cpu"
+    if side == "backend":
+        env["JAX_PLATFORMS"] = settings.platform if settings.alone else f"{settings.platform},cpu"
+    else:
+        env["JAX_PLATFORMS"] = "cpu"
     env[DUT_VARIABLE] = settings.device_tag if side == "backend" else \
         settings.reference_device_tag
     env["JAX_NUM_GENERATED_CASES"] = str(settings.cases)

@@ -79,11 +79,30 @@ def cache_dir() -> Path:
     return Path(root) / "fused"
 
 
-def compile_async(source: str, signature: list[tuple[np.dtype, int, bool]]
-                  ) -> concurrent.futures.Future:
+# The loops whose compile failed, by what they compute: each is reported once per process.
+_reported: set[str] = set()
+
+
+def report_fallback(chain: str, exc: BaseException, outcome: str) -> None:
+    """One warning line per distinct ``chain`` per process, never a traceback (that goes to
+    the debug log): a loop that could not be compiled or run, the exception's first line,
+    and what runs instead (``outcome``). The results are the same either way."""
+    first_line = (str(exc).strip().splitlines() or [""])[0][:200]
+    log.debug("pjrtkit_cpu: %s failed", chain, exc_info=exc)
+    with _lock:
+        if chain in _reported:
+            return
+        _reported.add(chain)
+    log.warning("pjrtkit_cpu: %s: %s: %s; %s", chain, type(exc).__name__, first_line, outcome)
+
+
+def compile_async(source: str, signature: list[tuple[np.dtype, int, bool]],
+                  chain: str = "a fused loop") -> concurrent.futures.Future:
     """A Future of the Numba dispatcher for ``kernel`` in ``source``, compiled for
     ``signature``: one (dtype, ndim, readonly) per argument, all C-contiguous arrays. The
-    dispatcher never compiles again afterwards (a call with other types raises TypeError)."""
+    dispatcher never compiles again afterwards (a call with other types raises TypeError).
+    ``chain`` names what the loop computes (its ops and shape) in the one warning a failed
+    compile gives (``report_fallback``)."""
     global _executor, _pending, _compiles_started
     key = hashlib.sha256(
         f"{_FORMAT_VERSION}\n{source}\n{signature}".encode()).hexdigest()[:24]
@@ -109,7 +128,7 @@ def compile_async(source: str, signature: list[tuple[np.dtype, int, bool]]
             _executor = concurrent.futures.ThreadPoolExecutor(
                 1, thread_name_prefix="pjrtkit-cpu-numba")
         _pending += 1
-        future = _executor.submit(_compile, key, source, signature)
+        future = _executor.submit(_compile, key, source, signature, chain)
         _futures[key] = future
         _evict_locked()
     future.add_done_callback(_finished)
@@ -155,9 +174,10 @@ class BackgroundCompiled:
 
     __slots__ = ("_fast", "future")
 
-    def _compile_in_background(self, source: str, signature) -> None:
+    def _compile_in_background(self, source: str, signature,
+                               chain: str = "a fused loop") -> None:
         self._fast = None
-        self.future = compile_async(source, signature)
+        self.future = compile_async(source, signature, chain)
         self.future.add_done_callback(self._ready)
 
     def _ready(self, future: concurrent.futures.Future) -> None:
@@ -191,7 +211,7 @@ def wait_all(timeout: float | None = None) -> None:
     concurrent.futures.wait(pending, timeout=timeout)
 
 
-def _compile(key: str, source: str, signature):
+def _compile(key: str, source: str, signature, chain: str):
     try:
         from numba import from_dtype, types
 
@@ -202,9 +222,10 @@ def _compile(key: str, source: str, signature):
         dispatcher.compile(types.void(*argtypes))
         dispatcher.disable_compile()
         return dispatcher
-    except Exception:
-        log.warning("pjrtkit_cpu: compiling a fused kernel failed; the unfused kernels keep "
-                    "running (source in %s)", cache_dir() / f"k_{key}.py", exc_info=True)
+    except Exception as exc:
+        report_fallback(f"compiling {chain}", exc,
+                        f"its unfused kernels keep running (source in "
+                        f"{cache_dir() / f'k_{key}.py'})")
         raise
 
 

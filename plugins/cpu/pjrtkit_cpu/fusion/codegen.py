@@ -6,7 +6,7 @@ the group as scalar code from the op table (``pjrtkit_cpu.loopnest.optable``).
 reductions over the innermost dimension by ``rowreduce``) and ``loopnest.module`` makes the
 module. ``stage_row`` is one row of such a loop, which row programs (``rows``) chain.
 float16/bfloat16 are not fused (XLA rounds through f32 once per op; the unfused kernels already
-do that), nor per-element libm calls (``optable`` rules' ``libm_dtypes``).
+do that), nor per-element libm calls (``optable.emit(..., vectorized=True)`` declines them).
 
 ``supports(op)`` says whether an op can be a member of a fused group.
 """

@@ -68,7 +68,12 @@ class Group:
         return any(op.name in codegen.ABSORBED for op in self.members) or any(
             v.id in self.splats and v.type.shape for op in self.members for v in op.operands)
 
-    def worth_fusing(self) -> bool:
+    def worth_fusing(self, whole_block: bool = False) -> bool:
+        """Enough work for a loop: ops and elements past the thresholds. ``whole_block``: the
+        group will be the whole program (``fusion.whole``), so one compute op of any size is
+        enough (a compiled kernel lets the C execute path run it without Python)."""
+        if whole_block:
+            return self.compute_ops >= 1
         least = MIN_OPS
         if self.absorbs_broadcasts:
             least = min(least, MIN_OPS_WITH_BROADCASTS)
@@ -149,7 +154,9 @@ def _member_shape(op: Op) -> tuple[int, ...] | None:
     return shape if codegen.supports(op) else None
 
 
-def find_groups(block: Block) -> list[Group]:
+def find_groups(block: Block, whole_block: bool = False) -> list[Group]:
+    """The fusable groups of ``block`` worth a loop (``Group.worth_fusing``, with
+    ``whole_block`` passed on)."""
     parent: dict[int, int] = {}  # union-find over group ids
 
     def find(g: int) -> int:
@@ -240,7 +247,7 @@ def find_groups(block: Block) -> list[Group]:
         used = {v.id: splats[v.id] for op in ops for v in op.operands
                 if v.id in splats and v.type.shape in (shapes[gid], ())}
         group = Group(sorted(ops, key=lambda o: order[id(o)]), shapes[gid], used)
-        if group.worth_fusing():
+        if group.worth_fusing(whole_block):
             groups.append(group)
     return groups
 

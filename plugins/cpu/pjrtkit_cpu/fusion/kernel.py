@@ -14,6 +14,16 @@ from pjrtkit_cpu.loopnest.values import INT_DTYPES, literal
 STATS = {"fused": 0, "unfused": 0}
 
 
+def chain_name(op: Op) -> str:
+    """What a fused op computes, for messages: ``the fused loop tanh, multiply, add over
+    float32[128, 128]``."""
+    names = [inner.name.removeprefix("stablehlo.") for inner in op.regions[0].entry.ops
+             if inner.name not in TERMINATORS and inner.name not in codegen.ABSORBED]
+    dtype = op.results[0].type.dtype if op.results else ""
+    return (f"the fused loop {', '.join(dict.fromkeys(names))} over "
+            f"{getattr(dtype, 'name', dtype)}{list(op.attributes['shape'])}")
+
+
 def kernel_source(op: Op) -> str:
     """Numba source for the fused op's region (see ``rewrite``)."""
     parts = stage_parts(op)
@@ -89,11 +99,16 @@ def baked_literals(op: Op) -> list[tuple[int, object]]:
     return [(i, value) for i, value in literals if i in divisors]
 
 
+# Attribute of a fused op that is the whole of its program (``fusion.whole``): its kernel is
+# compiled when ``fusion.whole.WholeProgram`` says, with a C entry point added.
+WHOLE_PROGRAM = "whole_program"
+
+
 class FusedKernel(cache.BackgroundCompiled):
     """Calls the fused loop once compiled, the unfused plan of the region before (or if the
     compile failed, or an input cannot be passed as a contiguous array)."""
 
-    __slots__ = ("_fallback", "_prepare", "_outputs", "_shape")
+    __slots__ = ("_fallback", "_prepare", "_outputs", "_shape", "_deferred", "_chain")
     # _outputs: (dtype, shape, size) per result: the group's shape, or a reduced one
 
     def __init__(self, op: Op, fallback):
@@ -107,11 +122,33 @@ class FusedKernel(cache.BackgroundCompiled):
                               for kind, aligned in op.attributes["input_kinds"])
         signature = [(v.type.dtype, 1, True) for v in op.operands]
         signature += [(dtype, 1, False) for dtype, _, _ in self._outputs]
-        self._compile_in_background(kernel_source(op), signature)
+        self._chain = chain_name(op)
+        if op.attributes.get(WHOLE_PROGRAM):
+            # Compiled by whoever claims it (fusion.whole.WholeProgram), else at the first call.
+            self._fast = self.future = None
+            self._deferred = (kernel_source(op), signature)
+        else:
+            self._deferred = None
+            self._compile_in_background(kernel_source(op), signature, self._chain)
+
+    def claim(self) -> tuple[str, list] | None:
+        """A whole program's kernel (``WHOLE_PROGRAM``) is compiled by the caller from now on
+        (``compile_with``): its (source, signature), or None when it is not such a kernel or
+        is claimed already."""
+        deferred, self._deferred = self._deferred, None
+        return deferred
+
+    def compile_with(self, source: str, signature: list):
+        """Compile ``source`` (a claimed kernel's module and more) as this kernel's loop; the
+        Future of the compile (of its dispatcher)."""
+        self._compile_in_background(source, signature, self._chain)
+        return self.future
 
     def __call__(self, *args):
         fast = self._fast
         if fast is None:
+            if self._deferred is not None:  # a whole program's kernel nobody claimed
+                self._compile_in_background(*self.claim(), self._chain)
             STATS["unfused"] += 1
             return self._fallback(*args)
         outs = [np.empty(size, dtype) for dtype, _, size in self._outputs]

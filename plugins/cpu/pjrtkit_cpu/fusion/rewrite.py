@@ -46,6 +46,12 @@ def fuse_program(program: Program) -> Program:
     return dataclasses.replace(program, functions=functions)
 
 
+def fuse_block(block: Block, groups: list[Group]) -> Block | None:
+    """``block`` with each of ``groups`` (found in it by ``find_groups``) one fused op, or
+    None when none could be fused (no row programs: ``fusion.whole`` wants the one op)."""
+    return _Rewriter()._fuse_block(block, groups)  # noqa: SLF001 - this module's own class
+
+
 class _Rewriter:
     def __init__(self):
         self.changed = False

@@ -349,7 +349,7 @@ class RowKernel(cache.BackgroundCompiled):
                               for v in op.results)
         signature = [(v.type.dtype, 1, True) for v in op.operands]
         signature += [(dtype, 1, False) for dtype, _, _ in self._outputs]
-        self._compile_in_background(source, signature)
+        self._compile_in_background(source, signature, f"the row program {op.describe()}")
 
     def with_fallback(self, fallback) -> RowKernel:
         self._fallback = fallback

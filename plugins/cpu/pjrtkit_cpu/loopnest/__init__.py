@@ -5,9 +5,10 @@ of this package:
 
 - ``values``: where a value lives in generated code, dtype names and the one literal formatter
   and strides helper;
-- ``optable``: the op table, one code-generation rule per StableHLO op (the scalar statements
-  computing one element of its result from its operands' elements), with the dtypes each rule
-  supports declared;
+- ``optable``: the op table, one code-generation rule per elementwise StableHLO op (the scalar
+  statements computing one element of its result from its operands' elements), rendered from
+  ``pjrtkit.semantics``: the table spells scalar operations in Numba, the semantics say what
+  each op computes;
 - ``module``: the one njit module builder (imports of the helpers the rules call, the njit
   decorator, the disk-cache-friendly source text).
 

@@ -1,48 +1,48 @@
-"""The op table: one Numba code-generation rule per StableHLO op, for every driver.
+"""The op table: the Numba renderer of pjrtkit.semantics, one rule per StableHLO op, for every
+driver.
 
 A rule turns one application of an op into scalar statements: given the expressions of one
 element of each operand (``Element.args``), it returns the lines assigning the result element
-to the local ``Element.result``. The semantics are XLA's CPU backend's, as the NumPy kernels
-(``lowering/elementwise_tables.py``) implement them for whole arrays:
+to the local ``Element.result``. What an op computes is not said here: the rule asks
+``pjrtkit.semantics.definitions`` for the op's expression and rewrites it
+(``semantics.scalar.schedule``) into the scalar operations this module spells, one local per
+operation. Spellings follow Numba's typing:
 
-- integer results are cast back to their declared dtype after every op (Numba promotes small
-  integers to 64 bits, so the cast is what makes arithmetic wrap in the declared width), and
-  wrapping arithmetic runs on the unsigned type (Numba marks signed arithmetic no-signed-wrap);
-- shift amounts are read as unsigned, amounts >= the width give 0 (or the sign fill); integer
-  division truncates, x/0 is all ones, x%0 is x, INT_MIN/-1 wraps;
-- float->int conversion saturates with NaN -> 0; maximum/minimum propagate NaN and order -0.0
-  below +0.0; clamp is maximum then minimum with those semantics;
+- integer results are cast back to their declared dtype after every operation (Numba promotes
+  small integers to 64 bits, so the cast is what makes arithmetic wrap in the declared width),
+  and wrapping arithmetic runs on the unsigned type (Numba marks signed arithmetic
+  no-signed-wrap); a bitcast between integers of one width is that cast;
 - choices between computed values are ``select`` (an LLVM select from ``vecmath``), not
-  branches, so loops vectorize.
+  branches, so loops vectorize;
+- float32 exp/log/log1p/expm1/tanh/logistic call ``pjrtkit_cpu.vecmath``'s vectorizable
+  versions (imported by ``module.HEADER`` as ``vm_<op>``); the other math functions call libm
+  once per element (float64 transcendentals; float32 sine/cosine/tan/cbrt/atan2/pow/fmod):
+  measured 5-60x slower than NumPy's SIMD loops, so fused loops (``vectorized=True``) decline
+  them, while native loops, where the alternative is an interpreted loop, take them.
 
-Each rule declares the dtypes it has code for (``OpRule.dtypes``, of the operand named by
-``OpRule.typed_operand``; every operand and result must also be one of ``values.DTYPES``).
-Constants are not in the table: fused groups read them as literal inputs (``values.literal``)
-and native loops bind them as literals or constant arguments. An op or dtype the table lacks
-gives ``None``: the driver declines to the NumPy rule, it never
-emits code it is not sure of. ``OpRule.libm_dtypes`` are the dtypes for which the rule calls
-libm once per element (float64 transcendentals; float32 sine/cosine/tan/cbrt): measured 5-60x
-slower than NumPy's SIMD loops, so fused loops (``vectorized=True``) decline them, while native
-loops, where the alternative is an interpreted loop, take them. float32 exp/log/log1p/expm1/
-tanh/logistic call ``pjrtkit_cpu.vecmath``'s vectorizable versions (imported by
-``module.HEADER`` as ``vm_<op>``).
+Every operand and result must be one of ``values.DTYPES``; an op or dtype the semantics do not
+define, or whose expression needs an operation without a spelling here (a float bitcast, a
+complex part), gives ``None``: the driver declines to the NumPy rule, it never emits code it
+is not sure of. Constants are not in the table: fused groups read them as literal inputs
+(``values.literal``) and native loops bind them as literals or constant arguments.
 """
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable
 
 import numpy as np
 
+from pjrtkit.semantics import definitions, ops
+from pjrtkit.semantics.scalar import Expr, Undefined, schedule
 from pjrtkit.stablehlo.ir import Op, TensorType
 
 from pjrtkit_cpu.loopnest.values import (BOOL, DTYPES, FLOAT_DTYPES, INT_DTYPES, literal,
-                                          scalar_type, signed, unsigned)
+                                          scalar_type, unsigned)
 
-PREFIX = "stablehlo."
-FLOATS = FLOAT_DTYPES
-INTS = INT_DTYPES
-NUMBERS = FLOAT_DTYPES | INT_DTYPES
+PREFIX = ops.PREFIX
+RENDERER = "pjrtkit_cpu's Numba emitter"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,335 +55,210 @@ class Element:
     out: np.dtype
     result: str
     attributes: dict
-
-    @property
-    def dtype(self) -> np.dtype:
-        """The dtype of the first operand (the result's, for ops without operands)."""
-        return self.dtypes[0] if self.dtypes else self.out
-
-    @property
-    def t(self) -> str:
-        return scalar_type(self.dtype)
+    vectorized: bool = True
 
 
 @dataclasses.dataclass(frozen=True)
 class OpRule:
-    """The code-generation rule of one op (see the module docstring)."""
+    """The rule of one op: ``emit(element)`` gives its lines or None (see the module
+    docstring); ``dtypes`` are the dtypes of its typed operand it may have code for."""
 
     op: str
     emit: Callable[[Element], list[str] | None]
     dtypes: frozenset
-    arity: tuple[int, ...]
-    typed_operand: int = 0
-    libm_dtypes: frozenset = frozenset()
-    same_operand_dtypes: bool = True
 
 
-OP_TABLE: dict[str, OpRule] = {}
+# -- spellings of the scalar operations ---------------------------------------------------------
 
-
-def _rule(names, dtypes, arity, **options):
-    """Registers the decorated function as the rule of each op in ``names`` (short names)."""
-    def register(function):
-        for name in names.split():
-            op = PREFIX + name
-            assert op not in OP_TABLE, f"two rules for {op}"
-            OP_TABLE[op] = OpRule(op, _bind(function, name), frozenset(dtypes), arity,
-                                  **options)
-        return function
-    return register
-
-
-def _bind(function, name):
-    def emit(e: Element):
-        return function(name, e)
-    emit.__name__ = f"{function.__name__}[{name}]"
-    return emit
-
-
-# -- arithmetic ------------------------------------------------------------------------------
-_FLOAT_OPERATORS = {"add": "+", "subtract": "-", "multiply": "*", "divide": "/"}
-_INT_OPERATORS = {"add": "+", "subtract": "-", "multiply": "*", "and": "&", "or": "|",
-                  "xor": "^"}
-_BOOL_OPERATORS = {"add": "or", "multiply": "and", "maximum": "or", "minimum": "and",
-                   "and": "and", "or": "or", "xor": "!="}
-
-
-@_rule("add subtract multiply", DTYPES, (2,))
-def _arithmetic(name, e):
-    r, (x, y), t = e.result, e.args, e.t
-    if e.dtype in FLOATS:
-        return [f"{r} = {t}({x} {_FLOAT_OPERATORS[name]} {y})"]
-    if e.dtype == BOOL:
-        return None if name == "subtract" else [f"{r} = {x} {_BOOL_OPERATORS[name]} {y}"]
-    u = scalar_type(unsigned(e.dtype))
-    return [f"{r} = {t}({u}({u}({x}) {_INT_OPERATORS[name]} {u}({y})))"]
-
-
-@_rule("and or xor", INTS | {BOOL}, (2,))
-def _bitwise(name, e):
-    r, (x, y) = e.result, e.args
-    if e.dtype == BOOL:
-        return [f"{r} = {x} {_BOOL_OPERATORS[name]} {y}"]
-    return [f"{r} = {e.t}({x} {_INT_OPERATORS[name]} {y})"]
-
-
-@_rule("not", INTS | {BOOL}, (1,))
-def _not(name, e):
-    x = e.args[0]
-    return [f"{e.result} = not {x}" if e.dtype == BOOL else f"{e.result} = {e.t}(~{x})"]
-
-
-def _int_negated(e: Element, x: str) -> str:
-    u = scalar_type(unsigned(e.dtype))
-    return f"{e.t}({u}({u}(0) - {u}({x})))"
-
-
-@_rule("negate", NUMBERS, (1,))
-def _negate(name, e):
-    x = e.args[0]
-    return [f"{e.result} = -{x}" if e.dtype in FLOATS else f"{e.result} = {_int_negated(e, x)}"]
-
-
-@_rule("abs", NUMBERS, (1,))
-def _abs(name, e):
-    r, x = e.result, e.args[0]
-    if e.dtype in FLOATS:
-        return [f"{r} = {e.t}(abs({x}))"]
-    if e.dtype.kind == "u":
-        return [f"{r} = {x}"]
-    return [f"{r} = {_int_negated(e, x)} if {x} < 0 else {x}"]  # INT_MIN stays INT_MIN
-
-
-@_rule("sign", NUMBERS, (1,))
-def _sign(name, e):
-    r, x, t = e.result, e.args[0], e.t
-    if e.dtype in FLOATS:  # keeps -0.0 and NaN, like XLA
-        return [f"{r} = {x} if ({x} == 0 or {x} != {x}) else ({t}(1) if {x} > 0 else {t}(-1))"]
-    if e.dtype.kind == "i":
-        return [f"{r} = {t}(1) if {x} > 0 else ({t}(-1) if {x} < 0 else {t}(0))"]
-    return [f"{r} = {t}(1) if {x} > 0 else {t}(0)"]
-
-
-def _float_extremum(name: str, r: str, x: str, y: str) -> list[str]:
-    bigger, smaller = (x, y) if name == "maximum" else (y, x)
-    # Equal values: only zeros can differ (in sign); maximum prefers +0, minimum -0, and for
-    # zeros x + y is +0 unless both are -0 (so -(-x - y) is -0 unless both are +0).
-    tie = f"{x} + {y}" if name == "maximum" else f"-(-{x} - {y})"
-    return [f"{r}_t = select({x} == 0, {tie}, {x})",
-            f"{r} = select({x} != {x}, {x}, select({y} != {y}, {y}, select({x} > {y}, "
-            f"{bigger}, select({y} > {x}, {smaller}, {r}_t))))"]
-
-
-def _extremum(name: str, e: Element, r: str, x: str, y: str) -> list[str]:
-    if e.dtype in FLOATS:
-        return _float_extremum(name, r, x, y)
-    if e.dtype == BOOL:
-        return [f"{r} = {x} {_BOOL_OPERATORS[name]} {y}"]
-    return [f"{r} = {x} if {x} {'>' if name == 'maximum' else '<'} {y} else {y}"]
-
-
-@_rule("maximum minimum", DTYPES, (2,))
-def _maximum_minimum(name, e):
-    return _extremum(name, e, e.result, *e.args)
-
-
-@_rule("clamp", NUMBERS, (3,), typed_operand=1)
-def _clamp(name, e):
-    """clamp(lo, x, hi) = minimum(maximum(x, lo), hi)."""
-    low, x, high = e.args
-    return (_extremum("maximum", e, f"{e.result}_c", x, low)
-            + _extremum("minimum", e, e.result, f"{e.result}_c", high))
-
-
-@_rule("divide", NUMBERS, (2,))
-def _divide(name, e):
-    r, (x, y), t = e.result, e.args, e.t
-    if e.dtype in FLOATS:
-        return [f"{r} = {t}({x} / {y})"]
-    if e.dtype.kind == "u":  # x/0 = all ones
-        ones = f"{t}({(1 << 8 * e.dtype.itemsize) - 1})"
-        return [f"{r} = {ones} if {y} == 0 else {t}({x} // {y})"]
-    # truncating; x/0 = -1 (all ones); INT_MIN/-1 wraps
-    return [f"if {y} == 0:", f"    {r} = {t}(-1)",
-            f"elif {y} == -1:", f"    {r} = {_int_negated(e, x)}",
-            "else:", f"    {r}_q = {x} // {y}",
-            f"    if {x} % {y} != 0 and (({x} < 0) != ({y} < 0)):",
-            f"        {r}_q += 1",
-            f"    {r} = {t}({r}_q)"]
-
-
-@_rule("remainder", INTS, (2,))
-def _remainder(name, e):
-    r, (x, y), t = e.result, e.args, e.t
-    if e.dtype.kind == "u":  # x%0 = x
-        return [f"{r} = {x} if {y} == 0 else {t}({x} % {y})"]
-    # sign of the dividend; x%0 = x; INT_MIN%-1 = 0
-    return [f"if {y} == 0:", f"    {r} = {x}",
-            f"elif {y} == -1:", f"    {r} = {t}(0)",
-            "else:", f"    {r}_m = {x} % {y}",
-            f"    if {r}_m != 0 and (({r}_m < 0) != ({x} < 0)):",
-            f"        {r}_m -= {y}",
-            f"    {r} = {t}({r}_m)"]
-
-
-@_rule("shift_left shift_right_logical shift_right_arithmetic", INTS, (2,))
-def _shift(name, e):
-    # Selects rather than branches, and the amount masked to the width so the unselected
-    # shift is defined too.
-    r, (x, y), t = e.result, e.args, e.t
-    width = 8 * e.dtype.itemsize
-    u = scalar_type(unsigned(e.dtype))
-    if name == "shift_right_arithmetic":  # amounts >= width fill with the sign bit
-        s = scalar_type(signed(e.dtype))
-        return [f"{r}_n = {u}({y})",
-                f"{r}_n = select({r}_n > {width - 1}, {u}({width - 1}), {r}_n)",
-                f"{r} = {t}({s}({s}({x}) >> np.int64({r}_n)))"]
-    op = "<<" if name == "shift_left" else ">>"
-    return [f"{r}_n = {u}({y})",
-            f"{r} = select({r}_n >= {width}, {t}(0), "
-            f"{t}({u}({u}({x}) {op} ({r}_n & {u}({width - 1})))))"]
-
-
-# -- float functions -------------------------------------------------------------------------
-_ROUNDING_CALLS = {"floor": "np.floor", "ceil": "np.ceil", "round_nearest_even": "np.rint",
-                   "sqrt": "np.sqrt"}
-
-
-@_rule("floor ceil round_nearest_even sqrt", FLOATS, (1,))
-def _float_call(name, e):
-    return [f"{e.result} = {e.t}({_ROUNDING_CALLS[name]}({e.args[0]}))"]
-
-
-@_rule("rsqrt", FLOATS, (1,))
-def _rsqrt(name, e):
-    t = e.t
-    return [f"{e.result} = {t}({t}(1) / {t}(np.sqrt({e.args[0]})))"]
-
-
-@_rule("round_nearest_afz", FLOATS, (1,))
-def _round_afz(name, e):
-    r, x = e.result, e.args[0]
-    return [f"{r} = np.trunc({x})",
-            f"if abs({x} - {r}) >= 0.5:",
-            f"    {r} = {e.t}({r} + math.copysign(1.0, {x}))"]
-
-
-@_rule("is_finite", FLOATS, (1,))
-def _is_finite(name, e):
-    return [f"{e.result} = ({e.args[0]} - {e.args[0]}) == 0"]
-
-
-# float32 transcendentals with a vectorizable version in ``pjrtkit_cpu.vecmath`` (imported by
-# ``module.HEADER`` as ``vm_<op>``; a test checks it against vecmath.FLOAT32_FUNCTIONS).
+_OPERATORS = {"add": "+", "subtract": "-", "multiply": "*", "divide": "/", "and": "&",
+              "or": "|", "xor": "^", "shl": "<<", "lshr": ">>", "ashr": ">>"}
+_BOOL_OPERATORS = {"and": "&", "or": "|", "xor": "!="}  # no short circuit: no branch
+_COMPARISONS = {"EQ": "==", "NE": "!=", "LT": "<", "LE": "<=", "GT": ">", "GE": ">="}
+# vectorizable float32 versions in ``pjrtkit_cpu.vecmath`` (imported by ``module.HEADER`` as
+# ``vm_<StableHLO name>``; a test checks it against vecmath.FLOAT32_FUNCTIONS)
 FLOAT32_TRANSCENDENTALS = {
     "exponential": "exp_f32", "log": "log_f32", "log_plus_one": "log1p_f32",
     "exponential_minus_one": "expm1_f32", "tanh": "tanh_f32", "logistic": "logistic_f32",
 }
-_LIBM_CALLS = {
-    "exponential": "np.exp", "exponential_minus_one": "np.expm1", "log": "np.log",
-    "log_plus_one": "np.log1p", "tanh": "np.tanh", "sine": "np.sin", "cosine": "np.cos",
-    "tan": "np.tan", "cbrt": "np.cbrt",
-}
+_VECMATH = {"exp": "exponential", "log": "log", "log1p": "log_plus_one",
+            "expm1": "exponential_minus_one", "tanh": "tanh"}
+# LLVM intrinsics (vectorizable) and libm functions (one call per element)
+_INTRINSICS = {"fabs": "abs", "floor": "np.floor", "ceil": "np.ceil", "trunc": "np.trunc",
+               "rint": "np.rint", "sqrt": "np.sqrt"}
+_LIBM = {"exp": "np.exp", "expm1": "np.expm1", "log": "np.log", "log1p": "np.log1p",
+         "tanh": "np.tanh", "sin": "np.sin", "cos": "np.cos", "tan": "np.tan",
+         "cbrt": "np.cbrt", "atan": "np.arctan", "atan2": "np.arctan2", "pow": "np.power",
+         "fmod": "np.fmod"}
 _F32 = np.dtype(np.float32)
 
 
-@_rule("exponential exponential_minus_one log log_plus_one tanh logistic", FLOATS, (1,),
-       libm_dtypes=FLOATS - {_F32})
-@_rule("sine cosine tan cbrt", FLOATS, (1,), libm_dtypes=FLOATS)
-def _transcendental(name, e):
-    r, x, t = e.result, e.args[0], e.t
-    if e.dtype == _F32 and name in FLOAT32_TRANSCENDENTALS:
-        return [f"{r} = vm_{name}({x})"]
-    if name == "logistic":
-        return [f"{r} = {t}({t}(1) / ({t}(np.exp(-{x})) + {t}(1)))"]
-    return [f"{r} = {t}({_LIBM_CALLS[name]}({x}))"]
-
-
-# -- comparisons, choices, conversions -------------------------------------------------------
-_COMPARISONS = {"EQ": "==", "NE": "!=", "LT": "<", "LE": "<=", "GT": ">", "GE": ">="}
-
-
-@_rule("compare", DTYPES, (2,))
-def _compare(name, e):
-    direction = e.attributes.get("comparison_direction")
-    compare_type = e.attributes.get("compare_type", "NOTYPE")
-    if direction not in _COMPARISONS:
+def _spell(node: Expr, args: list[str], r: str, vectorized: bool) -> list[str] | None:
+    """Lines assigning ``node`` (its operands' expressions ``args``) to local ``r``, or None
+    when it has no spelling (on this dtype, or a libm call when ``vectorized``)."""
+    op, t = node.op, scalar_type(node.dtype)
+    typed = node.args[0].dtype if node.args else node.dtype
+    if any(a.dtype not in DTYPES for a in node.args) or node.dtype not in DTYPES:
         return None
-    a, b = e.args
-    if compare_type in ("SIGNED", "UNSIGNED"):
-        if e.dtype in INTS:
-            view = scalar_type(signed(e.dtype) if compare_type == "SIGNED"
-                               else unsigned(e.dtype))
-            a, b = f"{view}({a})", f"{view}({b})"
-        elif e.dtype != BOOL:
-            return None
-    elif compare_type == "FLOAT":
-        if e.dtype not in FLOATS:
-            return None
-    elif compare_type != "NOTYPE":  # TOTALORDER and anything newer: the NumPy rule
+    if op in ("add", "subtract", "multiply") and typed != BOOL:
+        x, y = args
+        if typed in FLOAT_DTYPES:
+            return [f"{r} = {t}({x} {_OPERATORS[op]} {y})"]
+        u = scalar_type(unsigned(typed))
+        return [f"{r} = {t}({u}({u}({x}) {_OPERATORS[op]} {u}({y})))"]
+    if op == "divide" and typed in FLOAT_DTYPES:
+        return [f"{r} = {t}({args[0]} / {args[1]})"]
+    if op == "negate" and typed != BOOL:
+        if typed in FLOAT_DTYPES:
+            return [f"{r} = -{args[0]}"]
+        u = scalar_type(unsigned(typed))
+        return [f"{r} = {t}({u}({u}(0) - {u}({args[0]})))"]
+    if op in ("and", "or", "xor"):
+        x, y = args
+        if typed == BOOL:
+            return [f"{r} = {x} {_BOOL_OPERATORS[op]} {y}"]
+        return [f"{r} = {t}({x} {_OPERATORS[op]} {y})"]
+    if op == "not":
+        return [f"{r} = not {args[0]}" if typed == BOOL else f"{r} = {t}(~{args[0]})"]
+    if op in ("shl", "lshr", "ashr") and typed in INT_DTYPES:  # the amount is < the width
+        x, y = args
+        if op == "shl":
+            u = scalar_type(unsigned(typed))
+            return [f"{r} = {t}({u}({u}({x}) << {u}({y})))"]
+        return [f"{r} = {t}({x} >> {y})"]  # logical on unsigned, arithmetic on signed types
+    if op == "div_trunc" and typed in INT_DTYPES:  # y != 0, no overflow
+        x, y = args
+        if typed.kind == "u":
+            return [f"{r} = {t}({x} // {y})"]
+        return [f"{r} = {t}({x} // {y} + (1 if ({x} % {y} != 0 and "
+                f"(({x} < 0) != ({y} < 0))) else 0))"]
+    if op == "rem_trunc" and typed in INT_DTYPES:
+        x, y = args
+        if typed.kind == "u":
+            return [f"{r} = {t}({x} % {y})"]
+        return [f"{r}__m = {x} % {y}",  # Python's floor remainder, then the dividend's sign
+                f"{r} = {t}({r}__m - {y}) if ({r}__m != 0 and (({r}__m < 0) != ({x} < 0))) "
+                f"else {t}({r}__m)"]
+    if op == "compare" and node.attr[1] == "NOTYPE":
+        return [f"{r} = {args[0]} {_COMPARISONS[node.attr[0]]} {args[1]}"]
+    if op == "select":
+        return [f"{r} = select({args[0]}, {t}({args[1]}), {t}({args[2]}))"]
+    if op == "bitcast" and (typed in FLOAT_DTYPES or node.dtype in FLOAT_DTYPES):
+        return [f"{r} = {scalar_type(typed)}({args[0]}).view({t})"]
+    if op == "cast" or (op == "bitcast" and typed in INT_DTYPES and node.dtype in INT_DTYPES):
+        if typed == BOOL:
+            return [f"{r} = {t}(1) if {args[0]} else {t}(0)"]
+        return [f"{r} = {t}({args[0]})"]  # integers wrap; to a float rounds once
+    if typed not in FLOAT_DTYPES:
         return None
-    return [f"{e.result} = {a} {_COMPARISONS[direction]} {b}"]
+    if op == "copysign":
+        return [f"{r} = {t}(math.copysign({args[0]}, {args[1]}))"]
+    if op in _INTRINSICS:
+        return [f"{r} = {t}({_INTRINSICS[op]}({args[0]}))"]
+    if typed == _F32 and op in _VECMATH:
+        return [f"{r} = vm_{_VECMATH[op]}({args[0]})"]
+    if typed == _F32 and op == "logistic":
+        return [f"{r} = vm_logistic({args[0]})"]
+    if op in _LIBM and not vectorized:
+        return [f"{r} = {t}({_LIBM[op]}({', '.join(args)}))"]
+    return None
 
 
-@_rule("select", DTYPES, (3,), typed_operand=1, same_operand_dtypes=False)
-def _select(name, e):
-    if e.dtypes[0] != BOOL or e.dtypes[1] != e.dtypes[2]:
+# -- rendering an op ----------------------------------------------------------------------------
+
+def _attribute_key(name: str, attributes: dict) -> tuple:
+    return definitions.attribute_key(name, attributes)
+
+
+@functools.lru_cache(maxsize=4096)
+def _schedule(name: str, dtypes: tuple, out: np.dtype, key: tuple,
+              vectorized: bool) -> tuple[tuple[Expr, ...] | None, str]:
+    """(the operations computing op ``name`` as this module spells them, "") or (None, why
+    not)."""
+    attributes = dict(zip(ops.ELEMENTWISE[name].attributes, key))
+    try:
+        root = definitions.elementwise(name, dtypes, out, attributes)
+        return tuple(schedule(root, lambda n: _spell(n, ["a"] * len(n.args), "r",
+                                                     vectorized) is not None,
+                              definitions.define, RENDERER)), ""
+    except Undefined as exc:
+        return None, f"{PREFIX}{name} on {exc.dtype.name}: {exc}"
+
+
+def _render(e: Element, name: str) -> list[str] | None:
+    if any(d not in DTYPES for d in (*e.dtypes, e.out)):
         return None
-    t = scalar_type(e.out)
-    pred, x, y = e.args
-    return [f"{e.result} = select({pred}, {t}({x}), {t}({y}))"]
+    order, _ = _schedule(name, tuple(e.dtypes), e.out, _attribute_key(name, e.attributes),
+                         e.vectorized)
+    if order is None:
+        return None
+    local: dict[int, str] = {}
+    lines: list[str] = []
+    last = len(order) - 1
+    for k, node in enumerate(order):
+        if node.op == "arg":
+            local[id(node)] = e.args[node.attr]
+            continue
+        if node.op == "const":
+            local[id(node)] = literal(node.attr, node.dtype)
+            continue
+        target = e.result if k == last else f"{e.result}__e{k}"
+        lines += _spell(node, [local[id(a)] for a in node.args], target, e.vectorized)
+        local[id(node)] = target
+    if order[-1].op in ("arg", "const"):  # the op is its operand (convert to the same type)
+        lines.append(f"{e.result} = {local[id(order[-1])]}")
+    return lines
 
 
-@_rule("convert", DTYPES, (1,), same_operand_dtypes=False)
-def _convert(name, e):
-    r, x, source, target = e.result, e.args[0], e.dtype, e.out
-    t = scalar_type(target)
-    if target == BOOL:
-        return [f"{r} = {x} != 0"]  # NaN -> True, like XLA
-    if source == BOOL:
-        return [f"{r} = {t}(1) if {x} else {t}(0)"]
-    if source in FLOATS and target in INTS:  # saturating, NaN -> 0
-        info = np.iinfo(target)
-        width = 8 * target.itemsize
-        low = -(2.0 ** (width - 1)) if target.kind == "i" else 0.0
-        high = 2.0 ** (width - (1 if target.kind == "i" else 0))
-        return [f"if {x} != {x}:", f"    {r} = {t}(0)",
-                f"elif {x} <= {low!r}:", f"    {r} = {literal(info.min, target)}",
-                f"elif {x} >= {high!r}:", f"    {r} = {literal(info.max, target)}",
-                "else:", f"    {r} = {t}({x})"]
-    return [f"{r} = {t}({x})"]  # int->int wraps, int->float and float->float round once
+def _rule(traits: ops.OpTraits) -> OpRule:
+    def emit(e: Element) -> list[str] | None:
+        return _render(e, traits.name)
+
+    emit.__name__ = f"emit_{traits.name}"
+    kinds = {BOOL: "bool", **{d: "float" for d in FLOAT_DTYPES},
+             **{d: "signed" if d.kind == "i" else "unsigned" for d in INT_DTYPES}}
+    return OpRule(traits.op, emit, frozenset(d for d in DTYPES if kinds[d] in traits.kinds))
+
+
+OP_TABLE: dict[str, OpRule] = {t.op: _rule(t) for t in ops.ELEMENTWISE.values()}
 
 
 # -- the entry point -------------------------------------------------------------------------
 
-def rule_for(op: Op, vectorized: bool = True) -> OpRule | None:
-    """The rule emitting ``op``, or None when the table has no code for it (its name, arity,
-    dtypes, or, with ``vectorized``, a per-element libm call)."""
-    rule = OP_TABLE.get(op.name)
-    if rule is None or len(op.operands) not in rule.arity or len(op.results) != 1 or op.regions:
+def _element(op: Op, args: list[str], result: str, vectorized: bool) -> Element | None:
+    if len(op.results) != 1 or op.regions:
         return None
     types = [v.type for v in (*op.operands, *op.results)]
     if not all(isinstance(t, TensorType) and t.dtype in DTYPES for t in types):
         return None
-    dtype = (op.operands[rule.typed_operand] if op.operands else op.results[0]).type.dtype
-    if dtype not in rule.dtypes or (vectorized and dtype in rule.libm_dtypes):
-        return None
-    if rule.same_operand_dtypes and any(v.type.dtype != dtype for v in op.operands):
-        return None
-    return rule
+    return Element(tuple(args), tuple(v.type.dtype for v in op.operands),
+                   op.results[0].type.dtype, result, op.attributes, vectorized)
 
 
 def emit(op: Op, args: list[str], result: str, vectorized: bool = True) -> list[str] | None:
     """Statements assigning one element of ``op``'s result to the local ``result`` from the
     operand element expressions ``args``; None when the table cannot emit ``op`` (the driver
     then leaves it to the NumPy rules). ``vectorized``: decline per-element libm calls."""
-    rule = rule_for(op, vectorized)
-    if rule is None:
-        return None
-    element = Element(tuple(args), tuple(v.type.dtype for v in op.operands),
-                      op.results[0].type.dtype, result, op.attributes)
-    return rule.emit(element)
+    rule = OP_TABLE.get(op.name)
+    element = None if rule is None else _element(op, args, result, vectorized)
+    return None if element is None else rule.emit(element)
+
+
+def explain(op: Op, vectorized: bool = False) -> str | None:
+    """Why ``emit`` declines ``op`` (naming op and dtype), or None when it emits it."""
+    if op.name not in OP_TABLE:
+        return f"{op.name} is not an elementwise op of pjrtkit.semantics"
+    for v in (*op.operands, *op.results):
+        dtype = getattr(v.type, "dtype", None)
+        if dtype not in DTYPES:
+            return (f"{op.name} on {getattr(dtype, 'name', v.type)}: {RENDERER} computes "
+                    f"only in {', '.join(sorted(d.name for d in DTYPES))}")
+    if _element(op, ["a"] * len(op.operands), "r", vectorized) is None:
+        return f"{op.name}: not one result without regions"
+    traits = ops.traits(op.name)
+    _, why = _schedule(traits.name, tuple(v.type.dtype for v in op.operands),
+                       op.results[0].type.dtype, _attribute_key(traits.name, op.attributes),
+                       vectorized)
+    return why or None
 
 
 def supports(op: Op, vectorized: bool = True) -> bool:

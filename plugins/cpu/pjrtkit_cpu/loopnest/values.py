@@ -31,12 +31,14 @@ import math
 
 import numpy as np
 
-FLOAT_DTYPES = frozenset(np.dtype(d) for d in (np.float32, np.float64))
-INT_DTYPES = frozenset(np.dtype(d) for d in (np.int8, np.int16, np.int32, np.int64,
-                                             np.uint8, np.uint16, np.uint32, np.uint64))
-BOOL = np.dtype(np.bool_)
-# Every dtype the emitter has code for; any other (complex, float16, bfloat16, fp8) makes a
-# driver decline to the NumPy rules.
+from pjrtkit.semantics import dtypes as D
+
+# The dtypes Numba computes in directly (facts from pjrtkit.semantics.dtypes): every other
+# (complex, float16, bfloat16, float8, the sub-byte integers) makes a driver decline to the
+# NumPy rules.
+FLOAT_DTYPES = frozenset({D.FLOAT32, D.FLOAT64})
+INT_DTYPES = D.INTS - D.NARROW_INTS
+BOOL = D.BOOL
 DTYPES = FLOAT_DTYPES | INT_DTYPES | {BOOL}
 
 def scalar_type(dtype: np.dtype) -> str:
@@ -44,12 +46,7 @@ def scalar_type(dtype: np.dtype) -> str:
     return "np.bool_" if np.dtype(dtype) == BOOL else f"np.{np.dtype(dtype).name}"
 
 
-def unsigned(dtype: np.dtype) -> np.dtype:
-    return np.dtype(f"u{dtype.itemsize}")
-
-
-def signed(dtype: np.dtype) -> np.dtype:
-    return np.dtype(f"i{dtype.itemsize}")
+unsigned, signed = D.unsigned_of, D.signed_of
 
 
 def literal(value, dtype: np.dtype) -> str:
@@ -63,7 +60,7 @@ def literal(value, dtype: np.dtype) -> str:
         return "True" if bool(value) else "False"
     if dtype in INT_DTYPES:
         v = int(value)
-        if v > np.iinfo(np.int64).max:
+        if v > D.int_range(np.int64)[1]:
             v -= 1 << 64
         return f"{scalar_type(dtype)}({v})"
     v = float(value)

@@ -18,12 +18,13 @@ import math
 
 import numpy as np
 
+from pjrtkit.semantics.dtypes import FLOAT32, FLOAT64
 from pjrtkit.stablehlo.ir import Op
 
 from pjrtkit_cpu.loopnest.values import scalar_type, strides
 from pjrtkit_cpu.loops.emitter import INDENT, LoopSource, Unsupported, Val, tensor_type
 
-_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+_FLOATS = (FLOAT32, FLOAT64)
 # Larger contractions belong to BLAS (the interpreted loop's np.matmul).
 MAX_FLOPS = 1 << 22
 

@@ -44,9 +44,9 @@ def native_loop(op: Op, ctx, cond: Block, body: Block, owned, interpreted):
     except Unsupported as exc:
         log.debug("pjrtkit_cpu: while loop stays interpreted: %s", exc)
         return interpreted
-    except Exception:  # a bug in the loop compiler must not fail the program's compile
-        log.warning("pjrtkit_cpu: native loop generation failed; the loop stays interpreted",
-                    exc_info=True)
+    except Exception as exc:  # noqa: BLE001 - a bug in the loop compiler must not fail the compile
+        cache.report_fallback(f"generating the native loop {op.describe()}", exc,
+                              "the loop stays interpreted")
         return interpreted
     return NativeLoopKernel(spec, interpreted)
 
@@ -55,6 +55,7 @@ class LoopSpec:
     """The generated source and the calling convention of one native loop."""
 
     def __init__(self, op: Op, captures, cond: Block, body: Block):
+        self.name = op.describe()  # for messages
         src = LoopSource(emit_op)
         terminator = body.ops[-1]
         if terminator.name not in TERMINATORS or cond.ops[-1].name not in TERMINATORS:
@@ -119,7 +120,10 @@ class LoopSpec:
         for p, (v, t) in enumerate(zip(terminator.operands, self.types)):
             val = src.get(v)
             if not t.shape:
-                new_scalars.append((f"s_c{p}", val.expr))
+                # (a rank-0 value computed into a one-element buffer is read out of it: a
+                # scalar carry holding the buffer was Numba's "Cannot unify bool and
+                # array(bool, 1d, C)", numpyro's NUTS tree building)
+                new_scalars.append((f"s_c{p}", val.element("0")))
                 continue
             if val.kind == "array" and val.expr == f"c{p}":
                 continue  # the carry itself (passed through or updated in place)
@@ -142,7 +146,7 @@ class NativeLoopKernel(cache.BackgroundCompiled):
     def __init__(self, spec: LoopSpec, interpreted):
         self._spec = spec
         self._interpreted = interpreted
-        self._compile_in_background(spec.source, spec.signature)
+        self._compile_in_background(spec.source, spec.signature, f"the native loop {spec.name}")
 
     def __call__(self, *args):
         fast = self._fast
@@ -161,9 +165,9 @@ class NativeLoopKernel(cache.BackgroundCompiled):
                     for a, t in zip(args[n:], spec.capture_types)]
         try:
             fast(*carries, *captures, *spec.constants)
-        except Exception:  # e.g. an argument Numba cannot pass: never fail the execution
-            log.warning("pjrtkit_cpu: a native loop failed; running it interpreted from now on",
-                        exc_info=True)
+        except Exception as exc:  # noqa: BLE001 - e.g. an argument Numba cannot pass
+            cache.report_fallback(f"the native loop {spec.name}", exc,
+                                  "running it interpreted from now on")
             self._fast = None
             STATS["interpreted"] += 1
             return self._interpreted(*args)

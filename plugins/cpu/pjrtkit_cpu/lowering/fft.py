@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from pjrtkit.semantics.dtypes import COMPLEXES, FLOAT32, FLOAT64
+
 from pjrtkit_cpu.lowering.registry import RULES
 
-_COMPLEX = frozenset({np.dtype(np.complex64), np.dtype(np.complex128)})
-_REAL = frozenset({np.dtype(np.float32), np.dtype(np.float64)})
+_COMPLEX = COMPLEXES
+_REAL = frozenset({FLOAT32, FLOAT64})
 
 # fft_type -> (operand dtypes it takes, the scipy.fft function)
 _TRANSFORMS = {

@@ -1,5 +1,6 @@
 """Linear algebra on LAPACK through SciPy: ``stablehlo.cholesky``, ``stablehlo.triangular_solve``,
-JAX's own custom-call targets ``Qr`` and ``ProductOfElementaryHouseholderReflectors``, and the
+JAX's own custom-call targets ``Qr`` and ``ProductOfElementaryHouseholderReflectors`` (and, for
+programs exported for ``tpu``, ``Eigh`` and ``LuDecomposition``), and the
 ``pjrtkit_<primitive>`` targets that ``pjrtkit_cpu.jax_rules`` emits for eigh, svd, eig, schur,
 hessenberg, tridiagonal and lu.
 
@@ -19,12 +20,12 @@ import numpy as np
 
 from pjrtkit.errors import InvalidArgument
 from pjrtkit.lowering.registry import custom_call_rule
+from pjrtkit.semantics.dtypes import COMPLEXES, FLOAT32, FLOAT64
 
 from pjrtkit_cpu.jax_rules import target
 from pjrtkit_cpu.lowering.registry import RULES
 
-LAPACK_DTYPES = frozenset(np.dtype(d) for d in (np.float32, np.float64, np.complex64,
-                                                np.complex128))
+LAPACK_DTYPES = frozenset({FLOAT32, FLOAT64, *COMPLEXES})
 
 
 def lapack(name: str, dtype: np.dtype) -> Callable:
@@ -198,15 +199,35 @@ def lower_householder_product(op, ctx):
     return batched(op, per_matrix)
 
 
+@RULES.register(custom_call_rule("Eigh"))
+def lower_tpu_eigh(op, ctx):
+    """JAX's TPU lowering of eigh (a program exported for ``tpu``): ``backend_config`` is
+    "lower,sort_eigenvalues,max_iterations,tolerance". LAPACK's syevd/heevd answers it (always
+    sorted ascending): the same decomposition as the TPU's Jacobi iteration, up to each
+    eigenvector's sign or phase and rounding."""
+    fields = str(op.attributes.get("backend_config") or "").split(",")
+    if len(fields) != 4 or fields[0] not in ("0", "1") or fields[1] not in ("0", "1"):
+        raise InvalidArgument(f"custom_call @Eigh: backend_config {fields!r} is not "
+                              f"'lower,sort_eigenvalues,max_iterations,tolerance'")
+    if len(op.results) != 2:
+        raise InvalidArgument(f"custom_call @Eigh: {len(op.results)} results; it returns "
+                              f"(eigenvectors, eigenvalues)")
+    return eigh_kernel(op, ctx, int(fields[0]), None)
+
+
 # -- the pjrtkit_<primitive> targets of pjrtkit_cpu.jax_rules -----------------------------------
 
 @RULES.register(custom_call_rule(target("eigh")))
 def lower_eigh(op, ctx):
-    dtype = lapack_dtype(op, ctx)
     config = backend_config(op)
+    return eigh_kernel(op, ctx, int(config.get("lower", True)), config.get("subset_by_index"))
+
+
+def eigh_kernel(op, ctx, lower: int, subset):
+    """(eigenvectors as columns, eigenvalues ascending) of each Hermitian matrix, read from
+    its ``lower`` (else upper) triangle; ``subset`` (low, high) keeps those eigenpairs."""
+    dtype = lapack_dtype(op, ctx)
     n = op.operands[0].type.shape[-1]
-    lower = int(config.get("lower", True))
-    subset = config.get("subset_by_index")
     whole = subset is None or tuple(subset) == (0, n)
     if whole:
         syevd = lapack("heevd" if is_complex(dtype) else "syevd", dtype)
@@ -314,7 +335,7 @@ def lower_schur(op, ctx):
         if a.shape[-1] == 0:
             return (a, a)[:len(op.results)]
         form, _sdim, *_eigenvalues, z, _work, info = gees(
-            _no_selection, a, compute_v=int(vectors), sort_t=0)
+            no_eigenvalue_selection, a, compute_v=int(vectors), sort_t=0)
         if failed(info):
             return None
         return (form, z) if vectors else (form,)
@@ -322,7 +343,7 @@ def lower_schur(op, ctx):
     return batched(op, per_matrix)
 
 
-def _no_selection(*_eigenvalue):
+def no_eigenvalue_selection(*_eigenvalue):
     return False
 
 
@@ -354,8 +375,10 @@ def lower_tridiagonal(op, ctx):
     return batched(op, per_matrix)
 
 
-@RULES.register(custom_call_rule(target("lu")))
+@RULES.register(custom_call_rule(target("lu")), custom_call_rule("LuDecomposition"))
 def lower_lu(op, ctx):
+    """(factors, 0-based pivots, permutation): the results of ``lax.linalg.lu``, as the
+    ``pjrtkit_lu`` target and JAX's TPU lowering's ``LuDecomposition`` return them."""
     dtype = lapack_dtype(op, ctx)
     getrf = lapack("getrf", dtype)
     m = op.operands[0].type.shape[-2]

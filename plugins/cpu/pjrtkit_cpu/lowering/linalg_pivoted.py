@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from pjrtkit.errors import InvalidArgument, Unimplemented
+from pjrtkit.semantics.dtypes import epsilon, float_limits
 
 from pjrtkit_cpu.jax_rules import target
 from pjrtkit_cpu.lowering.linalg import (
@@ -93,10 +94,10 @@ def solve_perturbed(dl, d, du, b) -> np.ndarray:
     """``T x = b`` for the tridiagonal ``T`` (``dl[i] = T[i, i-1]``, ``d[i] = T[i, i]``,
     ``du[i] = T[i, i+1]``): LU with the row interchanges ?lagtf chooses (by each row's size
     relative to its scale), then back substitution that perturbs tiny pivots."""
-    info = np.finfo(d.dtype)  # of the real part for complex types
-    eps = info.eps
+    eps = epsilon(d.dtype)  # of the real part for complex types
+    largest, tiny = float_limits(d.dtype)
     # ?lamch's safe minimum: its reciprocal does not overflow.
-    safemin = max(info.tiny, (1 / info.max) * (1 + eps))
+    safemin = max(tiny, (1 / largest) * (1 + eps))
     n = d.shape[0]
     x = np.array(b, dtype=b.dtype)
     if n == 1:

@@ -1,0 +1,145 @@
+"""Linear algebra at the JAX-rule level, for a backend without linear-algebra kernels.
+
+JAX lowers eigh, svd, eig, schur, hessenberg and tridiagonal only on its own platforms: on
+any other, a program using them fails in JAX ("MLIR translation rule ... not found") before a
+backend sees it. ``portable_linalg_rules()`` gives the JAX lowering rules a backend returns
+from its ``pjrtkit_jax_lowering_rules`` hook to run them anyway. Each rule lowers to standard
+StableHLO (loops, dots, and the ops ``pjrtkit.expansions`` expands: cholesky, triangular
+solves, QR's custom calls), so the program runs on the backend's primitive set:
+
+- **eigh**: up to ``JACOBI_MAX`` (256, where JAX's TPU rule also stops recursing) and whenever
+  the Jacobi algorithm is asked for, pjrtkit's own cyclic Jacobi (``jax_impl/jacobi.py``); above,
+  JAX's own QDWH divide and conquer (the TPU's algorithm, in JAX's private tpu.linalg), whose
+  blocks come back to this rule as Jacobi problems.
+- **svd**: JAX's own QDWH-based SVD (TPU's), which JAX registers for every platform but
+  which refuses an explicit ``algorithm``: here the algorithm is a hint and every one is
+  answered by the polar decomposition.
+- **eig**, **schur** (complex Schur form), **hessenberg** (JAX has no portable form of the
+  non-symmetric eigenproblem): pjrtkit's Householder reduction and shifted QR algorithm
+  (``jax_impl/schur.py``); eigenvalues of a real matrix come in exact conjugate pairs.
+- refused as UNIMPLEMENTED, naming the primitive and the platform instead of JAX's generic
+  "rule not found": schur of a real matrix in real Schur form (2x2 blocks: Francis'
+  double-shift QR is not implemented), schur with sorted eigenvalues (XLA's CPU backend
+  refuses it too) and **tridiagonal** (LAPACK's sytrd reduction).
+
+The rules import JAX lazily (a backend's hook module must load without it); every private
+JAX name they use goes through ``pjrtkit.jax_compat``.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from pjrtkit.types import JaxLoweringRule
+
+# Largest eigh solved by Jacobi directly (JAX's QDWH recursion stops at the same size).
+JACOBI_MAX = 256
+
+
+def _eigh_rule(ctx, operand, **params):
+    from jax.interpreters import mlir
+
+    from pjrtkit import jax_compat
+    from pjrtkit.expansions.jax_impl.jacobi import jacobi_eigh
+
+    (aval,) = ctx.avals_in
+    n = aval.shape[-1]
+    algorithm = params.get("algorithm")
+    lower = bool(params.get("lower", True))
+    sort = bool(params.get("sort_eigenvalues", True))
+    subset = params.get("subset_by_index")
+    if n <= JACOBI_MAX or jax_compat.is_jacobi_eigh(algorithm):
+        def impl(a):
+            return jacobi_eigh(a, lower=lower, sort_eigenvalues=sort, subset_by_index=subset)
+        return mlir.lower_fun(impl, multiple_results=True)(ctx, operand)
+    return mlir.lower_fun(jax_compat.eigh_qdwh_implementation(), multiple_results=True)(
+        ctx, operand, lower=lower, sort_eigenvalues=sort, subset_by_index=subset)
+
+
+def _svd_rule(ctx, operand, **params):
+    from pjrtkit import jax_compat
+
+    params = dict(params)
+    params["algorithm"] = None  # a hint; the polar decomposition answers every one
+    return jax_compat.svd_polar_lowering()(ctx, operand, **params)
+
+
+def _eig_rule(ctx, operand, **params):
+    from jax.interpreters import mlir
+
+    from pjrtkit.expansions.jax_impl.schur import eig
+
+    left = bool(params.get("compute_left_eigenvectors", False))
+    right = bool(params.get("compute_right_eigenvectors", True))
+    return mlir.lower_fun(lambda a: eig(a, left=left, right=right), multiple_results=True)(
+        ctx, operand)
+
+
+def _schur_rule(ctx, operand, **params):
+    from jax.interpreters import mlir
+
+    from pjrtkit.expansions.jax_impl.schur import complex_schur
+
+    (aval,) = ctx.avals_in
+    if params.get("sort_eig_vals"):
+        raise NotImplementedError("UNIMPLEMENTED: schur with sorted eigenvalues (as on XLA's "
+                                  "CPU backend, whose LAPACK call does not sort either)")
+    if not _is_complex(aval.dtype):
+        raise NotImplementedError(
+            "UNIMPLEMENTED: schur of a real matrix in real Schur form (2x2 blocks for "
+            "complex pairs, Francis' double-shift QR) is not implemented; the complex Schur "
+            "form is (jax.scipy.linalg.schur(a, output='complex'))")
+    vectors = bool(params.get("compute_schur_vectors", True))
+
+    def impl(a):
+        t, z = complex_schur(a)
+        return (t, z) if vectors else (t,)
+
+    return mlir.lower_fun(impl, multiple_results=True)(ctx, operand)
+
+
+def _hessenberg_rule(ctx, operand, **params):
+    from jax.interpreters import mlir
+
+    from pjrtkit.expansions.jax_impl.schur import hessenberg
+
+    return mlir.lower_fun(hessenberg, multiple_results=True)(ctx, operand)
+
+
+def _is_complex(dtype) -> bool:
+    import numpy as np
+
+    return np.dtype(dtype).kind == "c"
+
+
+def unimplemented_rule(primitive: str, why: str):
+    """A JAX lowering rule that refuses ``primitive`` with UNIMPLEMENTED and ``why``."""
+
+    def rule(ctx, *operands, **params):
+        platforms = ", ".join(getattr(ctx.module_context, "platforms", ()) or ("this platform",))
+        raise NotImplementedError(f"UNIMPLEMENTED: {primitive} on {platforms}: {why}")
+
+    rule.__name__ = f"unimplemented_{primitive}"
+    return rule
+
+
+_NO_PORTABLE_FORM = ("it has no portable implementation in JAX (only LAPACK and cuSOLVER "
+                     "kernels) or in pjrtkit yet; run it on pjrtkit_cpu or XLA's CPU backend")
+
+
+def portable_linalg_rules() -> Iterable[JaxLoweringRule]:
+    """The JAX lowering rules of this module, as ``pjrtkit_jax_lowering_rules`` returns them.
+
+    A backend with kernels of its own for some of these primitives leaves those records out
+    (or returns its own rule for them: the hook's records are registered in order)."""
+    from pjrtkit import jax_compat
+
+    rules = {
+        "eigh": _eigh_rule,
+        "svd": _svd_rule,
+        "eig": _eig_rule,
+        "schur": _schur_rule,
+        "hessenberg": _hessenberg_rule,
+        "tridiagonal": unimplemented_rule("tridiagonal", _NO_PORTABLE_FORM),
+    }
+    return [JaxLoweringRule(jax_compat.linalg_primitive(name), rule)
+            for name, rule in rules.items()]

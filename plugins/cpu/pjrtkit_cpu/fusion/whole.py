@@ -1,0 +1,191 @@
+"""Whole-program kernels: a program that is one fused elementwise group, of any size, becomes
+one compiled Numba loop with a C entry point that the core's C execute path calls without
+entering Python (``pjrtkit.types.NativeKernel``).
+
+Fusion leaves groups under ``groups.MIN_ELEMENTS`` to NumPy's per-op kernels: as separate
+steps, a compiled loop would save less than its dispatch costs. A program that is nothing but
+such a group is different: compiled, the whole call can be answered in C (jit(x * 2 + 1) on
+f32[3]: the framework's own cost is all there is). So ``fuse_whole_program`` fuses the entry
+block of such a program into its one fused op, whatever its size, and marks it
+``kernel.WHOLE_PROGRAM``; the executable then holds a ``WholeProgram``, which generates the C
+entry (``native``, a ``numba.cfunc`` calling the group's kernel on ``carray`` views of the
+pointers C passes) and compiles the module in the background with the disk cache like every
+fused loop: at once for a group of fusion size, after ``COMPILE_AFTER_CALLS`` executions for a
+small one (a program run once or twice, the common case in tests and notebooks, never costs a
+compile). Until then, and whenever C declines, the ordinary plan runs.
+"""
+from __future__ import annotations
+
+import dataclasses
+import threading
+
+import numpy as np
+
+from pjrtkit.stablehlo.ir import TERMINATORS, Block, Program, Region, TensorType
+from pjrtkit.types import NativeKernel
+
+from pjrtkit_cpu.fusion import groups as fusion_groups
+from pjrtkit_cpu.fusion.kernel import WHOLE_PROGRAM, FusedKernel
+from pjrtkit_cpu.fusion.rewrite import FUSED_OP, fuse_block
+
+# Executions of a small whole program before its kernel is compiled.
+COMPILE_AFTER_CALLS = 3
+
+
+def fuse_whole_program(program: Program) -> Program:
+    """``program`` (already through ``fuse_program``) with its entry block made one fused op
+    marked ``WHOLE_PROGRAM`` when the block is one group and constants, else as it is."""
+    function = program.functions[program.entry]
+    block = function.body.entry
+    if len(function.body.blocks) != 1:
+        return program
+    fused = [op for op in block.ops if op.name == FUSED_OP]
+    if not fused:
+        found = fusion_groups.find_groups(block, whole_block=True)
+        if len(found) != 1:
+            return program
+        block = fuse_block(block, found)
+        if block is None:
+            return program
+        fused = [op for op in block.ops if op.name == FUSED_OP]
+    if len(fused) != 1 or not _only_op(block, fused[0]):
+        return program
+    marked = dataclasses.replace(
+        fused[0], attributes={**fused[0].attributes, WHOLE_PROGRAM: True})
+    ops = [marked if op is fused[0] else op for op in block.ops]
+    body = Region([Block(block.arguments, ops)])
+    functions = {**program.functions,
+                 program.entry: dataclasses.replace(function, body=body)}
+    return dataclasses.replace(program, functions=functions)
+
+
+def _only_op(block: Block, fused) -> bool:
+    """Whether ``fused`` is the block's only op besides constants and a terminator returning
+    its results, each once."""
+    for op in block.ops:
+        if op is fused or op.name == "stablehlo.constant":
+            continue
+        if op.name in TERMINATORS:
+            ids = [v.id for v in op.operands]
+            results = {r.id for r in fused.results}
+            return bool(ids) and len(set(ids)) == len(ids) and set(ids) <= results
+        return False
+    return False
+
+
+class WholeProgram:
+    """The C entry of a plan that is one ``FusedKernel`` of a whole program: compiles it (now,
+    or after ``COMPILE_AFTER_CALLS`` executions) and hands it over as a ``NativeKernel``."""
+
+    __slots__ = ("_kernel", "_source", "_signature", "_context", "_keep", "_calls", "_native",
+                 "_lock", "_started")
+
+    def __init__(self, kernel: FusedKernel, source: str, signature: list, context: np.ndarray,
+                 keep: tuple, compile_now: bool):
+        self._kernel = kernel
+        self._source = source
+        self._signature = signature
+        self._context = context
+        self._keep = keep
+        self._calls = 0
+        self._native: NativeKernel | None = None
+        self._lock = threading.Lock()
+        self._started = False
+        if compile_now:
+            self._start()
+
+    def called(self) -> None:
+        """One more execution (the plan's); starts the compile at the threshold."""
+        if not self._started:
+            self._calls += 1
+            if self._calls >= COMPILE_AFTER_CALLS:
+                self._start()
+
+    def _start(self) -> None:
+        with self._lock:
+            if self._started:
+                return
+            self._started = True
+        self._kernel.compile_with(self._source, self._signature).add_done_callback(self._ready)
+
+    def _ready(self, future) -> None:
+        if future.exception() is not None:
+            return  # logged by the cache; the plan keeps running
+        native = future.result().py_func.__globals__.get("native")
+        if native is None:
+            return
+        self._native = NativeKernel(address=int(native.address),
+                                    argument_address=dense_address,
+                                    context=int(self._context.ctypes.data),
+                                    keepalive=(native, self._context, self._keep))
+
+    def native_kernel(self, device) -> NativeKernel | None:
+        return self._native
+
+
+def dense_address(payload) -> int | None:
+    """A payload's address when it is a C-contiguous NumPy array (what the C entry reads)."""
+    if type(payload) is not np.ndarray or not payload.flags.c_contiguous:
+        return None
+    return payload.__array_interface__["data"][0]
+
+
+def whole_program_of(plan) -> WholeProgram | None:
+    """A ``WholeProgram`` for ``plan`` when it is one whole-program ``FusedKernel`` whose
+    inputs are the program's arguments and constants and whose outputs are the program's
+    results, each once; else None."""
+    if len(plan.steps) != 1:
+        return None
+    kernel, ins, outs, op = plan.steps[0]
+    if not isinstance(kernel, FusedKernel) or not op.attributes.get(WHOLE_PROGRAM):
+        return None
+    arg_index = {slot: i for i, slot in enumerate(plan.arg_slots)}
+    out_index = {slot: j for j, slot in enumerate(outs)}
+    if (len(set(plan.result_slots)) != len(plan.result_slots)
+            or any(slot not in out_index for slot in plan.result_slots)
+            or len(plan.result_slots) != len(outs)):
+        return None
+    constants = []
+    reads = []
+    for slot, value in zip(ins, op.operands):
+        if not isinstance(value.type, TensorType):
+            return None
+        size, dtype = int(np.prod(value.type.shape, dtype=np.int64)), value.type.dtype
+        if slot in arg_index:
+            reads.append(("args", arg_index[slot], size, dtype))
+        elif slot in plan.constants:
+            array = np.ascontiguousarray(plan.constants[slot], dtype=dtype).reshape(-1)
+            reads.append(("ctx", len(constants), size, dtype))
+            constants.append(array)
+        else:
+            return None
+    writes = {}
+    for program_output, slot in enumerate(plan.result_slots):
+        value = op.results[out_index[slot]]
+        writes[out_index[slot]] = (program_output, int(np.prod(value.type.shape, dtype=np.int64)),
+                                   value.type.dtype)
+    views = [f"carray({where}[{i}], ({size},), np.{np.dtype(dtype).name})"
+             for where, i, size, dtype in reads]
+    views += [f"carray(outs[{writes[j][0]}], ({writes[j][1]},), np.{np.dtype(writes[j][2]).name})"
+              for j in range(len(outs))]
+    extra = "\n".join([
+        "",
+        "from numba import carray, cfunc, types as nbtypes",
+        "",
+        "",
+        "@cfunc(nbtypes.int32(nbtypes.CPointer(nbtypes.voidptr), "
+        "nbtypes.CPointer(nbtypes.voidptr), nbtypes.CPointer(nbtypes.voidptr)), cache=True, "
+        'error_model="numpy", fastmath={"contract"})',
+        "def native(args, outs, ctx):",
+        f"    kernel({', '.join(views)})",
+        "    return 0",
+        ""])
+    context = np.array([a.__array_interface__["data"][0] for a in constants] or [0],
+                       dtype=np.uintp)
+    claimed = kernel.claim()
+    if claimed is None:
+        return None
+    source, signature = claimed
+    size = int(np.prod(op.attributes["shape"], dtype=np.int64))
+    return WholeProgram(kernel, source + extra, signature, context, tuple(constants),
+                        compile_now=size >= fusion_groups.MIN_ELEMENTS)

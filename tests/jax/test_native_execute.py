@@ -1,0 +1,244 @@
+"""The C execute path (ARCHITECTURE.md, "The C execute path") through JAX on pjrtkit_cpu: a jitted
+program that is one compiled kernel is answered in C without entering Python, runs its kernel
+on every call, keeps memory statistics, limits and live-handle counts, and falls back to the
+Python path whenever C cannot vouch for a call.
+
+Each scenario runs in a fresh interpreter (``run_python``) with PJRTKIT_CHECK_KERNELS off (the
+cpu plugin's tests turn it on for the whole session, and it wraps kernels, so no program would
+be one kernel) and its own kernel cache directory. Results are compared with XLA's CPU backend
+in the same process.
+"""
+from __future__ import annotations
+
+import json
+import textwrap
+
+import pytest
+
+# The helpers every scenario starts with: a warmed-up program whose native plan is installed.
+PRELUDE = """
+import json, sys, threading, time
+import numpy as np, jax, jax.numpy as jnp
+from pjrtkit.abi import handles, native
+from pjrtkit.abi._cffi import ffi
+from pjrtkit_cpu.fusion import cache
+
+dev, cpu = jax.devices("pjrtkit_cpu")[0], jax.devices("cpu")[0]
+
+def loaded_refs():
+    return [ffi.from_handle(ffi.cast("pjrtkit_head*", p).ref)
+            for p in list(handles.LOADED_EXECUTABLES._live)]
+
+def native_executions():
+    return sum(r.native.executions() for r in loaded_refs() if r.native is not None)
+
+def warm(f, *args):
+    for _ in range(4):
+        jax.block_until_ready(f(*args))
+    cache.wait_all(300)
+    for _ in range(2):  # installs the plan, then makes the arguments readable
+        jax.block_until_ready(f(*args))
+    assert any(r.native.plan is not None for r in loaded_refs()), "no native plan installed"
+
+def same(ours, theirs):
+    ours, theirs = np.asarray(ours), np.asarray(theirs)
+    return ours.dtype == theirs.dtype and np.array_equal(ours, theirs)
+"""
+
+
+@pytest.fixture
+def scenario(run_python, tmp_path):
+    def run(code: str, **env) -> dict:
+        out = run_python(PRELUDE + textwrap.dedent(code), JAX_PLATFORMS="pjrtkit_cpu,cpu",
+                         PJRTKIT_CHECK_KERNELS="0", PJRTKIT_CACHE_DIR=str(tmp_path), **env)
+        assert out.returncode == 0, out.stderr[-4000:]
+        assert "Traceback" not in out.stderr, out.stderr[-4000:]
+        return json.loads(out.stdout.strip().splitlines()[-1])
+    return run
+
+
+def test_cached_calls_enter_no_python_on_any_thread(scenario):
+    result = scenario("""
+        f = jax.jit(lambda x: x * 2 + 1)
+        x = jax.device_put(np.arange(3, dtype=np.float32), dev)
+        warm(f, x)
+        calls = []
+        def profile(frame, event, arg):
+            if event == "call":
+                calls.append(f"{frame.f_code.co_filename}:{frame.f_code.co_name}")
+        before = native_executions()
+        threading.setprofile(profile)
+        sys.setprofile(profile)
+        try:
+            for _ in range(200):
+                y = f(x)
+        finally:
+            sys.setprofile(None)
+            threading.setprofile(None)
+        served = native_executions() - before
+        print(json.dumps({"calls": calls[:20], "served": served,
+                          "same": same(y, f(jax.device_put(np.arange(3, dtype=np.float32), cpu)))}))
+    """)
+    assert result["calls"] == [], result
+    assert result["served"] == 200, result
+    assert result["same"], result
+
+
+def test_the_kernel_runs_on_every_call_with_fresh_inputs(scenario):
+    # Every call gets new contents (outputs of the previous call, and arrays made meanwhile):
+    # a cached result could not give XLA's answer, and C counts each kernel run.
+    result = scenario("""
+        f = jax.jit(lambda x, y: x * y + jnp.float32(0.5))
+        x = jax.device_put(np.linspace(-1, 1, 7, dtype=np.float32), dev)
+        warm(f, x, x)
+        before = native_executions()
+        rng = np.random.default_rng(0)
+        ok = True
+        n = 50
+        for i in range(n):
+            a = rng.standard_normal(7).astype(np.float32)
+            b = rng.standard_normal(7).astype(np.float32)
+            da, db = jax.device_put(a, dev), jax.device_put(b, dev)
+            f(da, db)  # the first call with new buffers makes them readable by C
+            ours = f(da, db)
+            theirs = f(jax.device_put(a, cpu), jax.device_put(b, cpu))
+            ok = ok and same(ours, theirs)
+            chained = f(ours, ours)  # an output of the C path as an argument
+            ok = ok and same(chained, f(theirs, theirs))
+        print(json.dumps({"ok": ok, "served": native_executions() - before, "n": n}))
+    """)
+    assert result["ok"], result
+    # At least the second call with each new pair and the chained call run in C.
+    assert result["served"] >= 2 * result["n"], result
+
+
+def test_memory_statistics_and_live_handles_count_the_c_path_s_buffers(scenario):
+    result = scenario("""
+        import gc
+        f = jax.jit(lambda x: x * 3 - 1)
+        x = jax.device_put(np.ones(1000, np.float32), dev)
+        warm(f, x)
+        gc.collect()
+        base_bytes = dev.memory_stats()["bytes_in_use"]
+        base_handles = len(handles.BUFFERS)
+        before = native_executions()
+        kept = [f(x) for _ in range(10)]
+        served = native_executions() - before
+        grown = dev.memory_stats()["bytes_in_use"] - base_bytes
+        handles_grown = len(handles.BUFFERS) - base_handles
+        values = [float(np.asarray(k)[0]) for k in kept]  # Python adopts each output here
+        del kept
+        gc.collect()
+        print(json.dumps({"served": served, "grown": grown, "handles": handles_grown,
+                          "values": values,
+                          "after": dev.memory_stats()["bytes_in_use"] - base_bytes,
+                          "handles_after": len(handles.BUFFERS) - base_handles,
+                          "readable": native.readable_storages()}))
+    """)
+    assert result["served"] == 10, result
+    assert result["grown"] == 10 * 4000 and result["handles"] == 10, result
+    assert result["values"] == [2.0] * 10, result
+    assert result["after"] == 0 and result["handles_after"] == 0, result
+    assert result["readable"] <= 1, result  # only x, still alive
+
+
+def test_a_memory_limit_refuses_in_c_and_python_reports_it(scenario):
+    result = scenario("""
+        f = jax.jit(lambda x: x + 1)
+        x = jax.device_put(np.zeros(256 * 1024, np.float32), dev)  # 1 MiB
+        warm(f, x)
+        kept = []
+        error = None
+        try:
+            for _ in range(8):
+                kept.append(f(x))
+                kept[-1].block_until_ready()
+        except Exception as exc:
+            error = f"{type(exc).__name__}: {exc}"
+        print(json.dumps({"made": len(kept), "error": error,
+                          "in_use": dev.memory_stats()["bytes_in_use"]}))
+    """, PJRTKIT_CPU_MEMORY_LIMIT="4M")
+    # x (1 MiB) and two warm-up results may still be alive; at most 4 MiB are ever in use.
+    assert result["error"] is not None and "RESOURCE_EXHAUSTED" in result["error"], result
+    assert "would exceed the memory's limit" in result["error"], result
+    assert result["in_use"] <= 4 << 20, result
+
+
+def test_the_c_path_declines_what_it_cannot_vouch_for(scenario):
+    # Donated, deleted, on another device, not ready: each call is served by Python with
+    # Python's answer (an error, or the result), and C serves the calls that follow.
+    result = scenario("""
+        f = jax.jit(lambda x: x * 2 + 1)
+        g = jax.jit(lambda x: x * 2 + 1, donate_argnums=0)
+        x = jax.device_put(np.arange(4, dtype=np.float32), dev)
+        warm(f, x)
+        report = {}
+        # deleted
+        gone = jax.device_put(np.arange(4, dtype=np.float32), dev)
+        f(gone).block_until_ready(); f(gone).block_until_ready()
+        gone.delete()
+        before = native_executions()
+        try:
+            f(gone)
+            report["deleted"] = "no error"
+        except Exception as exc:
+            report["deleted"] = type(exc).__name__ + ": " + str(exc)[:300]
+        # donated to another program
+        d = jax.device_put(np.arange(4, dtype=np.float32), dev)
+        f(d).block_until_ready(); f(d).block_until_ready()
+        g(d).block_until_ready()
+        before = native_executions()
+        try:
+            f(d)
+            report["donated"] = "no error"
+        except Exception as exc:
+            report["donated"] = type(exc).__name__ + ": " + str(exc)[:300]
+        report["refused_in_c"] = native_executions() - before
+        # on another device of the same client: JAX moves it (or the general path runs it)
+        other = jax.device_put(np.arange(4, dtype=np.float32), jax.devices("pjrtkit_cpu")[1])
+        report["other_device"] = same(f(other), f(jax.device_put(np.arange(4, dtype=np.float32), cpu)))
+        # not ready: the output of a slow program still running on the worker
+        slow = jax.jit(lambda m: (m @ m @ m @ m)[0, :4])
+        m = jax.device_put(np.eye(600, dtype=np.float32), dev)
+        for _ in range(4): slow(m).block_until_ready()
+        before = native_executions()
+        pending = slow(m)
+        y = f(pending)
+        report["pending_ok"] = same(y, f(slow(jax.device_put(np.eye(600, dtype=np.float32), cpu))))
+        report["served_after"] = native_executions() - before
+        print(json.dumps(report))
+    """, PJRTKIT_CPU_DEVICES="2")
+    assert "deleted" in result["deleted"].lower() or "donated" in result["deleted"].lower(), \
+        result
+    assert "deleted" in result["donated"].lower() or "donated" in result["donated"].lower(), \
+        result
+    assert result["refused_in_c"] == 0, result
+    assert result["other_device"], result
+    assert result["pending_ok"], result
+
+
+def test_an_error_from_the_kernel_makes_python_run_the_program(scenario):
+    # A kernel that fails (returns non-zero): C discards its outputs and the ordinary path
+    # runs the program, so the answer is the plan's, never the failed kernel's.
+    result = scenario("""
+        import ctypes
+        from pjrtkit.types import NativeKernel
+        from pjrtkit_cpu.fusion.whole import dense_address
+        runs = []
+        FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
+        failing = FN(lambda a, o, c: runs.append(1) or 7)
+        f = jax.jit(lambda x: x - 3)
+        x = jax.device_put(np.arange(5, dtype=np.float32), dev)
+        for _ in range(4): f(x).block_until_ready()
+        cache.wait_all(300)
+        for r in loaded_refs():
+            whole = r.obj.executable.compiled.executable.whole
+            whole._native = NativeKernel(ctypes.cast(failing, ctypes.c_void_p).value,
+                                         dense_address, keepalive=failing)
+        for _ in range(2): f(x).block_until_ready()
+        runs.clear()
+        ys = [np.asarray(f(x)) for _ in range(5)]
+        ok = all(same(y, np.arange(5, dtype=np.float32) - 3) for y in ys)
+        print(json.dumps({"ok": ok, "runs": len(runs), "served": native_executions()}))
+    """)
+    assert result["ok"] and result["runs"] == 5 and result["served"] == 0, result
