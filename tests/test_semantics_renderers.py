@@ -23,6 +23,7 @@ from jax import lax
 
 from pjrtkit.errors import Unimplemented
 from pjrtkit.reference import REFERENCE
+from pjrtkit import jax_compat
 from pjrtkit.semantics import dtypes as D, ops
 from pjrtkit.lowering.plan import build_plan
 from pjrtkit.stablehlo.ir import Block, Function, Op, Program, Region, TensorType, Value, walk_ops
@@ -263,7 +264,10 @@ def test_the_programs_reach_every_op_and_dtype_the_semantics_define():
         reached |= {_typed(case.ops[k]) for k in case.usable}
     defined = {(name, d.name) for name, t in ops.ELEMENTWISE.items() for d in D.ALL
                if D.facts(d).kind in t.kinds}
-    assert defined - reached == set(JAX_CANNOT_WRITE), sorted(defined - reached)
+    cannot_write = set(JAX_CANNOT_WRITE)
+    if jax_compat.jax_writes_complex_abs_as_real_arithmetic():
+        cannot_write |= {("abs", "complex64"), ("abs", "complex128")}
+    assert defined - reached == cannot_write, sorted(defined - reached)
 
 
 @pytest.mark.parametrize("dtype", DTYPE_NAMES)
@@ -272,7 +276,15 @@ def test_numpy_rules_render_every_op_like_xla(dtype):
     with jax.enable_x64(True), np.errstate(all="ignore"):
         got = run_with_registry(case.fn, case.args, REFERENCE)
     for k, label in enumerate(case.labels):
-        _check(case, label, got[k], case.expected[k], "NumPy rules")
+        expected = case.expected[k]
+        if label == "convert_to_bool" and dtype == "bfloat16" and \
+                jax_compat.xla_flushes_bfloat16_denormals_converting_to_bool():
+            # XLA reads denormals as zero here; pjrtkit follows jaxlib 0.10's XLA (True): the
+            # only difference allowed is True where XLA says False (the denormal inputs)
+            differs = np.asarray(got[k]) != np.asarray(expected)
+            assert np.all(np.asarray(got[k])[differs]), label
+            expected = np.where(differs, np.asarray(got[k]), np.asarray(expected))
+        _check(case, label, got[k], expected, "NumPy rules")
 
 
 def _emulated_driver():

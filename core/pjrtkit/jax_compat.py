@@ -119,6 +119,19 @@ def xla_integer_power_uses_every_exponent_bit() -> bool:
     return version_tuple(installed_versions()["jaxlib"])[:2] >= (0, 12)
 
 
+def xla_flushes_bfloat16_denormals_converting_to_bool() -> bool:
+    """Whether the installed XLA CPU backend (the reference) reads a bfloat16 denormal as zero
+    when converting it to bool: jaxlib 0.12's does (1e-39 -> False), 0.10's does not (True,
+    as pjrtkit's semantics and its backends give). Measured; 0.11 not measured."""
+    return version_tuple(installed_versions()["jaxlib"])[:2] >= (0, 12)
+
+
+def jax_writes_complex_abs_as_real_arithmetic() -> bool:
+    """Whether ``lax.abs`` of a complex value lowers to real arithmetic on its parts (jax 0.12:
+    real, imag, abs, maximum, ...) instead of ``stablehlo.abs`` on complex (jax 0.10)."""
+    return version_tuple(installed_versions()["jax"])[:2] >= (0, 12)
+
+
 # -- registering a platform ----------------------------------------------------------------
 
 

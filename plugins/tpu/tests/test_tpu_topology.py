@@ -4,6 +4,8 @@ every generation; and ``mesh_utils.create_device_mesh`` / ``create_hybrid_device
 the physical meshes real TPUs get. libtpu and pjrtkit_tpu each report from a child process."""
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 from topology_cases import HYBRID_CASES, MESH_CASES, TOPOLOGY_CASES
 from tpu_children import HERE, report_of, require_libtpu, start
@@ -97,6 +99,9 @@ def test_each_host_process_gets_libtpus_devices(reports, monkeypatch, index):
         assert client.process_index == process
 
 
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None,
+                    reason="a client for a job needs an engine that can run (gloo: torch, "
+                           "installed on the default set only)")
 def test_processes_must_match_the_hosts_of_the_slice(monkeypatch):
     monkeypatch.setenv("PJRTKIT_TPU_TOPOLOGY", "v5e:4x4")
     import pjrtkit_tpu.plugin
