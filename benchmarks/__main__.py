@@ -81,7 +81,7 @@ def main(argv=None) -> int:
     if args.suite == "gpu":
         from benchmarks.gpu_workloads import GPU_WORKLOADS as suite
     else:
-        suite = workloads.WORKLOADS
+        suite = workloads.all_workloads()  # the CPU suite and the real workloads
     try:
         if args.only:
             chosen = workloads.by_name([n.strip() for n in args.only.split(",") if n.strip()],

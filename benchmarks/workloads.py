@@ -276,7 +276,7 @@ WORKLOADS: list[Workload] = [
 GEOMEAN_TARGET = 1.5
 
 
-def _all_workloads() -> list[Workload]:
+def all_workloads() -> list[Workload]:
     from benchmarks.real_workloads import REAL_WORKLOADS
 
     return WORKLOADS + REAL_WORKLOADS
@@ -296,7 +296,7 @@ def by_name(names: list[str], suite: list[Workload] | None = None) -> list[Workl
     """Workloads of ``suite`` (default: the CPU suite with the real workloads) whose name
     contains any of ``names`` (in suite order); a name that is a workload's whole name selects
     that one alone (``scan_rnn``, not ``scan_rnn_large``)."""
-    everything = _all_workloads() if suite is None else suite
+    everything = all_workloads() if suite is None else suite
     exact = {w.name for w in everything}
     chosen = [w for w in everything
               if any(n == w.name or (n not in exact and n in w.name) for n in names)]
