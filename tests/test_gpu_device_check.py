@@ -59,7 +59,10 @@ def test_emulated_stages_write_what_the_device_tool_brings_back(tmp_path):
     # reports them (and so fails), the other workloads ran and matched XLA's cpu
     bench = {w["name"]: w for w in checks["bench"]["workloads"]}
     assert checks["bench"]["reference"] == "cpu" and checks["bench"]["mode"] == "smoke"
-    assert "UNIMPLEMENTED" in bench["matmul_f8"]["error"] and bench["matmul_f8"]["target"] is None
+    # float8 runs through the core's narrow-type expansion (issue 22); the CNN step's
+    # select_and_scatter has no GPU rule yet, so the stage fails naming it
+    assert bench["matmul_f8"]["correct"] and bench["matmul_f8"]["target"] is None
+    assert "select_and_scatter" in bench["cnn_train_step"]["error"]
     assert bench["matmul_f32"]["correct"] and bench["matmul_f32"]["target"] == 1.5
     assert bench["fused_elementwise"]["correct"] and bench["transformer_train_step"]["correct"]
     assert run.returncode == 1 and checks["bench"]["status"] == "failed"
