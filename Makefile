@@ -132,7 +132,8 @@ gpu-compile-report: $(STAMP)
 	@mkdir -p build
 	env -u PJRTKIT_GPU_EMULATE -u TRITON_INTERPRET $(BIN)/python -m pjrtkit_gpu.compile_report \
 		--jobs $(GPU_COMPILE_JOBS) --json build/gpu-compile-report.json \
-		--markdown build/gpu-compile-report.md
+		--markdown build/gpu-compile-report.md \
+		$(if $(strip $(GPU_COMPILE_TARGETS)),--targets $(GPU_COMPILE_TARGETS))
 
 # The GPU device check (tools/pjrtkit_tools/gpu_device_check; README, "The GPU device check").
 # GPU_EMULATE=0, on the GPU test machine: the machine's python3 (DEVICE_CHECK_PYTHON) with the
