@@ -13,7 +13,6 @@ every value of the 8-bit and narrower types.
 from __future__ import annotations
 
 import math
-import os
 import zlib
 
 import jax
@@ -288,17 +287,9 @@ def test_numpy_rules_render_every_op_like_xla(dtype):
 
 
 def _emulated_driver():
-    from pjrtkit_gpu.drivers import select_driver
+    from pjrtkit_gpu.drivers import emulated_driver
 
-    previous = os.environ.get("PJRTKIT_GPU_EMULATE")
-    os.environ["PJRTKIT_GPU_EMULATE"] = "1"
-    try:
-        return select_driver("cuda")
-    finally:
-        if previous is None:
-            del os.environ["PJRTKIT_GPU_EMULATE"]
-        else:
-            os.environ["PJRTKIT_GPU_EMULATE"] = previous
+    return emulated_driver()
 
 
 def _argument_index(case: Case, value) -> int:

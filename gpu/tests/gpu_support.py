@@ -8,7 +8,6 @@ tests that compile for GPU targets run in a child process.
 """
 from __future__ import annotations
 
-import os
 import zlib
 
 import jax
@@ -20,17 +19,9 @@ from pjrtkit.testing.programs import lower_program
 
 
 def emulated_driver():
-    from pjrtkit_gpu.drivers import select_driver
+    from pjrtkit_gpu.drivers import emulated_driver
 
-    previous = os.environ.get("PJRTKIT_GPU_EMULATE")
-    os.environ["PJRTKIT_GPU_EMULATE"] = "1"
-    try:
-        return select_driver("cuda")
-    finally:
-        if previous is None:
-            del os.environ["PJRTKIT_GPU_EMULATE"]
-        else:
-            os.environ["PJRTKIT_GPU_EMULATE"] = previous
+    return emulated_driver()
 
 
 def gpu_plan(fn, *args, static_argnums=()):

@@ -12,6 +12,7 @@ import functools
 import heapq
 import itertools
 import math
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # dtypes are NumPy's, but the records need no NumPy (pjrtkit.lowering uses them)
@@ -142,6 +143,20 @@ def walk_ops(program: Program):
 
     for function in program.functions.values():
         yield from walk_region(function.body)
+
+
+def with_function_bodies(program: Program, rewrite: Callable[[Region], Region]) -> Program:
+    """``program`` with ``rewrite`` applied to every function's body; ``program`` itself when
+    ``rewrite`` returned every body unchanged (the same object)."""
+    functions = {}
+    changed = False
+    for name, function in program.functions.items():
+        body = rewrite(function.body)
+        if body is not function.body:
+            changed = True
+            function = dataclasses.replace(function, body=body)
+        functions[name] = function
+    return dataclasses.replace(program, functions=functions) if changed else program
 
 
 # -- IR utilities every pass needs -----------------------------------------------------------

@@ -37,3 +37,15 @@ def select_driver(vendor: str):
                 raise ValueError(f"unknown GPU vendor {vendor!r}")
             _DRIVERS[key] = driver
         return driver
+
+
+def emulated_driver():
+    """The process's emulated driver (Triton's interpreter on host memory), whatever
+    ``PJRTKIT_GPU_EMULATE`` says: tests that compare the GPU lowering with XLA's CPU backend."""
+    with _LOCK:
+        driver = _DRIVERS.get("emulated")
+        if driver is None:
+            from pjrtkit_gpu.drivers.emulated import EmulatedDriver
+
+            driver = _DRIVERS["emulated"] = EmulatedDriver()
+        return driver

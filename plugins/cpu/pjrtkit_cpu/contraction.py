@@ -42,7 +42,8 @@ import dataclasses
 import numpy as np
 
 from pjrtkit.semantics import dtypes as D
-from pjrtkit.stablehlo.ir import Block, Op, Program, Region, TensorType, Value, fresh_value
+from pjrtkit.stablehlo.ir import (Block, Op, Program, Region, TensorType, Value, fresh_value,
+                                  with_function_bodies)
 
 MULTIPLY_ADD = "pjrtkit_cpu.multiply_add"
 CONTRACTED_DTYPES = frozenset({D.FLOAT32, D.FLOAT64, D.FLOAT16})
@@ -216,15 +217,7 @@ def reciprocal_program(program: Program) -> Program:
     """``program`` with ``reciprocal_divisions`` applied to every block (loop bodies and
     branches included: XLA simplifies every computation); run before fusion, so that fused
     and native loops multiply too."""
-    functions = {}
-    changed = False
-    for name, function in program.functions.items():
-        body = _reciprocal_region(function.body)
-        if body is not function.body:
-            changed = True
-            function = dataclasses.replace(function, body=body)
-        functions[name] = function
-    return dataclasses.replace(program, functions=functions) if changed else program
+    return with_function_bodies(program, _reciprocal_region)
 
 
 def _reciprocal_region(region: Region) -> Region:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 
 from pjrtkit.stablehlo.attributes import DotDimensionNumbers
-from pjrtkit.stablehlo.ir import Block, Op, Program, Region, TensorType
+from pjrtkit.stablehlo.ir import Block, Op, Program, Region, TensorType, with_function_bodies
 
 DOT = "stablehlo.dot_general"
 TRANSPOSE = "stablehlo.transpose"
@@ -27,15 +27,7 @@ TRANSPOSE = "stablehlo.transpose"
 def swap_transposed_dots(program: Program) -> Program:
     """``program`` with every dot_general that is only transposed computed transposed (the
     input is not modified; returned as is when nothing changes)."""
-    changed = False
-    functions = {}
-    for name, function in program.functions.items():
-        body = _region(function.body)
-        if body is not function.body:
-            changed = True
-            function = dataclasses.replace(function, body=body)
-        functions[name] = function
-    return dataclasses.replace(program, functions=functions) if changed else program
+    return with_function_bodies(program, _region)
 
 
 def _region(region: Region) -> Region:
