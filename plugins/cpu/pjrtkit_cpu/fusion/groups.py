@@ -26,6 +26,7 @@ import weakref
 
 import numpy as np
 
+from pjrtkit.semantics import ops as semantics_ops
 from pjrtkit.stablehlo.ir import Block, Op, TensorType, Value, free_uses
 
 from pjrtkit_cpu.fusion import codegen
@@ -43,12 +44,7 @@ MIN_OPS_WITH_BROADCASTS = 1
 MIN_OPS_WITH_REDUCTIONS = 1
 
 # Ops whose order is observable; they are kept in order relative to each other.
-EFFECTFUL = frozenset({
-    "stablehlo.custom_call", "stablehlo.infeed", "stablehlo.outfeed", "stablehlo.send",
-    "stablehlo.recv", "stablehlo.after_all", "stablehlo.create_token", "stablehlo.rng",
-    "stablehlo.rng_bit_generator", "stablehlo.optimization_barrier", "stablehlo.while",
-    "stablehlo.if", "stablehlo.case", "func.call", "stablehlo.composite",
-})
+EFFECTFUL = semantics_ops.EFFECTFUL
 
 
 @dataclasses.dataclass(eq=False)
