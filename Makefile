@@ -39,7 +39,7 @@ define install_gloo
 endef
 SETS := $(patsubst constraints-jax%.txt,%,$(wildcard constraints-jax*.txt))
 
-.PHONY: test-long test-many-processes demo test lint install wheels bench accuracy dtype-sweep conformance gpu-compile-report gpu-device-check gpu-device-carry fuzz soak clean jax-tests-env jax-tests jax-tests-all jax-tests-ci jax-tests-multiprocess
+.PHONY: test-long test-many-processes demo test lint install wheels bench accuracy dtype-sweep conformance conformance-pages gpu-compile-report gpu-device-check gpu-device-carry fuzz soak clean jax-tests-env jax-tests jax-tests-all jax-tests-ci jax-tests-multiprocess
 
 # Every plugin in the repository (a directory under plugins/ with a pyproject.toml) is installed
 # and measured by `make conformance`; the cpu plugin first, since others may import it. The
@@ -123,6 +123,12 @@ conformance-%: $(STAMP)
 		> build/conformance/$*.out 2> build/conformance/$*.err \
 		|| { echo "conformance suite: $* FAILED"; cat build/conformance/$*.out build/conformance/$*.err; exit 1; }; \
 	echo "conformance suite: $*$${extra:+ ($$extra)}"; cat build/conformance/$*.out
+
+# The committed conformance pages against the whole runs `make conformance` just wrote (CI runs
+# it after the whole cuda run): exit 1 naming each check whose outcome differs.
+conformance-pages: $(STAMP)
+	$(BIN)/python -m pjrtkit_tools.conformance_pages --report build/conformance/cuda.json \
+		--page docs/conformance-cuda-emulated.md
 
 # Every kernel the GPU lowering can emit, for each dtype it takes, compiled ahead of time for
 # sm_80, sm_90, sm_100, gfx90a, gfx942 and gfx1100 with its binary size (no GPU needed; CI runs
