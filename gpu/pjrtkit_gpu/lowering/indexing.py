@@ -4,14 +4,17 @@ StableHLO's rules (gather clamps a start so the slice fits; scatter skips an upd
 does not fit). Scatter's combiner: replace (a store), add (``tl.atomic_add``; float32, float64
 and 32/64-bit integers, whose atomics every target has) or max/min (``tl.atomic_max``/``min``,
 32/64-bit integers). Batched gathers and scatters (operand_batching_dims) are first rewritten
-without batching dimensions by the core (``pjrtkit.expansions.batched_indexing``); variadic
-scatters are UNIMPLEMENTED."""
+without batching dimensions by the core (``pjrtkit.expansions.batched_indexing``). A scatter of
+several operands whose combiner keeps them apart (a complex scatter after the complex expansion)
+becomes one scatter per operand (``pjrtkit.expansions.variadic_scatter``); one whose combiner
+mixes them is UNIMPLEMENTED."""
 from __future__ import annotations
 
 import math
 
 from pjrtkit.expansions import lower_by_expansion
 from pjrtkit.expansions.batched_indexing import gather_without_batching, scatter_without_batching
+from pjrtkit.expansions.variadic_scatter import scatter_per_operand, separable_combiner
 from pjrtkit_gpu import codegen, dtypes as D, kernels
 from pjrtkit_gpu.lowering.launching import blocks, row_major_strides
 from pjrtkit_gpu.lowering.reduce import body_op_name
@@ -94,8 +97,10 @@ def _combiner(op, ctx) -> str:
 def scatter(op, ctx):
     check_operands(op, ctx)
     if len(op.operands) != 3:
-        raise ctx.unimplemented(op, f"scatter of {len(op.operands) // 2} operands on "
-                                    f"{op.operands[0].type.dtype.name}")
+        if separable_combiner(op):
+            return lower_by_expansion(op, ctx, scatter_per_operand)
+        raise ctx.unimplemented(op, f"scatter of {len(op.operands) // 2} operands whose "
+                                    f"combiner mixes them, on {op.operands[0].type.dtype.name}")
     dn = op.attributes["scatter_dimension_numbers"]
     operand, indices, updates = (v.type for v in op.operands)
     if dn.input_batching_dims:
