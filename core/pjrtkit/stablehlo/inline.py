@@ -39,6 +39,25 @@ def inline_calls(block: Block, program: Program) -> Block:
     return Block(block.arguments, ops)
 
 
+def inline_calls_everywhere(block: Block, program: Program) -> Block:
+    """``inline_calls`` on ``block`` and on every block of its ops' regions, at any depth (a
+    loop body's if/case branches and inner loops call functions too: numpyro's NUTS draws its
+    random bits in a case branch); ``block`` itself when nothing changed."""
+    block = inline_calls(block, program)
+    ops: list[Op] = []
+    changed = False
+    for op in block.ops:
+        if op.regions:
+            regions = tuple(Region([inline_calls_everywhere(b, program) for b in r.blocks])
+                            for r in op.regions)
+            if any(new is not old for r, nr in zip(op.regions, regions)
+                   for old, new in zip(r.blocks, nr.blocks)):
+                op = dataclasses.replace(op, regions=regions)
+                changed = True
+        ops.append(op)
+    return Block(block.arguments, ops) if changed else block
+
+
 def inline_region_calls(region: Region, program: Program) -> Region:
     """``region`` (one block) with its calls inlined (``inline_calls``); ``region`` itself when
     it calls nothing."""

@@ -26,12 +26,16 @@ def _private_cache(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("PJRTKIT_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "pjrtkit"))
 
 
-def _run_both(plan, flat, ref, native_expected, loosen=1.0):
+def _run_both(plan, flat, ref, native_expected, loosen=1.0, whole=False):
     before = dict(native.STATS)
     with np.errstate(all="ignore"):
         first = plan(*flat)
         cache.wait_all(timeout=300)
+        compiled = dict(native.STATS)
         second = plan(*flat)
+    if whole:  # the program's one outer loop ran as one native call, nothing interpreted
+        assert (native.STATS["native"] - compiled["native"],
+                native.STATS["interpreted"] - compiled["interpreted"]) == (1, 0)
     for outs in (first, second):
         assert len(outs) == len(ref)
         for i, (a, b) in enumerate(zip(outs, ref)):
@@ -45,10 +49,10 @@ def _run_both(plan, flat, ref, native_expected, loosen=1.0):
 def check_native(registry):
     """check_native(fn, *args, native=True): interpreted and native loop vs XLA."""
 
-    def run(fn, *args, native=True, loosen=1.0):
+    def run(fn, *args, native=True, loosen=1.0, whole=False):
         plan = build_plan(maybe_fuse(lower_program(fn, *args)), registry)
         flat = [np.asarray(x) for x in jax.tree_util.tree_leaves(args)]
-        return _run_both(plan, flat, run_on_xla_cpu(fn, args), native, loosen)
+        return _run_both(plan, flat, run_on_xla_cpu(fn, args), native, loosen, whole)
 
     return run
 
@@ -455,3 +459,89 @@ def test_a_scalar_carry_computed_in_a_one_element_buffer(check_native, rng, dtyp
         return lax.while_loop(cond, body, (0, v, jnp.zeros((), dtype)))
 
     check_native(fn, v)
+
+
+# -- what numpyro's NUTS runs in its loops: inner loops, scatters, random bits, calls in branches
+def test_an_inner_loop_with_a_data_dependent_trip_count(check_native, rng):
+    x = rng.standard_normal(6).astype(np.float32)
+
+    def fn(x):
+        def body(i, c):
+            v, total = c
+            # an inner while whose trip count depends on the carry, with an array carry, a
+            # scalar carry and a value from the outer body it reads
+            scale = (i + 1).astype(jnp.float32)
+
+            def inner_cond(s):
+                k, w = s
+                return (k < 4) & (jnp.sum(jnp.abs(w)) < 50.0)
+
+            def inner_body(s):
+                k, w = s
+                return k + 1, w * 1.5 + scale
+
+            k, w = lax.while_loop(inner_cond, inner_body, (np.int32(0), v))
+            # an inner loop that never runs returns its initial values
+            z = lax.while_loop(lambda s: s[0] < 0, lambda s: (s[0] + 1, s[1] * 2.0),
+                               (np.int32(0), w))[1]
+            return z * 0.1, total + k
+        return lax.fori_loop(0, 5, body, (x, np.int32(0)))
+
+    check_native(fn, x, whole=True)
+
+
+@pytest.mark.parametrize("case", ["set_row", "add_repeated", "max_out_of_bounds", "multiply"])
+def test_scatters_in_the_body(check_native, rng, case):
+    m = rng.standard_normal((5, 4)).astype(np.float32)
+    u = rng.standard_normal((3, 4)).astype(np.float32)
+
+    def step(i, m):
+        if case == "set_row":  # numpyro's mass-matrix update: a row at a dynamic index
+            return m.at[i % 5].set(m[(i + 1) % 5] * 0.5)
+        if case == "add_repeated":  # the same row twice: both updates add
+            return m.at[jnp.array([1, 3, 1])].add(u * 0.1)
+        if case == "max_out_of_bounds":  # index 7 is outside: its window is dropped
+            return m.at[jnp.array([0, 7, i % 5])].max(u)
+        return m.at[jnp.array([2, i % 5, 4])].multiply(u * 0.01 + 1.0)
+
+    check_native(lambda m: lax.fori_loop(0, 4, step, m), m, whole=True)
+
+
+def test_random_bits_and_calls_inside_branches(check_native, rng):
+    # threefry (shifts, bitcasts from uint32 to float32) in a called function inside a cond
+    # branch inside the loop: the calls in branches are inlined, the bitcasts emitted natively
+    x = rng.standard_normal(4).astype(np.float32)
+
+    def fn(x, key):
+        def body(i, c):
+            v, k = c
+            k, sub = jax.random.split(k)
+            noise = lax.cond(i % 2 == 0, lambda: jax.random.normal(sub, (4,), jnp.float32),
+                             lambda: jax.random.uniform(sub, (4,), jnp.float32))
+            return v * 0.5 + noise, k
+        return lax.fori_loop(0, 6, body, (x, key))
+
+    check_native(fn, x, jax.random.key_data(jax.random.key(3)), whole=True)
+
+
+def test_a_branch_returning_a_rank0_value_held_in_a_buffer(check_native, rng):
+    # a dot of two vectors is a one-element buffer in the native loop; a cond returning it
+    # assigned the buffer to the branch's scalar home (Numba: "Cannot unify float32 and
+    # array(float32, 1d, C)", numpyro's NUTS)
+    v = rng.standard_normal(8).astype(np.float32)
+
+    def fn(v):
+        def body(i, c):
+            x, s = c
+            t = lax.cond(s > 0.0, lambda: jnp.dot(x, x), lambda: jnp.sum(x))
+            return x * 0.9, t * 0.01 + s
+        return lax.fori_loop(0, 5, body, (v, np.float32(1.0)))
+
+    check_native(fn, v, whole=True)
+
+
+def test_a_reduction_of_a_broadcast_scalar(check_native):
+    def fn(c):
+        return lax.fori_loop(0, 3, lambda i, c: jnp.sum(jnp.broadcast_to(c, (7,))) * 0.25, c)
+
+    check_native(fn, np.float32(0.3), whole=True)

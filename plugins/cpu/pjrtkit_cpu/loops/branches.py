@@ -10,21 +10,21 @@ from __future__ import annotations
 
 from pjrtkit.stablehlo.ir import TERMINATORS, Op
 
-from pjrtkit_cpu.loops.emitter import INDENT, LoopSource, Unsupported, Val, tensor_type
+from pjrtkit_cpu.loops.emitter import (INDENT, LoopSource, Unsupported, Val, rank0_expr,
+                                        tensor_type)
 
 
 def if_(src: LoopSource, op: Op, lines: list[str]) -> None:
-    pred = src.get(op.operands[0])
-    if pred.kind != "scalar":
-        raise Unsupported("if predicate")
-    _arms(src, op, [f"if {pred.expr}:", "else:"], lines)
+    pred = rank0_expr(src.get(op.operands[0]), "if predicate")
+    _arms(src, op, [f"if {pred}:", "else:"], lines)
 
 
 def case(src: LoopSource, op: Op, lines: list[str]) -> None:
     index = src.get(op.operands[0])
-    if index.kind != "scalar" or index.dtype.kind not in "iu":
+    if index.dtype.kind not in "iu":
         raise Unsupported("case index")
-    heads = [f"{'if' if i == 0 else 'elif'} {index.expr} == {i}:"
+    expr = rank0_expr(index, "case index")
+    heads = [f"{'if' if i == 0 else 'elif'} {expr} == {i}:"
              for i in range(len(op.regions) - 1)] + ["else:"]
     _arms(src, op, heads if len(heads) > 1 else ["if True:"], lines)
 
@@ -50,7 +50,7 @@ def _arms(src: LoopSource, op: Op, heads: list[str], lines: list[str]) -> None:
         for home, v in zip(homes, terminator.operands):
             val = src.get(v)
             if home.kind == "scalar":
-                arm.append(f"{home.expr} = {val.expr}")
+                arm.append(f"{home.expr} = {rank0_expr(val, 'branch result')}")
             else:
                 arm += [f"for q in range({home.size}):",
                         f"{INDENT}{home.expr}[q] = {val.element('q')}"]

@@ -72,6 +72,14 @@ def tensor_type(value: Value) -> TensorType:
     return t
 
 
+def rank0_expr(val: Val, what: str) -> str:
+    """The expression of a rank-0 value's element, wherever it lives (a local, or a
+    one-element buffer or view: a reshape of a tensor<1x...>)."""
+    if val.shape != () or val.kind == "chained":
+        raise Unsupported(what)
+    return val.element("0")
+
+
 def element_lines(op: Op, names: list[str], result: str) -> list[str]:
     """The op table's statements for one element of ``op``; per-element libm calls are
     allowed (``vectorized=False``: the alternative is the interpreted loop)."""
@@ -132,3 +140,30 @@ class LoopSource:
         """An array value sharing ``val``'s storage (a reshape or a contiguous slice)."""
         return Val("array", expr or val.expr, shape, val.dtype, val.storage)
 
+
+
+def carry_updates(src: LoopSource, returned, homes: list[str], types) -> list[str]:
+    """The end of a loop iteration: the ``returned`` values become the carries, carry ``p``
+    living in ``homes[p]`` (a scalar local for rank 0, else a flat array). New scalars are
+    computed before any carry changes, values that live in a carry's storage are staged first,
+    then the arrays are copied and the scalars assigned."""
+    new_scalars, staged, copies = [], [], []
+    arrays = {home for home, t in zip(homes, types) if t.shape}
+    for v, home, t in zip(returned, homes, types):
+        val = src.get(v)
+        if not t.shape:
+            # (a rank-0 value computed into a one-element buffer is read out of it: a
+            # scalar carry holding the buffer was Numba's "Cannot unify bool and
+            # array(bool, 1d, C)", numpyro's NUTS tree building)
+            new_scalars.append((home, val.element("0")))
+            continue
+        if val.kind == "array" and val.expr == home:
+            continue  # the carry itself (passed through or updated in place)
+        if val.kind == "array" and val.storage in arrays:
+            stage = src.buffer(t.shape, t.dtype)
+            staged += [f"for q in range({t.size}):", f"{INDENT}{stage}[q] = {val.expr}[q]"]
+            val = Val("array", stage, t.shape, t.dtype)
+        copies += [f"for q in range({t.size}):", f"{INDENT}{home}[q] = {val.element('q')}"]
+    temps = [f"n_{target} = {expr}" for target, expr in new_scalars]
+    assigns = [f"{target} = n_{target}" for target, _ in new_scalars]
+    return temps + staged + copies + assigns

@@ -1,13 +1,16 @@
-"""dynamic_slice and dynamic_update_slice in native loops, with XLA's start clamping (each
-start moved into [0, dim - size], unsigned starts compared before any cast). A slice that is
-one contiguous run of its operand is a view; an update marked in place by ``ownership`` writes
-into its carry, any other update into a copy."""
+"""dynamic_slice, dynamic_update_slice and scatter in native loops, with XLA's start clamping
+(each start moved into [0, dim - size], unsigned starts compared before any cast). A slice that
+is one contiguous run of its operand is a view; an update marked in place by ``ownership``
+writes into its carry, any other update into a copy. A scatter writes into a copy of its
+operand, skipping an update window that does not fit (as XLA does), its combiner emitted per
+element with the driver's rules."""
 from __future__ import annotations
 
-from pjrtkit.stablehlo.ir import Op
+from pjrtkit.stablehlo.ir import TERMINATORS, Op
 
 from pjrtkit_cpu.loopnest.values import contiguous, strides
-from pjrtkit_cpu.loops.emitter import INDENT, LoopSource, Unsupported, Val, tensor_type
+from pjrtkit_cpu.loops.emitter import (INDENT, LoopSource, Unsupported, Val, rank0_expr,
+                                        tensor_type)
 from pjrtkit_cpu.loops.ownership import IN_PLACE_UPDATE
 
 
@@ -17,16 +20,17 @@ def _clamped_starts(src: LoopSource, op: Op, first: int, operand_shape, sizes,
     names = []
     for v, dim, size in zip(op.operands[first:], operand_shape, sizes):
         s = src.get(v)
-        if s.kind != "scalar" or s.dtype.kind not in "iu":
+        if s.dtype.kind not in "iu":
             raise Unsupported("dynamic start index")
+        expr = rank0_expr(s, "dynamic start index")
         limit = dim - size
         name = src.name("st")
         if s.dtype.kind == "u":
             u = f"np.{s.dtype.name}"
-            lines.append(f"{name} = np.int64({s.expr}) if {s.expr} <= {u}({limit}) "
+            lines.append(f"{name} = np.int64({expr}) if {expr} <= {u}({limit}) "
                          f"else np.int64({limit})")
         else:
-            lines.append(f"{name} = np.int64({s.expr})")
+            lines.append(f"{name} = np.int64({expr})")
             lines.append(f"if {name} < 0:")
             lines.append(f"{INDENT}{name} = np.int64(0)")
             lines.append(f"if {name} > {limit}:")
@@ -108,3 +112,62 @@ def dynamic_update_slice(src: LoopSource, op: Op, lines: list[str]) -> None:
         src.bind(op.results[0], x)
     else:
         src.bind(op.results[0], Val("array", out, t.shape, t.dtype))
+
+
+def scatter(src: LoopSource, op: Op, lines: list[str]) -> None:
+    """One operand, no batching dimensions: per update element, its start indices, whether its
+    window fits, and the combiner (the region's ops on the current and the update element)."""
+    if len(op.operands) != 3:
+        raise Unsupported("variadic scatter")
+    dn = op.attributes["scatter_dimension_numbers"]
+    if dn.input_batching_dims:
+        raise Unsupported("batched scatter")
+    block = op.regions[0].entry
+    if len(block.arguments) != 2 or block.ops[-1].name not in TERMINATORS:
+        raise Unsupported("scatter combiner")
+    t = tensor_type(op.results[0])
+    it, ut = tensor_type(op.operands[1]), tensor_type(op.operands[2])
+    x, idx, upd = (src.get(v) for v in op.operands)
+    if "chained" in (x.kind, idx.kind, upd.kind) or idx.dtype.kind not in "iu":
+        raise Unsupported("scatter operands")
+    out = src.buffer(t.shape, t.dtype)
+    lines += [f"for q in range({t.size}):", f"{INDENT}{out}[q] = {x.element('q')}"]
+    window_dims = tuple(dn.update_window_dims)
+    scatter_dims = [d for d in range(len(ut.shape)) if d not in window_dims]
+    operand_window_dims = [d for d in range(len(t.shape)) if d not in dn.inserted_window_dims]
+    window_size = {d: ut.shape[u] for d, u in zip(operand_window_dims, window_dims)}
+    ustr, istr, ostr = strides(ut.shape), strides(it.shape), strides(t.shape)
+    ivd = dn.index_vector_dim
+    index_batch_dims = [d for d in range(len(it.shape)) if d != ivd]
+    vector_stride = istr[ivd] if ivd < len(it.shape) else 0
+    u = src.name("u")
+    coord = {k: f"(({u} // {ustr[k]}) % {ut.shape[k]})" for k in range(len(ut.shape))}
+    base = " + ".join(f"{coord[k]} * {istr[d]}"
+                      for k, d in zip(scatter_dims, index_batch_dims)) or "0"
+    loop: list[str] = []
+    start = {}
+    for j, d in enumerate(dn.scatter_dims_to_operand_dims):
+        start[d] = src.name("si")
+        loop.append(f"{start[d]} = np.int64({idx.element(f'{base} + {j * vector_stride}')})")
+    fits = " and ".join(f"{start[d]} >= 0 and {start[d]} <= {t.shape[d] - window_size.get(d, 1)}"
+                        for d in start) or "True"
+    window = {d: coord[k] for d, k in zip(operand_window_dims, window_dims)}
+    target = src.name("tg")
+    terms = [f"({start.get(d, '0')} + {window.get(d, '0')}) * {ostr[d]}"
+             for d in range(len(t.shape))]
+    current, update = src.name("sc"), src.name("su")
+    src.bind(block.arguments[0], Val("scalar", current, (), t.dtype))
+    src.bind(block.arguments[1], Val("scalar", update, (), t.dtype))
+    combine: list[str] = []
+    for inner in block.ops[:-1]:
+        src.emit_op(src, inner, combine)
+    result = rank0_expr(src.get(block.ops[-1].operands[0]), "scatter combiner")
+    loop += [f"if {fits}:",
+             f"{INDENT}{target} = {' + '.join(terms) or '0'}",
+             f"{INDENT}{current} = {out}[{target}]",
+             f"{INDENT}{update} = {upd.element(u)}"]
+    loop += [INDENT + line for line in combine]
+    loop.append(f"{INDENT}{out}[{target}] = {result}")
+    lines.append(f"for {u} in range({ut.size}):")
+    lines += [INDENT + line for line in loop]
+    src.bind(op.results[0], Val("array", out, t.shape, t.dtype))

@@ -23,7 +23,8 @@ from pjrtkit.stablehlo.ir import TERMINATORS, Block, Op
 
 from pjrtkit_cpu.fusion import cache
 from pjrtkit_cpu.loopnest import module
-from pjrtkit_cpu.loops.emitter import INDENT, LoopSource, Unsupported, Val, tensor_type
+from pjrtkit_cpu.loops.emitter import (INDENT, LoopSource, Unsupported, Val, carry_updates,
+                                        rank0_expr, tensor_type)
 from pjrtkit_cpu.loops.ops import OP_TABLE, chainable_values, emit_op
 
 log = logging.getLogger(__name__)
@@ -88,20 +89,19 @@ class LoopSpec:
         cond_lines: list[str] = []
         for inner in cond.ops[:-1]:
             emit_op(src, inner, cond_lines)
-        pred = src.get(cond.ops[-1].operands[0])
-        if pred.kind != "scalar":
-            raise Unsupported("loop condition")
+        pred = rank0_expr(src.get(cond.ops[-1].operands[0]), "loop condition")
         body_lines: list[str] = []
         for inner in body.ops[:-1]:
             emit_op(src, inner, body_lines)
-        body_lines += self._carry_updates(src, terminator)
+        homes = [f"c{p}" if t.shape else f"s_c{p}" for p, t in enumerate(self.types)]
+        body_lines += carry_updates(src, terminator.operands, homes, self.types)
         self.constants = tuple(src.constant_args)
         params += [f"k{i}" for i in range(len(self.constants))]
         lines = [f"def kernel({', '.join(params)}):"]
         lines += [INDENT + line for line in src.prologue]
         lines.append(f"{INDENT}while True:")
         lines += [2 * INDENT + line for line in cond_lines]
-        lines.append(f"{2 * INDENT}if not {pred.expr}:")
+        lines.append(f"{2 * INDENT}if not {pred}:")
         lines.append(f"{3 * INDENT}break")
         lines += [2 * INDENT + line for line in body_lines]
         lines += [f"{INDENT}c{p}[0] = s_c{p}" for p, t in enumerate(self.types)
@@ -110,31 +110,6 @@ class LoopSpec:
         self.signature = ([(t.dtype, 1, p in self.passthrough) for p, t in enumerate(self.types)]
                           + [(t.dtype, 1, True) for t in self.capture_types]
                           + [(c.dtype, 1, True) for c in self.constants])
-
-    def _carry_updates(self, src: LoopSource, terminator: Op) -> list[str]:
-        """The end of an iteration: the returned values become the carries. New scalars are
-        computed before any carry changes, values that live in another carry's storage are
-        staged first, then the arrays are copied and the scalars assigned."""
-        new_scalars, staged, copies = [], [], []
-        carries = {f"c{p}" for p in range(len(self.types))}
-        for p, (v, t) in enumerate(zip(terminator.operands, self.types)):
-            val = src.get(v)
-            if not t.shape:
-                # (a rank-0 value computed into a one-element buffer is read out of it: a
-                # scalar carry holding the buffer was Numba's "Cannot unify bool and
-                # array(bool, 1d, C)", numpyro's NUTS tree building)
-                new_scalars.append((f"s_c{p}", val.element("0")))
-                continue
-            if val.kind == "array" and val.expr == f"c{p}":
-                continue  # the carry itself (passed through or updated in place)
-            if val.kind == "array" and val.storage in carries:
-                stage = src.buffer(t.shape, t.dtype)
-                staged += [f"for q in range({t.size}):", f"{INDENT}{stage}[q] = {val.expr}[q]"]
-                val = Val("array", stage, t.shape, t.dtype)
-            copies += [f"for q in range({t.size}):", f"{INDENT}c{p}[q] = {val.element('q')}"]
-        temps = [f"n_{target} = {expr}" for target, expr in new_scalars]
-        assigns = [f"{target} = n_{target}" for target, _ in new_scalars]
-        return temps + staged + copies + assigns
 
 
 class NativeLoopKernel(cache.BackgroundCompiled):

@@ -1,9 +1,9 @@
 """The native-loop driver's rules: elementwise ops from the op table, and the loop-nest rules
 of the ops that are not one element per element (constants, reductions; structural ops in
-``shapes``, dynamic slices in ``indexing``, dots in ``dot``, if/case in ``branches``, fused
-groups in ``fused``). Each rule binds the op's results in a ``LoopSource`` and appends the
-statements computing them to ``lines``; an op or shape it cannot express raises
-``Unsupported``.
+``shapes``, dynamic slices in ``indexing``, dots in ``dot``, if/case in ``branches``, inner
+loops in ``inner_while``, fused groups in ``fused``). Each rule binds the op's results in a
+``LoopSource`` and appends the statements computing them to ``lines``; an op or shape it
+cannot express raises ``Unsupported``.
 
 Elementwise ops are the op table's rules (``loopnest.optable``), the same objects fused groups
 and row programs use, so they have exactly the same XLA semantics; here per-element libm calls
@@ -21,8 +21,8 @@ from pjrtkit.stablehlo.ir import Op, free_uses
 from pjrtkit_cpu.fusion.rewrite import FUSED_OP
 from pjrtkit_cpu.fusion.rows import ROWS_OP
 from pjrtkit_cpu.loopnest import optable
-from pjrtkit_cpu.loopnest.values import literal, strides
-from pjrtkit_cpu.loops import branches, fused, indexing, shapes
+from pjrtkit_cpu.loopnest.values import BOOL, literal, scalar_type, strides
+from pjrtkit_cpu.loops import branches, fused, indexing, inner_while, shapes
 from pjrtkit_cpu.loops.dot import dot_general
 from pjrtkit_cpu.loops.emitter import (INDENT, LoopSource, Unsupported, Val, element_lines,
                                         tensor_type)
@@ -47,7 +47,9 @@ def constant(src: LoopSource, op: Op, lines: list[str]) -> None:
         src.invariant.add(op.results[0].id)
 
 
-def elementwise(src: LoopSource, op: Op, lines: list[str]) -> None:
+def elementwise(src: LoopSource, op: Op, lines: list[str], element=element_lines) -> None:
+    """One element per element: ``element(op, operand element names, result name)`` gives the
+    statements (the op table's by default)."""
     t = tensor_type(op.results[0])
     if len(op.results) != 1:
         raise Unsupported(op.name)
@@ -56,7 +58,7 @@ def elementwise(src: LoopSource, op: Op, lines: list[str]) -> None:
         tensor_type(v)
     result = src.name("t")
     if all(o.kind not in ("array", "chained") for o in operands):
-        lines.extend(element_lines(op, [o.expr for o in operands], result))
+        lines.extend(element(op, [o.expr for o in operands], result))
         src.bind(op.results[0], Val.uniform(result, t))
         return
     names = []
@@ -70,7 +72,7 @@ def elementwise(src: LoopSource, op: Op, lines: list[str]) -> None:
             loads.extend(src.chained_code.pop(o.expr))
         else:
             names.append(o.expr)
-    code = loads + element_lines(op, names, result)
+    code = loads + element(op, names, result)
     if op.results[0].id in src.chainable:  # its reader's loop computes it
         src.chained_code[result] = code
         src.bind(op.results[0], Val("chained", result, t.shape, t.dtype))
@@ -80,6 +82,21 @@ def elementwise(src: LoopSource, op: Op, lines: list[str]) -> None:
     lines.extend(INDENT + line for line in code)
     lines.append(f"{INDENT}{out}[q] = {result}")
     src.bind(op.results[0], Val("array", out, t.shape, t.dtype))
+
+
+def _bitcast_element(op: Op, names: list[str], result: str) -> list[str]:
+    source, target = tensor_type(op.operands[0]).dtype, tensor_type(op.results[0]).dtype
+    if source.itemsize != target.itemsize or BOOL in (source, target):
+        raise Unsupported(f"bitcast_convert from {source} to {target}")
+    if source.kind in "iu" and target.kind in "iu":  # between integers of one width: a cast
+        return [f"{result} = {scalar_type(target)}({names[0]})"]
+    return [f"{result} = {scalar_type(source)}({names[0]}).view({scalar_type(target)})"]
+
+
+def bitcast_convert(src: LoopSource, op: Op, lines: list[str]) -> None:
+    """A bitcast between types of one width (random bits made floats, floats' sign bits): per
+    element, the op table's spelling of a scalar bitcast."""
+    elementwise(src, op, lines, element=_bitcast_element)
 
 
 def reduce(src: LoopSource, op: Op, lines: list[str]) -> None:
@@ -96,8 +113,8 @@ def reduce(src: LoopSource, op: Op, lines: list[str]) -> None:
         raise Unsupported("reduce body")
     t = tensor_type(op.results[0])
     x, init = src.get(op.operands[0]), src.get(op.operands[1])
-    if init.kind != "scalar" or x.kind != "array":
-        raise Unsupported("reduce of a splat")
+    if init.kind != "scalar" or x.kind == "chained":
+        raise Unsupported(f"reduce of a {x.kind} input with a {init.kind} init")
     reduced = set(op.attributes["dimensions"])
     layout = strides(x.shape)
     kept = [d for d in range(len(x.shape)) if d not in reduced]
@@ -120,7 +137,7 @@ def reduce(src: LoopSource, op: Op, lines: list[str]) -> None:
         terms.append(f"{index} * {layout[d]}")
     if not reduced:
         lines.append(f"{indent}{acc} = {init.expr}")
-    lines.append(f"{indent}{element} = {x.expr}[{' + '.join(terms)}]")
+    lines.append(f"{indent}{element} = {x.element(' + '.join(terms))}")
     names = [acc if v is block.arguments[0] else element for v in combine.operands]
     lines.extend(indent + line for line in element_lines(combine, names, step))
     lines.append(f"{indent}{acc} = {step}")
@@ -137,6 +154,7 @@ def reduce(src: LoopSource, op: Op, lines: list[str]) -> None:
 # table: a test checks that every op has exactly one rule).
 LOOP_NEST_RULES = {
     "stablehlo.constant": constant,
+    "stablehlo.bitcast_convert": bitcast_convert,
     "stablehlo.reduce": reduce,
     "stablehlo.broadcast_in_dim": shapes.broadcast_in_dim,
     "stablehlo.reshape": shapes.reshape,
@@ -146,15 +164,17 @@ LOOP_NEST_RULES = {
     "stablehlo.concatenate": shapes.concatenate,
     "stablehlo.dynamic_slice": indexing.dynamic_slice,
     "stablehlo.dynamic_update_slice": indexing.dynamic_update_slice,
+    "stablehlo.scatter": indexing.scatter,
     IN_PLACE_UPDATE: indexing.dynamic_update_slice,
     "stablehlo.dot_general": dot_general,
     "stablehlo.if": branches.if_,
     "stablehlo.case": branches.case,
+    "stablehlo.while": inner_while.while_,
     FUSED_OP: fused.fused_elementwise,
     ROWS_OP: fused.inline_region,
 }
-_WITH_REGIONS = frozenset({"stablehlo.reduce", "stablehlo.if", "stablehlo.case", FUSED_OP,
-                           ROWS_OP})
+_WITH_REGIONS = frozenset({"stablehlo.reduce", "stablehlo.scatter", "stablehlo.if", "stablehlo.case",
+                           "stablehlo.while", FUSED_OP, ROWS_OP})
 
 
 def is_elementwise(op: Op) -> bool:

@@ -11,7 +11,7 @@ import numpy as np
 
 from pjrtkit.stablehlo.ir import Region
 
-from pjrtkit.stablehlo.inline import inline_calls
+from pjrtkit.stablehlo.inline import inline_calls_everywhere
 from pjrtkit_cpu.loops.native import native_loop
 from pjrtkit_cpu.loops.ownership import IN_PLACE_UPDATE, rewrite_in_place
 from pjrtkit_cpu.lowering.registry import RULES
@@ -19,10 +19,12 @@ from pjrtkit_cpu.lowering.registry import RULES
 
 @RULES.register("stablehlo.while")
 def while_(op, ctx):
-    # The body's calls are inlined (so the analyses below see the ops they run) and its
-    # dynamic_update_slice ops on dying carries write in place (see loops.ownership).
-    cond_block = inline_calls(op.regions[0].entry, ctx.program)
-    body_block, owned = rewrite_in_place(inline_calls(op.regions[1].entry, ctx.program))
+    # The body's calls, those of its branches and inner loops too, are inlined (so the analyses
+    # below see the ops they run) and its dynamic_update_slice ops on dying carries write in
+    # place (see loops.ownership).
+    cond_block = inline_calls_everywhere(op.regions[0].entry, ctx.program)
+    body_block, owned = rewrite_in_place(inline_calls_everywhere(op.regions[1].entry,
+                                                                 ctx.program))
     cond = ctx.compile_region(Region([cond_block]))
     body = ctx.compile_region(Region([body_block]))
     num_carried = len(op.operands)
