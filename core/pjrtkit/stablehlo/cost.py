@@ -7,12 +7,18 @@ from __future__ import annotations
 
 import math
 
-from pjrtkit.semantics.ops import TRANSCENDENTAL
 from pjrtkit.stablehlo.ir import Function, Op, Program, TensorType
 from pjrtkit.types import CostEstimate
 
 # Price of a loop body execution count we cannot know statically.
 ASSUMED_LOOP_TRIPS = 1000
+
+# Its own list, not pjrtkit.semantics.ops.TRANSCENDENTAL: this module loads without NumPy and
+# ml_dtypes (tests/test_lowering_without_numpy.py), which the semantics' dtype facts need.
+_TRANSCENDENTAL = {"stablehlo.exponential", "stablehlo.log", "stablehlo.tanh",
+                   "stablehlo.logistic", "stablehlo.sine", "stablehlo.cosine",
+                   "stablehlo.power", "stablehlo.exponential_minus_one",
+                   "stablehlo.log_plus_one", "stablehlo.rsqrt", "stablehlo.sqrt"}
 
 
 def _elements(value) -> int:
@@ -28,7 +34,7 @@ def _op_cost(op: Op, program: Program, seen: set[str]) -> tuple[float, float, fl
     out_elems = sum(_elements(v) for v in op.results)
     nbytes = float(sum(_bytes(v) for v in (*op.operands, *op.results)))
     flops = float(out_elems)
-    trans = float(out_elems) if op.name in TRANSCENDENTAL else 0.0
+    trans = float(out_elems) if op.name in _TRANSCENDENTAL else 0.0
     if op.name == "stablehlo.dot_general":
         dims = op.attributes["dot_dimension_numbers"]
         lhs = op.operands[0].type.shape
