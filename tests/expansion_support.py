@@ -39,3 +39,20 @@ def run_expanded(fn, args, prims, platform=None):
     flat = [np.asarray(a) for a in jax.tree_util.tree_leaves(args)]
     with np.errstate(all="ignore"):
         return program, [np.asarray(r) for r in build_plan(program, RULES)(*flat)]
+
+
+def replace_ops(program, name, expansion):
+    """``program`` with each ``name`` op, at any depth, replaced in place by ``expansion``'s
+    ops (``expansion(op, program)``, as a backend's rule would call it)."""
+    def rewrite(region):
+        for block in region.blocks:
+            ops = []
+            for op in block.ops:
+                for inner in op.regions:
+                    rewrite(inner)
+                ops.extend(expansion(op, program) if op.name == name else [op])
+            block.ops[:] = ops
+
+    for function in program.functions.values():
+        rewrite(function.body)
+    return program

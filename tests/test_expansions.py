@@ -21,7 +21,7 @@ from pjrtkit.stablehlo.ir import walk_ops
 from pjrtkit.testing.programs import lower_program, run_on_xla_cpu
 from pjrtkit.testing.tolerances import assert_close
 
-from expansion_support import RULES, run_expanded
+from expansion_support import RULES, replace_ops, run_expanded
 from pjrtkit.types import Capabilities, CompileOptions, PrimitiveSet
 
 OPTIONS = CompileOptions(num_replicas=1, num_partitions=1, device_assignment=None,
@@ -263,18 +263,7 @@ def _rewritten(fn, args, name, expansion):
     reference rules."""
     program = lower_program(fn, *args)
     assert any(_has_groups_or_batching(op) for op in walk_ops(program) if op.name == name)
-
-    def rewrite(region):
-        for block in region.blocks:
-            ops = []
-            for op in block.ops:
-                for inner in op.regions:
-                    rewrite(inner)
-                ops.extend(expansion(op, program) if op.name == name else [op])
-            block.ops[:] = ops
-
-    for function in program.functions.values():
-        rewrite(function.body)
+    replace_ops(program, name, expansion)
     assert name not in {op.name for op in walk_ops(program)} or all(
         not _has_groups_or_batching(op) for op in walk_ops(program) if op.name == name)
     flat = [np.asarray(a) for a in args]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from expansion_support import RULES, primitives
+from expansion_support import RULES, primitives, replace_ops
 from pjrtkit import expansions
 from pjrtkit.expansions.variadic_scatter import scatter_per_operand, separable_combiner
 from pjrtkit.lowering.plan import build_plan
@@ -26,29 +26,13 @@ CASES = {
 }
 
 
-def _split_scatters(program):
-    def rewrite(region):
-        for block in region.blocks:
-            ops = []
-            for op in block.ops:
-                for inner in op.regions:
-                    rewrite(inner)
-                ops.extend(scatter_per_operand(op, program)
-                           if op.name == "stablehlo.scatter" else [op])
-            block.ops[:] = ops
-
-    for function in program.functions.values():
-        rewrite(function.body)
-    return program
-
-
 @pytest.mark.parametrize("name", ["set", "add"])
 def test_a_complex_scatter_runs_as_one_scatter_per_part(name):
     fn = CASES[name]
     program = expansions.expand(lower_program(fn, X, U, IDX), primitives(lacking=[np.complex64]))
     scatters = [op for op in walk_ops(program) if op.name == "stablehlo.scatter"]
     assert scatters and all(len(op.results) == 2 and separable_combiner(op) for op in scatters)
-    _split_scatters(program)
+    replace_ops(program, "stablehlo.scatter", scatter_per_operand)
     scatters = [op for op in walk_ops(program) if op.name == "stablehlo.scatter"]
     assert scatters and all(len(op.results) == 1 for op in scatters)
     ours = build_plan(program, RULES)(X, U, IDX)
