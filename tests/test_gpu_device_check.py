@@ -55,17 +55,14 @@ def test_emulated_stages_write_what_the_device_tool_brings_back(tmp_path):
                      "summary.md"], (files, run.stdout[-3000:], run.stderr[-3000:])
     assert all(p.is_file() and p.stat().st_size < 16 << 20 for p in out.iterdir())
     checks = json.loads((out / "checks.json").read_text())
-    # float8 has no GPU kernel and the CNN step needs select_and_scatter: the bench stage
-    # reports them (and so fails), the other workloads ran and matched XLA's cpu
+    # every workload runs and matches XLA's cpu: float8 through the core's narrow-type
+    # expansion, the CNN step's select_and_scatter through its expansion (issue 22)
     bench = {w["name"]: w for w in checks["bench"]["workloads"]}
     assert checks["bench"]["reference"] == "cpu" and checks["bench"]["mode"] == "smoke"
-    # float8 runs through the core's narrow-type expansion (issue 22); the CNN step's
-    # select_and_scatter has no GPU rule yet, so the stage fails naming it
     assert bench["matmul_f8"]["correct"] and bench["matmul_f8"]["target"] is None
-    assert "select_and_scatter" in bench["cnn_train_step"]["error"]
     assert bench["matmul_f32"]["correct"] and bench["matmul_f32"]["target"] == 1.5
-    assert bench["fused_elementwise"]["correct"] and bench["transformer_train_step"]["correct"]
-    assert run.returncode == 1 and checks["bench"]["status"] == "failed"
+    assert all(w["correct"] and not w["error"] for w in bench.values()), bench
+    assert run.returncode == 0 and checks["bench"]["status"] == "ok"
     pallas = checks["pallas"]
     assert pallas["status"] == "ok", pallas
     for name in ("elementwise", "matmul"):
@@ -76,7 +73,7 @@ def test_emulated_stages_write_what_the_device_tool_brings_back(tmp_path):
     assert {"batched_matmul", "elementwise", "row_reduce"} <= set(kernels["by_name"])
     assert list((work / "kernel-log").glob("kernels-*.jsonl"))
     summary = (out / "summary.md").read_text()
-    assert "| bench | failed |" in summary and "## Pallas Triton kernels" in summary
+    assert "| bench | ok |" in summary and "## Pallas Triton kernels" in summary
 
 
 def test_the_device_tool_command_fits_its_limit_and_is_the_one_the_readme_shows():
