@@ -135,6 +135,9 @@ def main(argv=None) -> int:
               f"{waited})", flush=True)
         if r.error_traceback:
             print(r.error_traceback, file=sys.stderr)
+        if args.json:  # what is done so far survives a run stopped at a deadline
+            report.write_json(args.json, report.document(
+                results, mode=mode, settings=settings, elapsed_s=time.perf_counter() - start))
     elapsed = time.perf_counter() - start
 
     print()

@@ -55,6 +55,11 @@ def test_an_emulated_run_records_each_kernel_once_generated_ones_with_their_sour
         assert ("source" in r) == generated, r["name"]
         assert all(v == "constexpr" or v.startswith(("*", "i64")) for v in r["signature"].values())
     [dot] = by_name(records, "batched_matmul")
+    # Triton's specialization: aligned pointers and ints divisible by 16 carry ":16" (40x48 @
+    # 48x24: K = 48 does, M = 40 and N = 24 do not)
+    sig = dot["signature"]
+    assert all(sig[p].endswith(":16") for p in ("a", "b", "c"))
+    assert (sig["M"], sig["N"], sig["K"]) == ("i64", "i64", "i64:16")
     assert dot["constexprs"]["WIDEN"] is True  # bfloat16 widened for the interpreter's tl.dot
     assert dot["options"] == autotune.DEFAULTS[autotune.MATMUL].options
     [conv] = by_name(records, "convolution")
@@ -105,3 +110,16 @@ def test_compiling_twice_into_one_triton_cache_hits_it_the_second_time(recorded,
     assert first["cache_misses"] == first["compiles"]
     assert second["cache_hits"] == second["compiles"] and second["cache_misses"] == 0
     assert all(r["binary_bytes"] > 1000 for r in reports[1]["rows"])
+
+
+def test_alignment_hints_become_tritons_divisibility_attributes():
+    from pjrtkit_gpu import kernels
+    from pjrtkit_gpu.drivers.compiled_kernels import split_hints
+
+    plain, attrs = split_hints(kernels.batched_matmul, {
+        "a": "*bf16:16", "b": "*bf16", "c": "*bf16:16", "M": "i64", "N": "i64:16", "K": "i64",
+        "BM": "constexpr"})
+    assert plain == {"a": "*bf16", "b": "*bf16", "c": "*bf16", "M": "i64", "N": "i64",
+                     "K": "i64", "BM": "constexpr"}
+    assert attrs == {(0,): [["tt.divisibility", 16]], (2,): [["tt.divisibility", 16]],
+                     (4,): [["tt.divisibility", 16]]}

@@ -3,13 +3,14 @@
 ``select_driver(vendor)`` returns the driver a plugin runs on: the emulated one when
 ``PJRTKIT_GPU_EMULATE=1``, else the vendor's. A vendor driver that cannot start (no driver
 library, no device) raises ``FailedPrecondition`` saying why; the plugin's client topology
-then fails and ``pjrtkit list`` shows the reason.
+then fails and ``pjrtkit list`` shows the reason. With ``PJRTKIT_GPU_LAUNCH_PROFILE=1`` the
+driver's launches are timed (``launch_profile``).
 """
 from __future__ import annotations
 
 import threading
 
-from pjrtkit_gpu import settings
+from pjrtkit_gpu import launch_profile, settings
 
 _DRIVERS: dict[str, object] = {}
 _LOCK = threading.Lock()
@@ -35,6 +36,8 @@ def select_driver(vendor: str):
                 driver = HipDriver()
             else:
                 raise ValueError(f"unknown GPU vendor {vendor!r}")
+            if launch_profile.enabled():
+                launch_profile.instrument(driver)
             _DRIVERS[key] = driver
         return driver
 

@@ -14,10 +14,11 @@ import threading
 
 import numpy as np
 
-from pjrtkit.errors import FailedPrecondition, Internal
+from pjrtkit.errors import FailedPrecondition, Internal, ResourceExhausted
 
 from pjrtkit_gpu.drivers.base import DeviceFacts, Driver, launch_grid
 from pjrtkit_gpu.drivers.compiled_kernels import CompiledKernels
+from pjrtkit_gpu.drivers.memory_pool import MemoryPool, rounded
 
 
 def _load_bindings():
@@ -145,6 +146,8 @@ class CudaDriver(Driver):
                                         self._load_module)
         self._lock = threading.Lock()
         self._staging = PinnedStaging(cu, self._use)
+        # Freed memory kept for reuse, up to a quarter of the smallest device's memory.
+        self._pool = MemoryPool(self._free, min(f.memory_bytes for f in facts) // 4)
 
     def _use(self, device_index: int) -> None:
         _check(self._cu, self._cu.cuCtxSetCurrent(self._contexts[device_index]), "cuCtxSetCurrent")
@@ -152,11 +155,32 @@ class CudaDriver(Driver):
     def devices(self):
         return self._facts
 
-    def allocate(self, device_index, nbytes):
-        cu = self._cu
+    def _free(self, device_index: int, pointer: int) -> None:
         self._use(device_index)
-        pointer = _check(cu, cu.cuMemAlloc(max(nbytes, 1)), f"cuMemAlloc({nbytes})")
-        return DeviceMemory(int(pointer), nbytes, device_index, lambda p: cu.cuMemFree(p))
+        self._cu.cuMemFree(pointer)
+
+    def allocate(self, device_index, nbytes):
+        """From the memory pool when it keeps a block of this size, else ``cuMemAlloc``; a
+        refusal for lack of memory releases the pool's blocks on the device and asks again,
+        then is RESOURCE_EXHAUSTED."""
+        cu = self._cu
+        size = rounded(nbytes)
+        pointer = self._pool.take(device_index, size)
+        if pointer is None:
+            self._use(device_index)
+            result = cu.cuMemAlloc(size)
+            if result[0] == cu.CUresult.CUDA_ERROR_OUT_OF_MEMORY:
+                self.synchronize(device_index)
+                self._pool.release_all(device_index)
+                result = cu.cuMemAlloc(size)
+                if result[0] == cu.CUresult.CUDA_ERROR_OUT_OF_MEMORY:
+                    raise ResourceExhausted(
+                        f"pjrtkit_cuda: out of memory on device {device_index} allocating "
+                        f"{nbytes} bytes ({self._facts[device_index].memory_bytes} in all)")
+            pointer = int(_check(cu, result, f"cuMemAlloc({nbytes})"))
+        pool = self._pool
+        return DeviceMemory(pointer, nbytes, device_index,
+                            lambda p: pool.give(device_index, size, p))
 
     def upload(self, memory, host):
         """Through the device's pinned staging buffer, chunk by chunk; returns when the last

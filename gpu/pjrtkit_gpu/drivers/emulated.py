@@ -23,8 +23,14 @@ class HostMemory:
 
     __slots__ = ("bytes", "device_index")
 
+    # As cuMemAlloc and hipMalloc align allocations (the kernel signature's alignment hints,
+    # recorded here, are then the ones a GPU compiles).
+    ALIGNMENT = 256
+
     def __init__(self, nbytes: int, device_index: int):
-        self.bytes = np.empty(max(nbytes, 1), dtype=np.uint8)
+        raw = np.empty(max(nbytes, 1) + self.ALIGNMENT, dtype=np.uint8)
+        start = -raw.ctypes.data % self.ALIGNMENT
+        self.bytes = raw[start:start + max(nbytes, 1)]
         self.device_index = device_index
 
     @property

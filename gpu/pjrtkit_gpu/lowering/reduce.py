@@ -26,6 +26,12 @@ from pjrtkit_gpu.lowering.structural import check_operands
 ROWS_PER_PROGRAM = autotune.DEFAULTS[autotune.ROW_REDUCE].constexprs["BM"]
 COLUMNS_PER_STEP = autotune.DEFAULTS[autotune.ROW_REDUCE].constexprs["BK"]
 SEQUENTIAL_ROWS_PER_PROGRAM = 64
+# A one-op reduction with too few rows to fill the GPU (a whole-array sum is one row) runs in
+# two passes: each row cut into ``split`` pieces reduced from the body's identity, then the
+# pieces with the init value. Programs wanted in the first pass, per multiprocessor:
+PROGRAMS_PER_MULTIPROCESSOR = 4
+# and the shortest piece worth a program of its own (columns):
+MIN_PIECE = 1024
 
 REDUCTION_BODIES = ("stablehlo.add", "stablehlo.multiply", "stablehlo.maximum", "stablehlo.minimum",
            "stablehlo.and", "stablehlo.or", "stablehlo.xor")
@@ -64,6 +70,33 @@ def _identity(body: str, dtype) -> str:
         return "0" if body == "stablehlo.maximum" else "1"
     low, high = D.int_range(dtype)
     return str(low if body == "stablehlo.maximum" else high)
+
+
+def _identity_array(body: str, dtype):
+    """The body's identity as a rank-0 array of ``dtype`` (what a partial reduction starts
+    from)."""
+    import numpy as np
+
+    text = _identity(body, dtype)
+    if text.startswith("float("):
+        return np.array(float(text.removeprefix("float('").removesuffix("')")), dtype)
+    return np.array(int(text), dtype)
+
+
+def row_split(rows: int, columns: int, dtype, multiprocessors: int, rows_per_program: int) -> int:
+    """Pieces each row of a one-op reduction is cut into (1: one pass): a power of two
+    dividing ``columns``, enough for ``PROGRAMS_PER_MULTIPROCESSOR`` programs per
+    multiprocessor, no piece shorter than ``MIN_PIECE``. Only where the partial results keep
+    the accumulator's precision (the accumulator is the stored type: not float16, bfloat16
+    or bool)."""
+    if dtype == D.BOOL or _accumulator(dtype) != D.storage_language_type(dtype) or not rows:
+        return 1
+    wanted = PROGRAMS_PER_MULTIPROCESSOR * multiprocessors * rows_per_program
+    split = 1
+    while (rows * split < wanted and columns % (split * 2) == 0
+           and columns // (split * 2) >= MIN_PIECE):
+        split *= 2
+    return split
 
 
 def combine_expression(body: str, dtype) -> str:
@@ -167,7 +200,8 @@ def reduce_rule(op, ctx):
     columns = math.prod(shape[d] for d in dims)
     outs = [v.type for v in op.results]
     options = None
-    if constexprs is None:  # the one-op row reduction: tiles and options are autotune's
+    one_op = constexprs is None
+    if one_op:  # the one-op row reduction: tiles and options are autotune's
         def measure(config):  # only when autotuning on a GPU: this shape, fresh operands
             x = driver.empty(device, (rows, columns), operand_dtypes[0])
             init = driver.empty(device, (), operand_dtypes[0])
@@ -184,6 +218,13 @@ def reduce_rule(op, ctx):
                                  measure if rows and columns else None)
         constexprs, options = config.constexprs, config.options
     rows_per_program = constexprs["BM"]
+    split = 1
+    if one_op:
+        split = row_split(rows, columns, operand_dtypes[0],
+                          driver.devices()[device].multiprocessor_count, rows_per_program)
+    if split > 1:
+        identity = driver.from_host(device, _identity_array(body_op_name(op.regions[0]),
+                                                            operand_dtypes[0]))
 
     def run_reduce(*args):
         inputs, inits, captured = args[:n], args[n:2 * n], args[2 * n:]
@@ -191,9 +232,18 @@ def reduce_rule(op, ctx):
         if rows:
             arranged = [permuted(driver, device, x, permutation).reshaped((rows, columns))
                         for x in inputs]
+            if split > 1:  # pieces from the identity, then the pieces of each row with init
+                pieces, piece = rows * split, columns // split
+                partial = driver.empty(device, (pieces,), outs[0].dtype)
+                driver.launch(device, kernel, (blocks(pieces, rows_per_program),),
+                              [arranged[0].reshaped((pieces, piece)), identity, partial,
+                               pieces, piece], constexprs, options)
+                arranged, columns_now = [partial.reshaped((rows, split))], split
+            else:
+                columns_now = columns
             driver.launch(device, kernel, (blocks(rows, rows_per_program),),
-                          [*arranged, *inits, *results, *captured, rows, columns], constexprs,
-                          options)
+                          [*arranged, *inits, *results, *captured, rows, columns_now],
+                          constexprs, options)
         return results
 
     return run_reduce
