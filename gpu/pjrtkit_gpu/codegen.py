@@ -52,8 +52,9 @@ def load_kernel(source: str, name: str):
 def elementwise_source(name: str, inputs: list[tuple[str, bool, str]], body: list[str],
                        outputs: list[tuple[str, str]]) -> str:
     """A kernel over ``n`` elements: ``inputs`` are (compute expression template on ``{v}``,
-    is a scalar, variable) loaded as ``in<i>``; ``body`` assigns variables; ``outputs`` are
-    (variable, storage-type expression) stored into ``out<i>``."""
+    is a scalar, variable or None when the body loads it) loaded as ``in<i>``; ``body``
+    assigns variables; ``outputs`` are (variable, storage-type expression) stored into
+    ``out<i>``."""
     params = [f"in{i}" for i in range(len(inputs))] + [f"out{i}" for i in range(len(outputs))]
     lines = [
         "@triton.jit",
@@ -62,6 +63,8 @@ def elementwise_source(name: str, inputs: list[tuple[str, bool, str]], body: lis
         "    mask = i < n",
     ]
     for k, (convert, scalar, variable) in enumerate(inputs):
+        if variable is None:  # read by the body itself (through a broadcast's index)
+            continue
         raw = f"tl.load(in{k})" if scalar else f"tl.load(in{k} + i, mask=mask)"
         lines.append(f"    {variable} = {convert.format(v=raw)}")
     lines += [f"    {line}" for line in body]

@@ -2,12 +2,13 @@
 ``pjrtkit_gpu.fused_elementwise`` op, which the lowering turns into one generated kernel (one
 read of each input and one write of each output instead of one round trip per op).
 
-A group grows in program order over ops of the same shape that ``elementwise_table``
-renders; ops in between that do not read the group may stay outside
-it. The fused op takes the place of the group's last member, so every input is defined before
-it; an outside op between members that reads a member's value closes the group first. Group
-outputs are the members' values read by anything outside the group. Groups of one op are left
-alone (the op's own rule makes the same kernel).
+A group grows in program order over ops of the same shape that ``elementwise_table`` renders,
+and ``broadcast_in_dim`` into that shape (the kernel loads the broadcast operand through an
+index, so a scalar constant or a row's mean is never written out in full); ops in between that
+do not read the group may stay outside it. The fused op takes the place of the group's last
+member, so every input is defined before it; an outside op between members that reads a
+member's value closes the group first. Group outputs are the members' values read by anything
+outside the group. Groups of one op are left alone (the op's own rule makes the same kernel).
 """
 from __future__ import annotations
 
@@ -20,9 +21,26 @@ from pjrtkit_gpu import dtypes as D
 FUSED = "pjrtkit_gpu.fused_elementwise"
 
 
+BROADCAST = "stablehlo.broadcast_in_dim"
+
+
+def fusible_broadcast(op: Op) -> bool:
+    """A ``broadcast_in_dim`` a fused kernel reads through an index (its operand is loaded
+    where each output element comes from, never materialized): dimensions kept in order, of a
+    supported dtype, to a larger shape."""
+    if op.name != BROADCAST or len(op.operands) != 1:
+        return False
+    source, result = op.operands[0].type, op.results[0].type
+    dims = tuple(op.attributes.get("broadcast_dimensions", ()))
+    return (hasattr(source, "dtype") and D.is_supported(source.dtype)
+            and list(dims) == sorted(set(dims)) and source.shape != result.shape)
+
+
 def _fusible(op: Op) -> bool:
     from pjrtkit_gpu.elementwise_table import OPS, renders
 
+    if fusible_broadcast(op):
+        return True
     if op.name not in OPS or len(op.results) != 1 or op.regions:
         return False
     shape = op.results[0].type.shape

@@ -2,6 +2,7 @@
 outputs, and results stay XLA's."""
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -43,3 +44,27 @@ def test_fusion_leaves_the_input_program_unchanged():
     before = _names(program)
     fuse_elementwise(program)
     assert _names(program) == before
+
+
+def test_broadcasts_are_read_through_an_index_not_materialized(agrees_with_xla):
+    """Scalar constants and a row statistic broadcast back over the rows (layernorm's shape)
+    join the fused kernel: the group has broadcast members, and no broadcast is left for the
+    strided copy."""
+    x = np.linspace(-2, 2, 60, dtype=np.float32).reshape(3, 4, 5)
+
+    def fn(a):
+        mean = jnp.mean(a, axis=-1, keepdims=True)
+        centered = (a - mean) * 1.5 + 0.25
+        col = jnp.max(a, axis=1, keepdims=True)   # a middle dimension broadcast back
+        return centered * jax.lax.rsqrt(jnp.mean(centered * centered, axis=-1,
+                                                 keepdims=True) + 1e-5) - col
+
+    program = fuse_elementwise(lower_program(fn, x))
+    top = program.main.body.entry.ops
+    fused = [op for op in top if op.name == FUSED]
+    assert fused and any(inner.name == "stablehlo.broadcast_in_dim"
+                         for op in fused for inner in op.regions[0].entry.ops)
+    # what stays outside only adds size-1 dimensions (keepdims): a view, not a copy
+    assert all(op.operands[0].type.size == op.results[0].type.size
+               for op in top if op.name == "stablehlo.broadcast_in_dim")
+    agrees_with_xla(fn, x)

@@ -8,7 +8,8 @@ import math
 from pjrtkit_gpu import codegen, dtypes as D, kernels
 from pjrtkit_gpu.elementwise_table import (OPS, NoKernel, bfloat16_load, bfloat16_store,
                                            statements)
-from pjrtkit_gpu.lowering.launching import blocks
+from pjrtkit_gpu.fusion import BROADCAST
+from pjrtkit_gpu.lowering.launching import blocks, row_major_strides
 
 FUSED = "pjrtkit_gpu.fused_elementwise"
 
@@ -33,21 +34,55 @@ def store_template(dtype) -> str:
     return "{v}"
 
 
+def broadcast_index(source_shape, shape, dimensions) -> str | None:
+    """The flat index into a row-major operand of ``source_shape`` that element ``i`` of the
+    row-major ``shape`` reads when broadcast along ``dimensions`` (None: one element)."""
+    out_strides = row_major_strides(shape)
+    in_strides = row_major_strides(source_shape)
+    terms = []
+    for k, d in enumerate(dimensions):
+        if source_shape[k] == 1:
+            continue
+        term = "i" if out_strides[d] == 1 else f"(i // {out_strides[d]})"
+        if d > 0:
+            term = f"({term} % {shape[d]})"
+        terms.append(term if in_strides[k] == 1 else f"{term} * {in_strides[k]}")
+    return " + ".join(terms) or None
+
+
 def chain_source(ops, inputs, outputs) -> str:
-    """The generated kernel's source for ``ops`` (elementwise, in order) from ``inputs`` to
-    ``outputs``; ``NoKernel`` (with the op, as ``exc.op``) for an op or dtype it lacks."""
+    """The generated kernel's source for ``ops`` (elementwise, in order; a ``broadcast_in_dim``
+    reads its operand through ``broadcast_index``) from ``inputs`` to ``outputs``; ``NoKernel``
+    (with the op, as ``exc.op``) for an op or dtype it lacks."""
     shape = outputs[0].type.shape
     names: dict[int, str] = {}
+    positions = {value.id: k for k, value in enumerate(inputs)}
+    # inputs read elementwise (a broadcast reads its operand itself, unless it is one element)
+    direct = {v.id for inner in ops for v in inner.operands
+              if inner.name != BROADCAST or broadcast_index(
+                  v.type.shape, shape, inner.attributes.get("broadcast_dimensions", ())) is None}
     loaded = []
     for k, value in enumerate(inputs):
         names[value.id] = f"x{k}"
         if not D.is_supported(value.type.dtype):
             raise NoKernel(f"operand of {value.type.dtype.name}: the GPU kernels take "
                            f"{', '.join(d.name for d in D.SUPPORTED)}")
-        scalar = value.type.rank == 0 and len(shape) > 0
-        loaded.append((load_template(value.type.dtype), scalar, f"x{k}"))
+        scalar = value.type.size == 1 and len(shape) > 0
+        loaded.append((load_template(value.type.dtype), scalar,
+                       f"x{k}" if value.id in direct else None))
     body = []
     for k, inner in enumerate(ops):
+        if inner.name == BROADCAST:
+            source = inner.operands[0]
+            index = broadcast_index(source.type.shape, shape,
+                                    inner.attributes.get("broadcast_dimensions", ()))
+            if index is None:  # one element, loaded once as a scalar
+                names[inner.results[0].id] = names[source.id]
+                continue
+            raw = f"tl.load(in{positions[source.id]} + ({index}), mask=mask)"
+            body.append(f"v{k} = {load_template(source.type.dtype).format(v=raw)}")
+            names[inner.results[0].id] = f"v{k}"
+            continue
         try:
             body += statements(inner, [names[v.id] for v in inner.operands], f"v{k}")
         except NoKernel as exc:

@@ -16,6 +16,7 @@ import numpy as np
 
 from pjrtkit_gpu import dtypes as D
 from pjrtkit_gpu.elementwise_table import NoKernel, statements
+from pjrtkit_gpu.fusion import BROADCAST
 from pjrtkit_gpu.lowering.elementwise import FUSED, load_template
 
 
@@ -69,6 +70,9 @@ def region_lines(region, arguments: list[str], prefix: str, captures=()
                                           f"{prefix}{k}_", names)
             lines += inner
             names.update((v.id, r) for v, r in zip(op.results, results))
+            continue
+        if op.name == BROADCAST and op.operands[0].type.size == 1 and op.operands[0].id in names:
+            names[op.results[0].id] = names[op.operands[0].id]  # one element: the scalar itself
             continue
         if len(op.results) != 1:
             exc = NoKernel(f"{op.name} with {len(op.results)} results in a region")

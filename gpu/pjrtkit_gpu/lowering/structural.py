@@ -52,6 +52,12 @@ def broadcast_in_dim(op, ctx):
         if in_shape[i] == out.shape[d]:
             src_strides[d] = in_strides[i]
     dst_strides = row_major_strides(out.shape)
+    if math.prod(in_shape) == math.prod(out.shape) and list(dims) == sorted(dims):
+        # only size-1 dimensions added (keepdims): the same elements in the same order
+        def run_view(x):
+            return (x.reshaped(out.shape),)
+
+        return run_view
 
     def run_broadcast(x):
         result = driver.empty(device, out.shape, out.dtype)

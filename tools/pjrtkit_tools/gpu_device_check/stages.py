@@ -26,6 +26,10 @@ KERNEL_LOG = "kernel-log"
 MANIFEST = "manifest.json"
 # Conformance chunks per parallel process: a deadline stops only the chunks in flight.
 CHUNKS_PER_WORKER = 3
+# The bench stage profiles its PROFILED workloads of highest ratio to XLA, keeping this many
+# seconds of its share for it.
+PROFILED = 3
+PROFILE_SHARE_S = 25
 
 
 @dataclasses.dataclass
@@ -240,17 +244,40 @@ def bench(run: Run, limit: float) -> dict:
                "--reference", run.reference, "--json", str(path)]
     command += ["--smoke"] if run.emulate else ["--quick", "--repeats", "5"]
     extra = {} if run.emulate else {"PJRTKIT_GPU_AUTOTUNE": str(run.out / "tuned_configs.json")}
-    status, _ = run.call(command, limit, extra)
+    start = time.monotonic()
+    status, _ = run.call(command, limit - PROFILE_SHARE_S, extra)
     doc = read_json(path)
     rows = [{k: w.get(k) for k in ("name", "pjrtkit_s", "xla_s", "ratio", "target", "met",
                                    "correct", "error", "mismatch")}
             for w in doc.get("workloads", [])]
-    return {"status": "ok" if status == 0 else "failed",
-            "why": None if status == 0 else ("stopped at the stage's time limit"
-                                             if status is None else
-                                             "a workload raised or differed from XLA"),
-            "geomean_ratio": doc.get("geomean_ratio"), "workloads": rows,
-            "reference": run.reference, "mode": doc.get("mode")}
+    result = {"status": "ok" if status == 0 else "failed",
+              "why": None if status == 0 else ("stopped at the stage's time limit"
+                                               if status is None else
+                                               "a workload raised or differed from XLA"),
+              "geomean_ratio": doc.get("geomean_ratio"), "workloads": rows,
+              "reference": run.reference, "mode": doc.get("mode")}
+    slowest = [r["name"] for r in sorted((r for r in rows if r.get("ratio")),
+                                         key=lambda r: -r["ratio"])[:PROFILED]]
+    left = limit - (time.monotonic() - start)
+    if slowest and left > 5:
+        result["profile"] = profile_workloads(run, slowest, left)
+    return result
+
+
+def profile_workloads(run: Run, names: list[str], limit: float) -> dict:
+    """Launches per call and the kernel families that take the time, for ``names``
+    (``profile_workloads``: every launch waits for the device, so the seconds are an upper
+    bound; the split is the point)."""
+    command = [sys.executable, "-m", "pjrtkit_tools.gpu_device_check.profile_workloads",
+               "--names", ",".join(names), "--backend", BACKEND]
+    if run.emulate:
+        command.append("--smoke")
+    status, output = run.call(command, limit)
+    lines = [line for line in output.splitlines() if line.startswith("{")]
+    if not lines:
+        return {"error": "stopped at the stage's time limit" if status is None
+                else f"no report (exit {status})"}
+    return json.loads(lines[-1])
 
 
 def pallas(run: Run, limit: float) -> dict:
