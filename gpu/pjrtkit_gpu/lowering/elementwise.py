@@ -76,8 +76,9 @@ def chain_source(ops, inputs, outputs) -> str:
             source = inner.operands[0]
             index = broadcast_index(source.type.shape, shape,
                                     inner.attributes.get("broadcast_dimensions", ()))
-            if index is None:  # one element, loaded once as a scalar
-                names[inner.results[0].id] = names[source.id]
+            if index is None:  # one element, loaded once: every member value stays a block
+                body.append(f"v{k} = tl.broadcast_to({names[source.id]}, (BLOCK,))")
+                names[inner.results[0].id] = f"v{k}"
                 continue
             raw = f"tl.load(in{positions[source.id]} + ({index}), mask=mask)"
             body.append(f"v{k} = {load_template(source.type.dtype).format(v=raw)}")
