@@ -75,7 +75,9 @@ def elementwise_source(name: str, inputs: list[tuple[str, bool, str]], body: lis
 
 def row_reduce_source(name: str, load: str, identity: str, combine: str, row: str, finish: str,
                       accumulator: str) -> str:
-    """A kernel reducing each row of a row-major (M, K) array into out[M]; grid (cdiv(M, BM),).
+    """A kernel reducing each row of an (M, K) array into out[M]; grid (cdiv(M, BM),). The
+    array is row-major, or with ``TRANSPOSED`` stored as (K, M) row-major (a reduction over
+    the leading dimensions reads the operand as it lies, no transposed copy).
 
     ``load`` converts a loaded tile ``{v}`` to the accumulator type ``accumulator``;
     ``identity`` is the neutral element (masked lanes), ``combine`` the body on ``{a}``, ``{b}``
@@ -91,14 +93,17 @@ def {name}_combine(a, b):
 
 
 @triton.jit
-def {name}(x, init, out, M, K, BM: tl.constexpr, BK: tl.constexpr):
+def {name}(x, init, out, M, K, BM: tl.constexpr, BK: tl.constexpr, TRANSPOSED: tl.constexpr):
     rows = tl.program_id(0).to(tl.int64) * BM + tl.arange(0, BM).to(tl.int64)
     cols = tl.arange(0, BK).to(tl.int64)
     acc = tl.full((BM,), {identity}, tl.{accumulator})
     for k0 in range(0, K, BK):
         k = k0 + cols
         mask = (rows[:, None] < M) & (k[None, :] < K)
-        tile = tl.load(x + rows[:, None] * K + k[None, :], mask=mask)
+        if TRANSPOSED:
+            tile = tl.load(x + rows[:, None] + k[None, :] * M, mask=mask)
+        else:
+            tile = tl.load(x + rows[:, None] * K + k[None, :], mask=mask)
         tile = tl.where(mask, {load.format(v="tile")}, {identity})
         part = {row.format(v="tile", combine=f"{name}_combine")}
         # .to(): Triton widens 8- and 16-bit integer sums; a loop-carried value keeps one type

@@ -111,10 +111,13 @@ def kernel_cases(only=None):
                       kernels.batched_matmul,
                       {"a": f"*{D.storage_type(a)}", "b": f"*{D.storage_type(a)}",
                        "c": f"*{D.storage_type(c)}", "M": "i64", "N": "i64", "K": "i64",
+                       "a_batch": "i64", "a_major": "i64", "b_batch": "i64", "b_major": "i64",
                        "BM": "constexpr", "BN": "constexpr", "BK": "constexpr",
-                       "USE_DOT": "constexpr", "IEEE": "constexpr", "WIDEN": "constexpr"},
+                       "USE_DOT": "constexpr", "IEEE": "constexpr", "WIDEN": "constexpr",
+                       "A_T": "constexpr", "B_T": "constexpr"},
                       {"BM": bm, "BN": bn, "BK": bk, "USE_DOT": use_dot,
-                       "IEEE": a == D.FLOAT32, "WIDEN": False}, "dot_general"))
+                       "IEEE": a == D.FLOAT32, "WIDEN": False, "A_T": False, "B_T": False},
+                      "dot_general"))
     for d in D.SUPPORTED:
         for make, label in ((_elementwise_ops, "elementwise"), (_convert_ops, "convert")):
             inputs, ops, names = make(d)
@@ -139,8 +142,9 @@ def kernel_cases(only=None):
             storage = D.storage_type(d)
             cases.append(("row_reduce", d.name, "64x64 -> 64", kernel,
                           {"x": f"*{storage}", "init": f"*{storage}", "out": f"*{storage}",
-                           "M": "i64", "K": "i64", "BM": "constexpr", "BK": "constexpr"},
-                          {"BM": ROWS_PER_PROGRAM, "BK": COLUMNS_PER_STEP},
+                           "M": "i64", "K": "i64", "BM": "constexpr", "BK": "constexpr",
+                           "TRANSPOSED": "constexpr"},
+                          {"BM": ROWS_PER_PROGRAM, "BK": COLUMNS_PER_STEP, "TRANSPOSED": False},
                           f"reduce({body.split('.')[-1]})"))
     if not only or only & {"sort_rows", "merge_runs", "sequential_reduce"}:
         cases += _region_cases()

@@ -66,21 +66,26 @@ def iota(out, n, stride, size, IS_FLOAT: tl.constexpr, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def batched_matmul(a, b, c, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-                   USE_DOT: tl.constexpr, IEEE: tl.constexpr, WIDEN: tl.constexpr):
-    """``c[z] = a[z] @ b[z]`` for row-major a (Z, M, K), b (Z, K, N), c (Z, M, N); grid
-    (cdiv(M, BM) * Z, cdiv(N, BN)): the batch shares the first dimension, which takes 2^31-1
-    programs where the others take 65535. USE_DOT: tl.dot with float32 accumulation (float32 inputs
-    with IEEE float32 products, not TF32); else products broadcast and summed in c's type
-    (float64, integers: wrapping like XLA). WIDEN: bfloat16 tiles are widened to float32 before
-    tl.dot (exact: their products are exact in float32); only under Triton's interpreter,
-    whose tl.dot multiplies bfloat16's raw bits."""
+def batched_matmul(a, b, c, M, N, K, a_batch, a_major, b_batch, b_major,
+                   BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+                   USE_DOT: tl.constexpr, IEEE: tl.constexpr, WIDEN: tl.constexpr,
+                   A_T: tl.constexpr, B_T: tl.constexpr):
+    """``c[z] = a[z] @ b[z]`` for a (Z, M, K), b (Z, K, N) read through strides, c (Z, M, N)
+    row-major; grid (cdiv(M, BM) * Z, cdiv(N, BN)): the batch shares the first dimension,
+    which takes 2^31-1 programs where the others take 65535. Element (z, m, k) of a is at
+    ``a + z * a_batch + m * a_major + k`` (A_T: ``m + k * a_major``, a stored transposed), and
+    (z, k, n) of b at ``b + z * b_batch + k * b_major + n`` (B_T: ``k + n * b_major``): an
+    operand the dot reads in another order than its own is not copied first. USE_DOT: tl.dot
+    with float32 accumulation (float32 inputs with IEEE float32 products, not TF32); else
+    products broadcast and summed in c's type (float64, integers: wrapping like XLA). WIDEN:
+    bfloat16 tiles are widened to float32 before tl.dot (exact: their products are exact in
+    float32); only under Triton's interpreter, whose tl.dot multiplies bfloat16's raw bits."""
     row_blocks = tl.cdiv(M, BM)
     pm = tl.program_id(0) % row_blocks
     pn = tl.program_id(1)
     z = (tl.program_id(0) // row_blocks).to(tl.int64)
-    a += z * M * K
-    b += z * K * N
+    a += z * a_batch
+    b += z * b_batch
     c += z * M * N
     rm = pm * BM + tl.arange(0, BM)
     rn = pn * BN + tl.arange(0, BN)
@@ -91,10 +96,16 @@ def batched_matmul(a, b, c, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.
         acc = tl.zeros((BM, BN), dtype=c.dtype.element_ty)
     for k0 in range(0, K, BK):
         ka = k0 + rk
-        x = tl.load(a + rm[:, None].to(tl.int64) * K + ka[None, :],
-                    mask=(rm[:, None] < M) & (ka[None, :] < K), other=0)
-        y = tl.load(b + ka[:, None].to(tl.int64) * N + rn[None, :],
-                    mask=(ka[:, None] < K) & (rn[None, :] < N), other=0)
+        if A_T:
+            a_at = rm[:, None].to(tl.int64) + ka[None, :].to(tl.int64) * a_major
+        else:
+            a_at = rm[:, None].to(tl.int64) * a_major + ka[None, :]
+        if B_T:
+            b_at = ka[:, None].to(tl.int64) + rn[None, :].to(tl.int64) * b_major
+        else:
+            b_at = ka[:, None].to(tl.int64) * b_major + rn[None, :]
+        x = tl.load(a + a_at, mask=(rm[:, None] < M) & (ka[None, :] < K), other=0)
+        y = tl.load(b + b_at, mask=(ka[:, None] < K) & (rn[None, :] < N), other=0)
         if WIDEN:
             x = x.to(tl.float32)
             y = y.to(tl.float32)

@@ -1,5 +1,7 @@
 """``stablehlo.dot_general`` / ``stablehlo.dot`` as a tiled, batched matmul: each operand is
-transposed into (batch, rows, contraction) / (batch, contraction, columns) order, then one
+read as (batch, rows, contraction) / (batch, contraction, columns) through strides when its
+dimension groups lie in memory that way (``operand_strides``: a transposed weight, a batch
+dimension in the middle), else transposed into that order first, then one
 ``kernels.batched_matmul`` launch. float16/bfloat16/float32 use ``tl.dot`` with float32
 accumulation (float32 in IEEE precision, not TF32, to agree with XLA's CPU backend), with the
 tiles and launch options ``autotune`` chooses for the device and the shape class (the fixed
@@ -16,6 +18,36 @@ from pjrtkit_gpu.lowering.launching import blocks, permuted
 from pjrtkit_gpu.lowering.structural import check_operands
 
 _DOT_INPUTS = (D.FLOAT16, D.BFLOAT16, D.FLOAT32)
+
+
+def _group_stride(shape, group) -> int | None:
+    """The stride of ``group`` (dimensions of a row-major array of ``shape``) flattened to one
+    index: the last one's stride when they are consecutive and in order (0 for no
+    dimensions or one element), else None."""
+    if not group or math.prod(shape[d] for d in group) == 1:
+        return 0
+    if tuple(group) != tuple(range(group[0], group[0] + len(group))):
+        return None
+    return math.prod(shape[group[-1] + 1:])
+
+
+def operand_strides(shape, batch, rows, columns) -> tuple[int, int, bool] | None:
+    """How the matmul reads an operand as (batch, rows, columns) (lhs: m x k; rhs: k x n)
+    without a copy, its dimension groups being ``batch``, ``rows`` and ``columns``:
+    ``(batch stride, major stride, transposed)``. Not transposed: the columns are contiguous
+    and a row steps by the major stride; transposed: the rows are contiguous and a column
+    steps by it. None when the groups do not lie so (the lowering copies the operand into
+    row-major order then)."""
+    strides = [_group_stride(shape, g) for g in (batch, rows, columns)]
+    if None in strides:
+        return None
+    z, r, c = strides
+    row_count, column_count = (math.prod(shape[d] for d in g) for g in (rows, columns))
+    if c == 1 or column_count == 1:
+        return z, r, False
+    if r == 1 or row_count == 1:
+        return z, c, True
+    return None
 
 
 def _lower(op, ctx, numbers: DotDimensionNumbers):
@@ -42,6 +74,9 @@ def _lower(op, ctx, numbers: DotDimensionNumbers):
     driver, device = ctx.payloads.driver, ctx.payloads.device_index
     fixed = {"USE_DOT": use_dot, "IEEE": lhs_t.dtype == D.FLOAT32,
              "WIDEN": use_dot and lhs_t.dtype == D.BFLOAT16 and driver.interprets}
+    lhs_read = operand_strides(lhs_t.shape, lb, lf, lc)
+    rhs_read = operand_strides(rhs_t.shape, rb, rc, rf)
+    layouts = {"A_T": bool(lhs_read and lhs_read[2]), "B_T": bool(rhs_read and rhs_read[2])}
     if use_dot:
         def measure(config):  # only when autotuning on a GPU: this shape, fresh operands
             a, b = (driver.empty(device, s, lhs_t.dtype) for s in ((z, m, k), (z, k, n)))
@@ -50,8 +85,9 @@ def _lower(op, ctx, numbers: DotDimensionNumbers):
                            blocks(n, config.constexprs["BN"]))
             return autotune.time_launches(
                 lambda: driver.launch(device, kernels.batched_matmul, config_grid,
-                                      [a, b, c, m, n, k], {**config.constexprs, **fixed},
-                                      config.options),
+                                      [a, b, c, m, n, k, m * k, k, k * n, n],
+                                      {**config.constexprs, **fixed, "A_T": False,
+                                       "B_T": False}, config.options),
                 lambda: driver.synchronize(device))
 
         key = f"{lhs_t.dtype.name}->{out.dtype.name} " + autotune.shape_class(z=z, m=m, n=n,
@@ -62,16 +98,18 @@ def _lower(op, ctx, numbers: DotDimensionNumbers):
     else:
         tiles = dict(zip(("BM", "BN", "BK"), kernels.MATMUL_TILES_BROADCAST))
         options = None
-    constexprs = {**tiles, **fixed}
+    constexprs = {**tiles, **fixed, **layouts}
     grid = (blocks(m, tiles["BM"]) * max(z, 1), blocks(n, tiles["BN"]))
+    a_strides = lhs_read[:2] if lhs_read else (m * k, k)
+    b_strides = rhs_read[:2] if rhs_read else (k * n, n)
 
     def run_dot(lhs, rhs):
         result = driver.empty(device, out.shape, out.dtype)
         if z and m and n:
-            a = permuted(driver, device, lhs, lhs_order).reshaped((z, m, k))
-            b = permuted(driver, device, rhs, rhs_order).reshaped((z, k, n))
-            driver.launch(device, kernels.batched_matmul, grid, [a, b, result, m, n, k],
-                          constexprs, options)
+            a = lhs if lhs_read else permuted(driver, device, lhs, lhs_order)
+            b = rhs if rhs_read else permuted(driver, device, rhs, rhs_order)
+            driver.launch(device, kernels.batched_matmul, grid,
+                          [a, b, result, m, n, k, *a_strides, *b_strides], constexprs, options)
         return (result,)
 
     return run_dot

@@ -196,6 +196,10 @@ def reduce_rule(op, ctx):
     dims = tuple(op.attributes["dimensions"])
     kept = [d for d in range(len(shape)) if d not in dims]
     permutation = (*kept, *dims)
+    # the one-op kernel reads a reduction over the leading dimensions as it lies
+    transposed = (chosen[1] is None and bool(kept) and bool(dims)
+                                      and permutation == (*range(len(dims), len(shape)),
+                                                          *range(len(dims))))
     rows = math.prod(shape[d] for d in kept)
     columns = math.prod(shape[d] for d in dims)
     outs = [v.type for v in op.results]
@@ -208,18 +212,20 @@ def reduce_rule(op, ctx):
             out = driver.empty(device, (rows,), outs[0].dtype)
             return autotune.time_launches(
                 lambda: driver.launch(device, kernel, (blocks(rows, config.constexprs["BM"]),),
-                                      [x, init, out, rows, columns], config.constexprs,
+                                      [x, init, out, rows, columns],
+                                      {**config.constexprs, "TRANSPOSED": transposed},
                                       config.options),
                 lambda: driver.synchronize(device))
 
         key = f"{body_op_name(op.regions[0])} {operand_dtypes[0].name} " \
-            + autotune.shape_class(rows=rows, columns=columns)
+            + autotune.shape_class(rows=rows, columns=columns) \
+            + (" transposed" if transposed else "")
         config = autotune.choose(autotune.ROW_REDUCE, key, driver, device,
                                  measure if rows and columns else None)
-        constexprs, options = config.constexprs, config.options
+        constexprs, options = {**config.constexprs, "TRANSPOSED": transposed}, config.options
     rows_per_program = constexprs["BM"]
     split = 1
-    if one_op:
+    if one_op and not transposed:
         split = row_split(rows, columns, operand_dtypes[0],
                           driver.devices()[device].multiprocessor_count, rows_per_program)
     if split > 1:
@@ -230,7 +236,8 @@ def reduce_rule(op, ctx):
         inputs, inits, captured = args[:n], args[n:2 * n], args[2 * n:]
         results = tuple(driver.empty(device, t.shape, t.dtype) for t in outs)
         if rows:
-            arranged = [permuted(driver, device, x, permutation).reshaped((rows, columns))
+            arranged = [x if transposed else
+                        permuted(driver, device, x, permutation).reshaped((rows, columns))
                         for x in inputs]
             if split > 1:  # pieces from the identity, then the pieces of each row with init
                 pieces, piece = rows * split, columns // split
