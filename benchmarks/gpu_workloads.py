@@ -23,18 +23,43 @@ from benchmarks.workloads import (Workload, _normal, _rng, make_conv, make_dispa
 BAR = 1.5  # matmul and fused elementwise: within 1.5x of XLA's GPU backend
 
 
-def _matmul(dtype, full: int, smoke: int, out=None):
+def _matmul(dtype, full: int, smoke: int, out=None, inputs: dict | None = None):
     def make(size: str):
         n = full if size == "full" else smoke
         rng = _rng(11)
         a = _normal(rng, (n, n)).astype(dtype)
         b = (_normal(rng, (n, n)) / np.sqrt(n)).astype(dtype)
+        if inputs is not None:
+            inputs.update(a=a, b=b)
 
         def fn(a, b):
             return jnp.matmul(a, b, precision=lax.Precision.HIGHEST,
                               preferred_element_type=out)
         return fn, (a, b)
     return make
+
+
+# float8 products are exact in float32, so a float32 result is the exact product up to float32
+# accumulation: both backends are held to that (relative to the largest entry), not to each
+# other, since Hopper's float8 tensor-core accumulation is not float32's.
+F8_INPUTS: dict = {}
+F8_ACCUMULATION_TOLERANCE = 2e-5
+
+
+def close_to_exact_product(actual, expected, loosen: float) -> None:
+    """pjrtkit's float8 matmul within float32 accumulation of the exact (float64) product of
+    the same inputs; XLA's distance from it is printed beside (reported, not required)."""
+    a, b = F8_INPUTS["a"], F8_INPUTS["b"]
+    exact = a.astype(np.float64) @ b.astype(np.float64)
+    scale = float(np.abs(exact).max()) or 1.0
+    ours = float(np.abs(np.asarray(actual, np.float64) - exact).max()) / scale
+    theirs = float(np.abs(np.asarray(expected, np.float64) - exact).max()) / scale
+    print(f"    matmul_f8: largest error relative to the largest entry of the exact product: "
+          f"pjrtkit {ours:.2e}, XLA {theirs:.2e} (bound {F8_ACCUMULATION_TOLERANCE * loosen:.0e})",
+          flush=True)
+    if ours > F8_ACCUMULATION_TOLERANCE * loosen:
+        raise AssertionError(f"matmul_f8: pjrtkit is {ours:.2e} from the exact product "
+                             f"(XLA {theirs:.2e})")
 
 
 def make_fused_elementwise(size: str):
@@ -93,7 +118,8 @@ GPU_WORKLOADS: list[Workload] = [
     Workload("matmul_bf16", "bf16[4096,4096] @ bf16[4096,4096] -> bf16", BAR,
              _matmul(jnp.bfloat16, 4096, 64), loosen=4),
     Workload("matmul_f8", "f8e4m3fn[4096,4096] @ f8e4m3fn[4096,4096] -> f32 (no bar)", None,
-             _matmul(jnp.float8_e4m3fn, 4096, 64, out=jnp.float32), loosen=4),
+             _matmul(jnp.float8_e4m3fn, 4096, 64, out=jnp.float32, inputs=F8_INPUTS), loosen=4,
+             close=close_to_exact_product),
     Workload("fused_elementwise", "tanh/exp/abs chain over f32[2**24]", BAR,
              make_fused_elementwise, loosen=5),
     Workload("layernorm", "layernorm over f32[4096,1024]", 2.0, make_layernorm, loosen=5),
