@@ -73,6 +73,7 @@ def markdown(run) -> str:
                          f"| {ratio} | {bar} | {met} | {status} |")
         geomean = b.get("geomean_ratio")
         lines.append(f"\ngeomean {'-' if geomean is None else f'{geomean:.2f}x'}")
+        lines += _profile(b.get("profile"))
     p = r.get("pallas")
     if p and p.get("kernels"):
         lines += ["", "## Pallas Triton kernels on pjrtkit_cuda", ""]
@@ -82,6 +83,27 @@ def markdown(run) -> str:
                              f"{_pallas(row.get('compiled'))}; interpret "
                              f"{_pallas(row.get('interpret'))}")
     return "\n".join(lines) + "\n"
+
+
+def _profile(profile) -> list[str]:
+    """The bench stage's launch profile of its slowest workloads (``profile_workloads``)."""
+    if not profile:
+        return []
+    if profile.get("error"):
+        return ["", f"Launch profile: {profile['error']}"]
+    lines = ["", f"### Where the time goes ({profile.get('size')} sizes; each launch waits for "
+             f"the device, so the seconds are an upper bound)", "",
+             "| workload | launches per call | seconds per call | kernels (launches, share) |",
+             "|---|---|---|---|"]
+    for name, row in profile.get("workloads", {}).items():
+        if row.get("error"):
+            lines.append(f"| {name} | - | - | {row['error'][:200]} |")
+            continue
+        kernels = ", ".join(f"{k['name']} x{k['launches_per_call']:.0f} {k['share']:.0%}"
+                            for k in row["kernels"][:4])
+        lines.append(f"| {name} | {row['launches_per_call']:.0f} | "
+                     f"{_seconds(row['seconds_per_call'])} | {kernels} |")
+    return lines
 
 
 def _pallas(row) -> str:
