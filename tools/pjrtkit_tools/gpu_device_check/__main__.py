@@ -31,10 +31,10 @@ from pjrtkit_tools.gpu_device_check import stages
 
 STAGES = ("device", "conformance", "training", "bench", "pallas")
 # Seconds each stage may take at most (the stages share one deadline, --budget-s).
-GPU_CAPS = {"device": 25, "conformance": 75, "training": 35, "bench": 170, "pallas": 15}
+GPU_CAPS = {"device": 20, "conformance": 70, "training": 30, "bench": 165, "pallas": 15}
 EMULATED_CAPS = {"device": 0, "conformance": 900, "training": 550, "bench": 250,
                  "pallas": 100}
-DEFAULT_BUDGET = {False: 320, True: 1800}
+DEFAULT_BUDGET = {False: 300, True: 1800}
 WORK = {False: "/tmp/pjrtkit-gpu-check", True: "build/gpu-device-check"}
 
 
@@ -45,7 +45,7 @@ def parse_args(argv):
     parser.add_argument("--emulate", action="store_true",
                         help="Triton's interpreter and XLA's cpu (the baseline, no GPU)")
     parser.add_argument("--budget-s", type=float, help="seconds for every stage together "
-                        "(default 320 on a GPU, 1800 emulated)")
+                        "(default 300 on a GPU, 1800 emulated)")
     parser.add_argument("--stages", default=",".join(STAGES))
     parser.add_argument("--carry", default=".gpu-check",
                         help="the carried folder (kernel records, Triton cache)")

@@ -50,7 +50,7 @@ RUN_COMMAND = (
     "--target /tmp/site {folder}/wheels/*.whl && export PYTHONPATH=/tmp/site || exit; "
     "if command -v make >/dev/null; then make gpu-device-check GPU_EMULATE=0; "
     "else python3 -m pjrtkit_tools.gpu_device_check --out \"$OUT\" --carry {folder}; fi")
-RUN_TIMEOUT_S = 380
+RUN_TIMEOUT_S = 360
 
 
 def pinned(constraints: Path, name: str) -> str:
