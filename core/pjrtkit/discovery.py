@@ -26,6 +26,7 @@ import time
 from stevedore import DriverManager, NamedExtensionManager
 from stevedore.exception import NoMatches
 
+from pjrtkit.ast_threads import serialize_ast_parse
 from pjrtkit.backend import Backend
 from pjrtkit.errors import BackendLoadFailure, FailedPrecondition, PluginContractError
 from pjrtkit.settings import seconds_setting
@@ -112,6 +113,8 @@ def installed_names() -> set[str]:
 # lock, in none of 6 after). A backend waits for the lock at most _IMPORT_WAIT_S.
 _IMPORT_LOCK = threading.Lock()
 _IMPORT_WAIT_S = 5.0
+# and ast.parse itself takes a lock (pjrtkit.ast_threads: the same counter, other threads).
+serialize_ast_parse()
 
 
 class _Start:

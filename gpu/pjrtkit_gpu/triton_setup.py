@@ -36,6 +36,9 @@ def import_triton(*, interpret: bool | None = None):
         elif os.environ.get(_INTERPRET, "") not in ("", "0"):
             raise FailedPrecondition(f"{_INTERPRET}=1 is set, but this process compiles Triton "
                                      f"kernels for a GPU; unset it")
+    from pjrtkit.ast_threads import serialize_ast_parse
+
+    serialize_ast_parse()  # Triton parses kernel sources on pjrtkit's execute thread
     import triton
     import triton.language as tl
 

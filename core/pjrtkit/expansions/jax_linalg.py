@@ -35,6 +35,18 @@ from pjrtkit.types import JaxLoweringRule
 JACOBI_MAX = 256
 
 
+def _as_written(impl):
+    """``impl`` traced under the numpy rules it was written for, whatever the user's program
+    sets (JAX's own tests run with ``jax_numpy_rank_promotion='raise'`` and sometimes
+    ``jax_numpy_dtype_promotion='strict'``; the rule's arithmetic is not the user's code)."""
+    def traced(*args, **kwargs):
+        import jax
+
+        with jax.numpy_rank_promotion("allow"), jax.numpy_dtype_promotion("standard"):
+            return impl(*args, **kwargs)
+    return traced
+
+
 def _eigh_rule(ctx, operand, **params):
     from jax.interpreters import mlir
 
@@ -50,7 +62,7 @@ def _eigh_rule(ctx, operand, **params):
     if n <= JACOBI_MAX or jax_compat.is_jacobi_eigh(algorithm):
         def impl(a):
             return jacobi_eigh(a, lower=lower, sort_eigenvalues=sort, subset_by_index=subset)
-        return mlir.lower_fun(impl, multiple_results=True)(ctx, operand)
+        return mlir.lower_fun(_as_written(impl), multiple_results=True)(ctx, operand)
     return mlir.lower_fun(jax_compat.eigh_qdwh_implementation(), multiple_results=True)(
         ctx, operand, lower=lower, sort_eigenvalues=sort, subset_by_index=subset)
 
@@ -70,8 +82,8 @@ def _eig_rule(ctx, operand, **params):
 
     left = bool(params.get("compute_left_eigenvectors", False))
     right = bool(params.get("compute_right_eigenvectors", True))
-    return mlir.lower_fun(lambda a: eig(a, left=left, right=right), multiple_results=True)(
-        ctx, operand)
+    return mlir.lower_fun(_as_written(lambda a: eig(a, left=left, right=right)),
+                          multiple_results=True)(ctx, operand)
 
 
 def _schur_rule(ctx, operand, **params):
@@ -94,7 +106,7 @@ def _schur_rule(ctx, operand, **params):
         t, z = complex_schur(a)
         return (t, z) if vectors else (t,)
 
-    return mlir.lower_fun(impl, multiple_results=True)(ctx, operand)
+    return mlir.lower_fun(_as_written(impl), multiple_results=True)(ctx, operand)
 
 
 def _hessenberg_rule(ctx, operand, **params):
@@ -102,7 +114,7 @@ def _hessenberg_rule(ctx, operand, **params):
 
     from pjrtkit.expansions.jax_impl.schur import hessenberg
 
-    return mlir.lower_fun(hessenberg, multiple_results=True)(ctx, operand)
+    return mlir.lower_fun(_as_written(hessenberg), multiple_results=True)(ctx, operand)
 
 
 def _is_complex(dtype) -> bool:
