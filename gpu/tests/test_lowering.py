@@ -228,3 +228,16 @@ def test_random_numbers_threefry_and_dropout(agrees_with_xla):
         return x, jnp.where(keep, x / 0.7, 0.0), jax.random.randint(k2, (6,), 0, 10)
 
     agrees_with_xla(draws, np.asarray(jax.random.PRNGKey(3)))
+
+
+def test_dce_sink_computes_nothing_and_the_program_runs(agrees_with_xla):
+    """``lax.dce_sink`` (a custom call with no results, JAX's lax_test uses it): the core's
+    backend-neutral rule, registered by the GPU rules too."""
+    import jax.numpy as jnp
+    from jax import lax
+
+    def f(x):
+        lax.dce_sink(jnp.sin(x) + 1, prevent_mlir_dce=True)
+        return x * 3
+
+    agrees_with_xla(f, np.arange(4, dtype=np.float32))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pjrtkit.errors import InvalidArgument
+from pjrtkit.lowering.dce_sink import dce_sink
 from pjrtkit.lowering.registry import custom_call_rule
 from pjrtkit.reference.registry import REFERENCE
 
@@ -91,18 +91,8 @@ def identity_custom_call(op, ctx):
     return kernel
 
 
-@REFERENCE.register(custom_call_rule("dce_sink"))
-def dce_sink(op, ctx):
-    """``lax.dce_sink``: a side-effecting custom call with no results that keeps its operands
-    alive through dead-code elimination; it computes nothing (as on XLA's CPU)."""
-    if op.results:
-        raise InvalidArgument(f"custom_call @dce_sink returns nothing; this one has "
-                              f"{len(op.results)} result(s)")
-
-    def kernel(*_xs):
-        return ()
-
-    return kernel
+# ``lax.dce_sink``: the backend-neutral rule (pjrtkit.lowering.dce_sink).
+REFERENCE.register(custom_call_rule("dce_sink"))(dce_sink)
 
 
 @REFERENCE.register("stablehlo.after_all", "stablehlo.create_token")

@@ -13,6 +13,7 @@ from __future__ import annotations
 from pjrtkit.lowering.approx_top_k import approx_top_k
 from pjrtkit.callbacks import HOST_CALLBACK_TARGET, make_host_callback_rule
 from pjrtkit.expansions.formats import STORED_ONLY
+from pjrtkit.lowering.dce_sink import dce_sink
 from pjrtkit.lowering.registry import LoweringRegistry, custom_call_rule
 from pjrtkit.types import PrimitiveSet
 
@@ -47,6 +48,7 @@ RULES = LoweringRegistry("pjrtkit_gpu", {**ELEMENTWISE_RULES, **STRUCTURAL_RULES
                                          **WINDOWED_RULES, **SORT_RULES,
                                          **PALLAS_RULES,
                                          custom_call_rule("ApproxTopK"): approx_top_k,
+                                         custom_call_rule("dce_sink"): dce_sink,
                                          custom_call_rule(HOST_CALLBACK_TARGET): HOST_CALLBACK},
                          dtypes=(*dtypes.SUPPORTED, *STORED_ONLY))
 
