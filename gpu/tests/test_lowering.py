@@ -241,3 +241,16 @@ def test_dce_sink_computes_nothing_and_the_program_runs(agrees_with_xla):
         return x * 3
 
     agrees_with_xla(f, np.arange(4, dtype=np.float32))
+
+
+@pytest.mark.parametrize("out", [None, np.int32, np.float32])
+def test_a_dot_of_booleans_runs_in_integers(agrees_with_xla, out):
+    """XLA's dot on pred (an OR of ANDs; JAX's lax_test has it), and bool operands with a
+    wider preferred result, through the core's bool_dot_as_integers."""
+    from jax import lax
+
+    rng = np.random.default_rng(3)
+    a, b = rng.random((5, 7)) < 0.3, rng.random((7, 4)) < 0.3
+    a[0] = False  # a row with no true product
+
+    agrees_with_xla(lambda x, y: lax.dot(x, y, preferred_element_type=out), a, b)

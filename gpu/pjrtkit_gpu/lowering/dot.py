@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import math
 
+from pjrtkit.expansions import lower_by_expansion
+from pjrtkit.expansions.bool_dot import bool_dot_as_integers
 from pjrtkit.stablehlo.attributes import DotDimensionNumbers
 
 from pjrtkit_gpu import autotune, dtypes as D, kernels
@@ -54,8 +56,8 @@ def _lower(op, ctx, numbers: DotDimensionNumbers):
     check_operands(op, ctx)
     lhs_t, rhs_t = op.operands[0].type, op.operands[1].type
     out = op.results[0].type
-    if D.BOOL in (lhs_t.dtype, rhs_t.dtype, out.dtype):
-        raise ctx.unimplemented(op, "dot_general on bool")
+    if D.BOOL in (lhs_t.dtype, rhs_t.dtype, out.dtype):  # as integers, then != 0
+        return lower_by_expansion(op, ctx, bool_dot_as_integers)
     use_dot = (lhs_t.dtype == rhs_t.dtype and lhs_t.dtype in _DOT_INPUTS
                and out.dtype in _DOT_INPUTS)
     if not use_dot and (out.dtype in D.NARROW_FLOATS
