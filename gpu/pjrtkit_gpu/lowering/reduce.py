@@ -196,15 +196,14 @@ def reduce_rule(op, ctx):
     dims = tuple(op.attributes["dimensions"])
     kept = [d for d in range(len(shape)) if d not in dims]
     permutation = (*kept, *dims)
-    # the one-op kernel reads a reduction over the leading dimensions as it lies
-    transposed = (chosen[1] is None and bool(kept) and bool(dims)
-                                      and permutation == (*range(len(dims), len(shape)),
-                                                          *range(len(dims))))
+    one_op = constexprs is None  # the generated one-op row reduction (autotune's tiles)
+    # which reads a reduction over the leading dimensions as it lies
+    transposed = (one_op and bool(kept) and bool(dims)
+                  and permutation == (*range(len(dims), len(shape)), *range(len(dims))))
     rows = math.prod(shape[d] for d in kept)
     columns = math.prod(shape[d] for d in dims)
     outs = [v.type for v in op.results]
     options = None
-    one_op = constexprs is None
     if one_op:  # the one-op row reduction: tiles and options are autotune's
         def measure(config):  # only when autotuning on a GPU: this shape, fresh operands
             x = driver.empty(device, (rows, columns), operand_dtypes[0])
