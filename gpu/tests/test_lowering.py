@@ -254,3 +254,49 @@ def test_a_dot_of_booleans_runs_in_integers(agrees_with_xla, out):
     a[0] = False  # a row with no true product
 
     agrees_with_xla(lambda x, y: lax.dot(x, y, preferred_element_type=out), a, b)
+
+
+def test_reduce_window_skips_padding_and_dilation_holes_with_any_init(agrees_with_xla):
+    # A non-identity init is folded in once per window, never once per padded position.
+    x = sample("rwpad", (5, 6), F32)
+    agrees_with_xla(lambda a: (
+        jax.lax.reduce_window(a, 1.5, jax.lax.add, (3, 2), (1, 1), [(1, 1), (0, 2)]),
+        jax.lax.reduce_window(a, 2.0, jax.lax.mul, (2, 2), (1, 2), [(1, 0), (1, 1)],
+                              base_dilation=(2, 1), window_dilation=(1, 2)),
+        jax.lax.reduce_window(a, 0.25, jax.lax.max, (2, 3), (2, 1), [(2, 2), (1, 1)],
+                              base_dilation=(1, 2))), x)
+
+
+def test_reduce_window_with_a_body_of_several_ops_and_of_several_operands(agrees_with_xla):
+    x, y = sample("rwx", (6, 7), F32), sample("rwy", (6, 7), F32)
+    i = np.arange(42, dtype=np.int32).reshape(6, 7)
+
+    def custom(a, b):  # not one op: the region is inlined into the window fold
+        return jnp.maximum(a, b) + 0.5 * jnp.minimum(a, b)
+
+    def argmax_pair(acc, new):  # (value, index) pairs: the larger value, the first index
+        (va, ia), (vb, ib) = acc, new
+        take = (vb > va) | ((vb == va) & (ib < ia))
+        return jnp.where(take, vb, va), jnp.where(take, ib, ia)
+
+    agrees_with_xla(lambda a, b, i: (
+        jax.lax.reduce_window(a, 0.0, custom, (2, 3), (1, 2), [(1, 0), (1, 1)]),
+        jax.lax.reduce_window((a, i), (-jnp.inf, np.int32(0)), argmax_pair, (3, 2), (1, 1),
+                              "SAME"),
+        jax.lax.reduce_window((a, b), (0.0, 1.0), lambda p, q: (p[0] + q[0], p[1] * q[1]),
+                              (2, 2), (2, 2), "VALID")), x, y, i)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, jnp.bfloat16, F32])
+def test_scatter_combiners_without_an_atomic_fold_the_updates_in_order(agrees_with_xla, dtype):
+    # Duplicate and out-of-range indices; 16-bit adds round after every update, as on XLA's
+    # CPU backend, and float max/min keep NaN.
+    x = sample("ordx", (7, 3), F32).astype(dtype)
+    x[2, 1] = np.nan
+    upd = sample("ordu", (6, 3), F32).astype(dtype)
+    upd[4, 0] = np.nan
+    idx = np.array([1, 5, 1, 9, 1, -3], np.int32)
+    agrees_with_xla(lambda a, i, u: (
+        a.at[i].add(u, mode="drop"), a.at[i].max(u, mode="drop"), a.at[i].min(u, mode="drop"),
+        a.at[i].mul(u, mode="drop"), a.at[i].apply(jnp.sin, mode="drop"),
+        a.at[i, 1:].add(u[:, :2] * 3, mode="drop")), x, idx, upd)

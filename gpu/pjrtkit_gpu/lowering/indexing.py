@@ -3,11 +3,13 @@
 StableHLO's rules (gather clamps a start so the slice fits; scatter skips an update window that
 does not fit). Scatter's combiner: replace (a store), add (``tl.atomic_add``; float32, float64
 and 32/64-bit integers, whose atomics every target has) or max/min (``tl.atomic_max``/``min``,
-32/64-bit integers). Batched gathers and scatters (operand_batching_dims) are first rewritten
-without batching dimensions by the core (``pjrtkit.expansions.batched_indexing``). A scatter of
-several operands whose combiner keeps them apart (a complex scatter after the complex expansion)
-becomes one scatter per operand (``pjrtkit.expansions.variadic_scatter``); one whose combiner
-mixes them is UNIMPLEMENTED."""
+32/64-bit integers); any other combiner of elementwise ops (16-bit float add, float max/min,
+``.at[].apply``) is the ordered scatter: one program folds the updates in order with the region
+inlined, as XLA's CPU backend does (sequential in the updates, so slower). Batched gathers and
+scatters (operand_batching_dims) are first rewritten without batching dimensions by the core
+(``pjrtkit.expansions.batched_indexing``). A scatter of several operands whose combiner keeps
+them apart (a complex scatter after the complex expansion) becomes one scatter per operand
+(``pjrtkit.expansions.variadic_scatter``); one whose combiner mixes them is UNIMPLEMENTED."""
 from __future__ import annotations
 
 import math
@@ -15,9 +17,13 @@ import math
 from pjrtkit.expansions import lower_by_expansion
 from pjrtkit.expansions.batched_indexing import gather_without_batching, scatter_without_batching
 from pjrtkit.expansions.variadic_scatter import scatter_per_operand, separable_combiner
+from pjrtkit.stablehlo.inline import inline_region_calls
 from pjrtkit_gpu import codegen, dtypes as D, kernels
+from pjrtkit_gpu.elementwise_table import NoKernel
+from pjrtkit_gpu.lowering.elementwise import load_template, store_template
 from pjrtkit_gpu.lowering.launching import blocks, row_major_strides
 from pjrtkit_gpu.lowering.reduce import body_op_name
+from pjrtkit_gpu.lowering.regions import captured_scalars, region_lines
 from pjrtkit_gpu.lowering.structural import check_operands
 
 _ATOMIC_ADD = (D.FLOAT32, D.FLOAT64, *(d for d in D.INTEGERS if d.itemsize >= 4))
@@ -77,7 +83,9 @@ def gather(op, ctx):
     return run_gather
 
 
-def _combiner(op, ctx) -> str:
+def _combiner(op) -> str | None:
+    """How the scatter kernel combines: "replace" (a store), "add"/"max"/"min" (an atomic the
+    dtype has), or None (any other region: the ordered scatter folds it)."""
     block = op.regions[0].entry
     if (len(block.ops) == 1 and len(block.arguments) == 2
             and [v.id for v in block.ops[0].operands] == [block.arguments[1].id]):
@@ -88,10 +96,95 @@ def _combiner(op, ctx) -> str:
         return "add"
     if body in ("stablehlo.maximum", "stablehlo.minimum") and dtype in _ATOMIC_MAX:
         return "max" if body == "stablehlo.maximum" else "min"
-    raise ctx.unimplemented(op, f"scatter combiner {body or [o.name for o in block.ops]} on "
-                                f"{dtype.name} (replace, add on "
-                                f"{', '.join(d.name for d in _ATOMIC_ADD)}, max/min on "
-                                f"{', '.join(d.name for d in _ATOMIC_MAX)})")
+    return None
+
+
+def _layout(op):
+    """(scatter dims of the updates, operand window dims, window size per operand dim, start
+    index per operand dim (``s<k>``), window coordinate per operand dim (``c<update dim>``))."""
+    dn = op.attributes["scatter_dimension_numbers"]
+    operand, updates = op.operands[0].type, op.operands[2].type
+    window_dims = tuple(dn.update_window_dims)
+    scatter_dims = [d for d in range(updates.rank) if d not in window_dims]
+    operand_window_dims = [d for d in range(operand.rank) if d not in dn.inserted_window_dims]
+    window_size = {d: updates.shape[u] for d, u in zip(operand_window_dims, window_dims)}
+    start = {d: f"s{k}" for k, d in enumerate(dn.scatter_dims_to_operand_dims)}
+    window_coord = {d: f"c{u}" for d, u in zip(operand_window_dims, window_dims)}
+    return scatter_dims, window_size, start, window_coord
+
+
+def _target_lines(op, lines):
+    """Lines computing ``inside`` (the update's window fits the operand and the lane is live:
+    ``mask``) and ``target`` (its operand offset), from ``s<k>`` and ``c<d>``."""
+    operand = op.operands[0].type
+    _, window_size, start, window_coord = _layout(op)
+    strides = row_major_strides(operand.shape)
+    fits = [f"({s} >= 0) & ({s} <= {operand.shape[d] - window_size.get(d, 1)})"
+            for d, s in start.items()]
+    lines.append(f"inside = mask & {' & '.join(fits) if fits else 'mask'}")
+    terms = [f"({start.get(d, '0')} + {window_coord.get(d, '0')}) * {strides[d]}"
+             for d in range(operand.rank)]
+    lines.append(f"target = tl.where(inside, {' + '.join(terms) or '0'}, 0)")
+
+
+def _ordered_scatter_kernel(op, ctx, captures):
+    """One program folds the updates into the result in XLA's order, one scatter position after
+    the other (its lanes cover the position's window, whose targets are distinct), with the
+    combiner region inlined: any elementwise combiner on any dtype, bit for bit as XLA's CPU
+    backend folds duplicates. Sequential in the updates: the path of combiners without an
+    atomic (16-bit float add, float max/min with NaN, ``.at[].apply``)."""
+    dn = op.attributes["scatter_dimension_numbers"]
+    indices, updates = op.operands[1].type, op.operands[2].type
+    dtype = op.operands[0].type.dtype
+    scatter_dims, _, _, _ = _layout(op)
+    window_dims = list(dn.update_window_dims)
+    body = inline_region_calls(op.regions[0], ctx.program)
+    load = load_template(dtype)
+    region, results = region_lines(body, ["old", "new"], "r",
+                                   {v.id: f"cp{k}" for k, v in enumerate(captures)})
+    if len(results) != 1:
+        raise NoKernel(f"scatter combiner returning {len(results)} values")
+    positions = [updates.shape[d] for d in scatter_dims]
+    window = [updates.shape[d] for d in window_dims]
+    lines = [f"cp{k} = {c}" for k, c in enumerate(captured_scalars(captures))]
+    lines.append("lanes = tl.arange(0, BLOCK).to(tl.int64)")
+    lines.append("for u in range(0, n):")
+    inner = codegen.coordinates("u", positions, "q")
+    strides = row_major_strides(indices.shape)
+    other = [d for d in range(indices.rank) if d != dn.index_vector_dim]
+    base = " + ".join(f"q{k} * {strides[d]}" for k, d in enumerate(other)) or "u * 0"
+    vector_stride = strides[dn.index_vector_dim] if dn.index_vector_dim < indices.rank else 0
+    inner.append(f"base = {base}")
+    for k in range(len(dn.scatter_dims_to_operand_dims)):
+        # every lane loads the position's start (a load through a scalar pointer has no mask)
+        inner.append(f"s{k} = tl.load(idx + base + {k * vector_stride} + lanes * 0)"
+                     f".to(tl.int64)")
+    count = math.prod(window)
+    inner.append(f"for w0 in range(0, {count}, BLOCK):")
+    chunk = ["w = w0 + lanes", f"mask = w < {count}"]
+    chunk += codegen.coordinates("w", window, "p")
+    coordinate = {d: f"q{k}" for k, d in enumerate(scatter_dims)}
+    coordinate.update((d, f"p{k}") for k, d in enumerate(window_dims))
+    chunk += [f"c{d} = {coordinate[d]}" for d in range(updates.rank)]
+    update_strides = row_major_strides(updates.shape)
+    chunk.append("j = " + (" + ".join(f"c{d} * {update_strides[d]}"
+                                      for d in range(updates.rank)) or "w * 0"))
+    _target_lines(op, chunk)
+    # .cg: read the result from L2, where an earlier position's store from another lane is
+    chunk.append("old = " + load.format(
+        v="tl.load(out + target, mask=inside, other=0, cache_modifier='.cg')"))
+    chunk.append("new = " + load.format(v="tl.load(upd + j, mask=inside, other=0)"))
+    chunk += region
+    chunk.append(f"tl.store(out + target, {store_template(dtype).format(v=results[0])}, "
+                 f"mask=inside)")
+    inner += [f"    {line}" for line in chunk]
+    inner.append("tl.debug_barrier()  # this position's stores before the next one's loads")
+    lines += [f"    {line}" for line in inner]
+    params = ["idx", "upd", "out", *(f"cap{k}" for k in range(len(captures)))]
+    source = (codegen.HEADER + "@triton.jit\n"
+              + f"def ordered_scatter({', '.join(params)}, n, BLOCK: tl.constexpr):\n"
+              + "\n".join(f"    {line}" for line in lines) + "\n")
+    return codegen.load_kernel(source, "ordered_scatter"), math.prod(positions), count
 
 
 def scatter(op, ctx):
@@ -105,23 +198,32 @@ def scatter(op, ctx):
     operand, indices, updates = (v.type for v in op.operands)
     if dn.input_batching_dims:
         return lower_by_expansion(op, ctx, scatter_without_batching)
-    combine = _combiner(op, ctx)
-    window_dims = tuple(dn.update_window_dims)
-    scatter_dims = [d for d in range(updates.rank) if d not in window_dims]
-    operand_window_dims = [d for d in range(operand.rank) if d not in dn.inserted_window_dims]
-    window_size = {d: updates.shape[u] for d, u in zip(operand_window_dims, window_dims)}
+    captures = ctx.captures(op)
+    combine = None if captures else _combiner(op)
+    driver, device = ctx.payloads.driver, ctx.payloads.device_index
+    if combine is None:
+        try:
+            kernel, positions, count = _ordered_scatter_kernel(op, ctx, captures)
+        except NoKernel as exc:
+            inner = getattr(exc, "op", None)
+            what = f" ({inner.describe()})" if inner is not None else ""
+            raise ctx.unimplemented(op, f"scatter combiner on {operand.dtype.name}: {exc}"
+                                        f"{what}") from None
+        block = min(kernels.ELEMENTWISE_BLOCK, max(16, 1 << max(count - 1, 0).bit_length()))
+
+        def run_ordered_scatter(x, idx, upd, *captured):
+            result = driver.duplicate(x)
+            if positions and updates.size:
+                driver.launch(device, kernel, (1,), [idx, upd, result, *captured, positions],
+                              {"BLOCK": block})
+            return (result,)
+
+        return run_ordered_scatter
+    scatter_dims, _, _, _ = _layout(op)
     lines = codegen.coordinates("i", updates.shape, "c")
     _start_index_loads(indices.shape, dn.index_vector_dim, [f"c{d}" for d in scatter_dims],
                        len(dn.scatter_dims_to_operand_dims), lines)
-    start = {d: f"s{k}" for k, d in enumerate(dn.scatter_dims_to_operand_dims)}
-    window_coord = {d: f"c{u}" for d, u in zip(operand_window_dims, window_dims)}
-    strides = row_major_strides(operand.shape)
-    fits = [f"({s} >= 0) & ({s} <= {operand.shape[d] - window_size.get(d, 1)})"
-            for d, s in start.items()]
-    lines.append(f"inside = mask & {' & '.join(fits) if fits else 'mask'}")
-    terms = [f"({start.get(d, '0')} + {window_coord.get(d, '0')}) * {strides[d]}"
-             for d in range(operand.rank)]
-    lines.append(f"target = tl.where(inside, {' + '.join(terms) or '0'}, 0)")
+    _target_lines(op, lines)
     lines.append("value = tl.load(upd + i, mask=mask)")
     if combine in ("add", "max", "min"):
         lines.append(f"tl.atomic_{combine}(out + target, value, mask=inside)")
@@ -129,7 +231,6 @@ def scatter(op, ctx):
         lines.append("tl.store(out + target, value, mask=inside)")
     kernel = codegen.load_kernel(codegen.linear_kernel_source(
         "scatter", ["idx", "upd", "out"], lines), "scatter")
-    driver, device = ctx.payloads.driver, ctx.payloads.device_index
     n = math.prod(updates.shape)
 
     def run_scatter(x, idx, upd):

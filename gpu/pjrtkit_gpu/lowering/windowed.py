@@ -1,5 +1,7 @@
-"""Window ops as generated kernels: ``reduce_window`` (one thread per output element loops over
-its window; padding reads the init value, as XLA pads with it) and ``convolution`` as an
+"""Window ops as generated kernels: ``reduce_window`` (one thread per output element folds its
+window in row-major order, skipping padding and base dilation holes as XLA does; a one-op body
+accumulates in the compute type, any other body of elementwise ops, over any number of
+operands, is the region inlined, ``lowering.regions``) and ``convolution`` as an
 implicit GEMM (rows: batch x output positions, columns: output features, contraction: input
 features x window positions; the input tile is gathered from the operand on the fly, never
 materialised), with any dimension numbers, strides, padding, lhs/rhs dilation and window
@@ -13,9 +15,13 @@ import math
 from pjrtkit.expansions import lower_by_expansion
 from pjrtkit.expansions.convolution import ungrouped_convolution
 from pjrtkit.stablehlo.attributes import padding_pairs
+from pjrtkit.stablehlo.inline import inline_region_calls
 from pjrtkit_gpu import codegen, dtypes as D, kernels
+from pjrtkit_gpu.elementwise_table import NoKernel
+from pjrtkit_gpu.lowering.elementwise import load_template, store_template
 from pjrtkit_gpu.lowering.launching import blocks, row_major_strides
 from pjrtkit_gpu.lowering.reduce import body_op_name, combine_expression
+from pjrtkit_gpu.lowering.regions import captured_scalars, region_lines
 from pjrtkit_gpu.lowering.structural import check_operands
 
 CONV_TILES = (32, 32, 32)
@@ -31,27 +37,11 @@ def _window_attributes(op, rank):
             padding)
 
 
-def reduce_window(op, ctx):
-    check_operands(op, ctx)
-    if len(op.operands) != 2:
-        raise ctx.unimplemented(op, f"reduce_window of {len(op.operands) // 2} operands on "
-                                    f"{op.operands[0].type.dtype.name}")
-    x_t, out = op.operands[0].type, op.results[0].type
-    dtype = x_t.dtype
-    body = body_op_name(op.regions[0])
-    # The window is folded in order by one thread (no tl.reduce), so any combiner works.
-    integer_only = ("stablehlo.and", "stablehlo.or", "stablehlo.xor")
-    if body not in ("stablehlo.add", "stablehlo.multiply", "stablehlo.maximum",
-                    "stablehlo.minimum", *integer_only) or dtype == D.BOOL \
-            or (body in integer_only and D.is_float(dtype)):
-        raise ctx.unimplemented(op, f"reduce_window body {body} on {dtype.name}")
-    window, strides, base, dilation, padding = _window_attributes(op, x_t.rank)
-    accumulator = D.compute_language_type(dtype)
-    combine = combine_expression(body, dtype)
+def _window_loop(x_t, out, window, strides, base, dilation, padding, lines):
+    """Lines opening the loops over the window positions of output element ``o*`` (indented by
+    the returned prefix), with ``ok`` (the position reads a real element: not padding, not a
+    base dilation hole) and ``src`` (its offset in the operand)."""
     in_strides = row_major_strides(x_t.shape)
-    lines = codegen.coordinates("i", out.shape, "o")
-    lines.append(f"init = tl.load(init_ptr).to(tl.{accumulator})")
-    lines.append(f"acc = tl.full([BLOCK], 0, tl.{accumulator}) + init")
     indent = ""
     for d in range(x_t.rank):
         lines.append(f"{indent}for w{d} in range({window[d]}):")
@@ -64,22 +54,96 @@ def reduce_window(op, ctx):
                      + (f" & (p{d} % {base[d]} == 0)" if base[d] > 1 else ""))
         terms.append(f"(p{d} // {base[d]}) * {in_strides[d]}")
     lines.append(f"{indent}ok = {' & '.join(valid)}")
-    lines.append(f"{indent}v = tl.load(x + tl.where(ok, {' + '.join(terms) or '0'}, 0), mask=ok, "
-                 f"other=0).to(tl.{accumulator})")
-    lines.append(f"{indent}v = tl.where(ok, v, init)")
-    lines.append(f"{indent}acc = {combine.format(a='acc', b='v')}")
-    lines.append(f"tl.store(out + i, acc.to(tl.{D.storage_language_type(dtype)}), mask=mask)")
-    kernel = codegen.load_kernel(codegen.linear_kernel_source(
-        "reduce_window", ["x", "init_ptr", "out"], lines), "reduce_window")
-    driver, device = ctx.payloads.driver, ctx.payloads.device_index
-    n = out.size
+    lines.append(f"{indent}src = tl.where(ok, {' + '.join(terms) or '0'}, 0)")
+    return indent
 
-    def run_reduce_window(x, init):
-        result = driver.empty(device, out.shape, out.dtype)
-        if n:
-            driver.launch(device, kernel, (blocks(n, kernels.ELEMENTWISE_BLOCK),),
-                          [x, init, result, n], {"BLOCK": kernels.ELEMENTWISE_BLOCK})
-        return (result,)
+
+def _one_op_window_lines(op, x_t, out, attributes):
+    """The kernel lines of a one-operand reduce_window whose body is one op the fold takes
+    (``combine_expression``), accumulating in the compute type; None for any other body."""
+    dtype = x_t.dtype
+    body = body_op_name(op.regions[0])
+    integer_only = ("stablehlo.and", "stablehlo.or", "stablehlo.xor")
+    if len(op.operands) != 2 or body not in (
+            "stablehlo.add", "stablehlo.multiply", "stablehlo.maximum", "stablehlo.minimum",
+            *integer_only) or dtype == D.BOOL or (body in integer_only and D.is_float(dtype)):
+        return None
+    accumulator = D.compute_language_type(dtype)
+    combine = combine_expression(body, dtype)
+    lines = codegen.coordinates("i", out.shape, "o")
+    lines.append(f"init = tl.load(in1).to(tl.{accumulator})")
+    lines.append(f"acc = tl.full([BLOCK], 0, tl.{accumulator}) + init")
+    indent = _window_loop(x_t, out, *attributes, lines)
+    lines.append(f"{indent}v = tl.load(in0 + src, mask=ok, other=0).to(tl.{accumulator})")
+    # XLA skips padding and dilation holes (the init is folded in once, not per hole)
+    lines.append(f"{indent}acc = tl.where(ok, {combine.format(a='acc', b='v')}, acc)")
+    lines.append(f"tl.store(out0 + i, acc.to(tl.{D.storage_language_type(dtype)}), mask=mask)")
+    return lines
+
+
+def _region_window_lines(op, ctx, x_t, out, attributes, captures):
+    """The kernel lines of any reduce_window whose body is elementwise ops, over any number of
+    operands: each output element folds its window in row-major order with the region, in the
+    operands' compute types, skipping padding and dilation holes as XLA does."""
+    n = len(op.operands) // 2
+    dtypes = [v.type.dtype for v in op.operands[:n]]
+    body = inline_region_calls(op.regions[0], ctx.program)
+    lines, results = region_lines(body, [f"acc{k}" for k in range(n)] + [f"v{k}" for k in range(n)],
+                                  "r", {v.id: f"c{k}" for k, v in enumerate(captures)})
+    if len(results) != n:
+        raise NoKernel(f"reduce_window body returning {len(results)} values for {n} operands")
+    loads = [load_template(d) for d in dtypes]
+    body_lines = codegen.coordinates("i", out.shape, "o")
+    body_lines += [f"c{k} = {load}" for k, load in enumerate(captured_scalars(captures))]
+    for k in range(n):
+        init = loads[k].format(v=f"tl.load(in{n + k})")
+        body_lines.append(f"acc{k} = tl.where(mask, {init}, {init})")
+    indent = _window_loop(x_t, out, *attributes, body_lines)
+    for k in range(n):
+        body_lines.append(f"{indent}v{k} = " + loads[k].format(
+            v=f"tl.load(in{k} + src, mask=ok, other=0)"))
+    body_lines += [f"{indent}{line}" for line in lines]
+    for k in range(n):
+        body_lines.append(f"{indent}acc{k} = tl.where(ok, {results[k]}, acc{k})")
+    for k, d in enumerate(dtypes):
+        body_lines.append(f"tl.store(out{k} + i, {store_template(d).format(v=f'acc{k}')}, "
+                          f"mask=mask)")
+    return body_lines
+
+
+def reduce_window(op, ctx):
+    check_operands(op, ctx)
+    n = len(op.operands) // 2
+    x_t = op.operands[0].type
+    outs = [v.type for v in op.results]
+    if any(v.type.shape != x_t.shape for v in op.operands[:n]):
+        raise ctx.unimplemented(op, "reduce_window of operands of different shapes")
+    attributes = _window_attributes(op, x_t.rank)
+    captures = ctx.captures(op)
+    lines = None if captures else _one_op_window_lines(op, x_t, outs[0], attributes)
+    if lines is None:
+        try:
+            lines = _region_window_lines(op, ctx, x_t, outs[0], attributes, captures)
+        except NoKernel as exc:
+            inner = getattr(exc, "op", None)
+            what = f" ({inner.describe()})" if inner is not None else ""
+            names = ", ".join(v.type.dtype.name for v in op.operands[:n])
+            raise ctx.unimplemented(op, f"reduce_window body on {names}: {exc}{what}") from None
+    params = ([f"in{k}" for k in range(2 * n)] + [f"out{k}" for k in range(n)]
+              + [f"cap{k}" for k in range(len(captures))])
+    kernel = codegen.load_kernel(codegen.linear_kernel_source("reduce_window", params, lines),
+                                 "reduce_window")
+    driver, device = ctx.payloads.driver, ctx.payloads.device_index
+    size = outs[0].size
+
+    def run_reduce_window(*args):
+        inputs, captured = args[:2 * n], args[2 * n:]
+        results = tuple(driver.empty(device, t.shape, t.dtype) for t in outs)
+        if size:
+            driver.launch(device, kernel, (blocks(size, kernels.ELEMENTWISE_BLOCK),),
+                          [*inputs, *results, *captured, size],
+                          {"BLOCK": kernels.ELEMENTWISE_BLOCK})
+        return results
 
     return run_reduce_window
 
