@@ -15,8 +15,9 @@ Kernels (the lowering's, made the way its rules make them):
 - ``row_reduce`` per (reduction body, dtype);
 - ``sort_rows`` and ``merge_runs`` (the merge sort's tile and merge kernels) per dtype with
   jnp.sort's comparator (NaN last, total order) and once with argsort's two operands;
-  ``sequential_reduce`` per dtype with argmax's (value, index) body:
-  the regions come from the real JAX programs.
+  ``sequential_reduce`` per dtype with argmax's (value, index) body; ``reduce_window`` per
+  dtype with a two-operand body (its region inlined); ``ordered_scatter`` per dtype with
+  ``.at[].mul``'s combiner: the regions come from the real JAX programs.
 It runs in a process of its own: Triton compiles here, it does not interpret (triton_setup).
 """
 from __future__ import annotations
@@ -146,7 +147,8 @@ def kernel_cases(only=None):
                            "TRANSPOSED": "constexpr"},
                           {"BM": ROWS_PER_PROGRAM, "BK": COLUMNS_PER_STEP, "TRANSPOSED": False},
                           f"reduce({body.split('.')[-1]})"))
-    if not only or only & {"sort_rows", "merge_runs", "sequential_reduce"}:
+    if not only or only & {"sort_rows", "merge_runs", "sequential_reduce", "reduce_window",
+                           "ordered_scatter"}:
         cases += _region_cases()
     if only:
         cases = [c for c in cases if c[0] in only]
@@ -209,6 +211,52 @@ def _region_cases():
                          "M": "i64", "K": "i64", "BM": "constexpr"}
             cases.append(("sequential_reduce", f"{d.name}, int64", "64x64 -> 64", kernel,
                           signature, {"BM": SEQUENTIAL_ROWS_PER_PROGRAM}, "jnp.argmax"))
+    cases += _window_and_scatter_cases(pointers)
+    return cases
+
+
+def _pair_window(x):
+    import jax
+
+    return jax.lax.reduce_window((x, x), (x[0, 0], x[0, 0]),
+                                 lambda p, q: (jax.numpy.maximum(p[0], q[0]),
+                                               jax.numpy.minimum(p[1], q[1])),
+                                 (3, 3), (1, 1), "SAME")
+
+
+def _window_and_scatter_cases(pointers):
+    """``reduce_window`` with its region inlined (a two-operand max/min fold, per dtype) and
+    ``ordered_scatter`` (``.at[].mul``, a combiner without an atomic, per dtype), from the
+    real JAX programs."""
+    import numpy as np
+
+    from pjrtkit_gpu import dtypes as D
+    from pjrtkit_gpu.lowering.indexing import ordered_scatter_kernel
+    from pjrtkit_gpu.lowering.windowed import region_window_kernel
+
+    cases = []
+    indices = np.array([[1], [3], [1]], np.int32)
+    for d in D.SUPPORTED:
+        for op, captures in _ops_of(_pair_window, np.zeros(SHAPE, d), "stablehlo.reduce_window"):
+            signature = {**pointers("in", op.operands), **pointers("out", op.results),
+                         **pointers("cap", captures), "n": "i64", "BLOCK": "constexpr"}
+            cases.append(("reduce_window", d.name, "64x64, 3x3 SAME", region_window_kernel(
+                op, None, captures), signature, {"BLOCK": 1024}, "(max, min) pair fold"))
+        if d == D.BOOL:
+            continue
+
+        def scatter_mul(x):
+            return x.at[indices[:, 0]].mul(x[:3])
+
+        for op, captures in _ops_of(scatter_mul, np.zeros(SHAPE, d), "stablehlo.scatter"):
+            kernel, _, _ = ordered_scatter_kernel(op, None, captures)
+            operand, idx, upd = op.operands
+            signature = {"idx": f"*{D.storage_type(idx.type.dtype)}",
+                         "upd": f"*{D.storage_type(upd.type.dtype)}",
+                         "out": f"*{D.storage_type(operand.type.dtype)}",
+                         **pointers("cap", captures), "n": "i64", "BLOCK": "constexpr"}
+            cases.append(("ordered_scatter", d.name, "64x64, 3 rows", kernel, signature,
+                          {"BLOCK": 64}, ".at[].mul"))
     return cases
 
 

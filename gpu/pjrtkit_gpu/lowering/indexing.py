@@ -127,18 +127,20 @@ def _target_lines(op, lines):
     lines.append(f"target = tl.where(inside, {' + '.join(terms) or '0'}, 0)")
 
 
-def _ordered_scatter_kernel(op, ctx, captures):
+def ordered_scatter_kernel(op, program, captures=()):
     """One program folds the updates into the result in XLA's order, one scatter position after
     the other (its lanes cover the position's window, whose targets are distinct), with the
     combiner region inlined: any elementwise combiner on any dtype, bit for bit as XLA's CPU
     backend folds duplicates. Sequential in the updates: the path of combiners without an
-    atomic (16-bit float add, float max/min with NaN, ``.at[].apply``)."""
+    atomic (16-bit float add, float max/min with NaN, ``.at[].apply``). Returns (kernel,
+    scatter positions, window elements); its parameters: ``idx``, ``upd``, ``out``,
+    ``cap<k>``, ``n`` (the positions), ``BLOCK``."""
     dn = op.attributes["scatter_dimension_numbers"]
     indices, updates = op.operands[1].type, op.operands[2].type
     dtype = op.operands[0].type.dtype
     scatter_dims, _, _, _ = _layout(op)
     window_dims = list(dn.update_window_dims)
-    body = inline_region_calls(op.regions[0], ctx.program)
+    body = inline_region_calls(op.regions[0], program)
     load = load_template(dtype)
     region, results = region_lines(body, ["old", "new"], "r",
                                    {v.id: f"cp{k}" for k, v in enumerate(captures)})
@@ -203,7 +205,7 @@ def scatter(op, ctx):
     driver, device = ctx.payloads.driver, ctx.payloads.device_index
     if combine is None:
         try:
-            kernel, positions, count = _ordered_scatter_kernel(op, ctx, captures)
+            kernel, positions, count = ordered_scatter_kernel(op, ctx.program, captures)
         except NoKernel as exc:
             inner = getattr(exc, "op", None)
             what = f" ({inner.describe()})" if inner is not None else ""

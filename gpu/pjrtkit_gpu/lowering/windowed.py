@@ -81,13 +81,31 @@ def _one_op_window_lines(op, x_t, out, attributes):
     return lines
 
 
-def _region_window_lines(op, ctx, x_t, out, attributes, captures):
+def region_window_kernel(op, program, captures=()):
+    """The generated reduce_window kernel of ``op`` folding its windows with its region
+    (``_region_window_lines``): parameters ``in<k>`` (operands, then inits), ``out<k>``,
+    ``cap<k>``, ``n``; ``NoKernel`` for a body op without an expression."""
+    x_t = op.operands[0].type
+    lines = _region_window_lines(op, program, x_t, op.results[0].type,
+                                 _window_attributes(op, x_t.rank), captures)
+    return _window_kernel(op, lines, captures)
+
+
+def _window_kernel(op, lines, captures):
+    n = len(op.operands) // 2
+    params = ([f"in{k}" for k in range(2 * n)] + [f"out{k}" for k in range(n)]
+              + [f"cap{k}" for k in range(len(captures))])
+    return codegen.load_kernel(codegen.linear_kernel_source("reduce_window", params, lines),
+                               "reduce_window")
+
+
+def _region_window_lines(op, program, x_t, out, attributes, captures):
     """The kernel lines of any reduce_window whose body is elementwise ops, over any number of
     operands: each output element folds its window in row-major order with the region, in the
     operands' compute types, skipping padding and dilation holes as XLA does."""
     n = len(op.operands) // 2
     dtypes = [v.type.dtype for v in op.operands[:n]]
-    body = inline_region_calls(op.regions[0], ctx.program)
+    body = inline_region_calls(op.regions[0], program)
     lines, results = region_lines(body, [f"acc{k}" for k in range(n)] + [f"v{k}" for k in range(n)],
                                   "r", {v.id: f"c{k}" for k, v in enumerate(captures)})
     if len(results) != n:
@@ -123,16 +141,13 @@ def reduce_window(op, ctx):
     lines = None if captures else _one_op_window_lines(op, x_t, outs[0], attributes)
     if lines is None:
         try:
-            lines = _region_window_lines(op, ctx, x_t, outs[0], attributes, captures)
+            lines = _region_window_lines(op, ctx.program, x_t, outs[0], attributes, captures)
         except NoKernel as exc:
             inner = getattr(exc, "op", None)
             what = f" ({inner.describe()})" if inner is not None else ""
             names = ", ".join(v.type.dtype.name for v in op.operands[:n])
             raise ctx.unimplemented(op, f"reduce_window body on {names}: {exc}{what}") from None
-    params = ([f"in{k}" for k in range(2 * n)] + [f"out{k}" for k in range(n)]
-              + [f"cap{k}" for k in range(len(captures))])
-    kernel = codegen.load_kernel(codegen.linear_kernel_source("reduce_window", params, lines),
-                                 "reduce_window")
+    kernel = _window_kernel(op, lines, captures)
     driver, device = ctx.payloads.driver, ctx.payloads.device_index
     size = outs[0].size
 
