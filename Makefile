@@ -53,7 +53,7 @@ $(STAMP): pyproject.toml setup.py tools/pyproject.toml $(CONSTRAINTS) gpu/pyproj
 	$(BIN)/python -m pip install -q --upgrade "pip>=24" -c $(PIP_CONSTRAINTS)
 	$(BIN)/python -m pip install -q -c $(PIP_CONSTRAINTS) setuptools wheel cffi
 	$(BIN)/python -m pip install -q -c $(PIP_CONSTRAINTS) --no-build-isolation -e tools -e '.[dev,bench]'
-	$(BIN)/python -m pip install -q -c $(PIP_CONSTRAINTS) --no-build-isolation -e 'gpu[cuda,rocm]'
+	$(BIN)/python -m pip install -q -c $(PIP_CONSTRAINTS) --no-build-isolation -e 'gpu[cuda,rocm,cuda-libraries,rocm-libraries]'
 	for plugin in $(PLUGINS); do \
 		$(BIN)/python -m pip install -q -c $(PIP_CONSTRAINTS) --no-build-isolation -e plugins/$$plugin || exit 1; \
 	done

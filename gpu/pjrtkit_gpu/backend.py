@@ -145,7 +145,8 @@ class GpuBackend:
         for device in devices:
             index = device.local_hardware_id
             if index not in plans:
-                plans[index] = build_plan(program, registry_for(driver, index, self.platform))
+                plans[index] = build_plan(program, registry_for(driver, index, self.platform,
+                                                                self.vendor))
         return CompiledProgram(executable=GpuExecutable(driver, plans),
                                cost=estimate_cost(program))
 

@@ -32,3 +32,20 @@ def emulated_memory_bytes() -> int:
 
     raw = os.environ.get(EMULATED_MEMORY_VARIABLE, "").strip()
     return parse_size(raw, EMULATED_MEMORY_VARIABLE) if raw else 4 << 30
+
+
+VENDOR_LIBRARIES_VARIABLE = "PJRTKIT_GPU_VENDOR_LIBRARIES"
+VENDOR_LIBRARIES_MODES = ("auto", "off", "require")
+
+
+def vendor_libraries_mode() -> str:
+    """``PJRTKIT_GPU_VENDOR_LIBRARIES``: whether a dot the vendor's BLAS can run goes through it
+    (``pjrtkit_gpu.vendor``). ``auto`` (default): where the library is available on the
+    device, else the Triton kernels; ``off``: always the Triton kernels, the library never
+    imported; ``require``: compiling such a dot without the library is FAILED_PRECONDITION
+    naming what is missing."""
+    raw = os.environ.get(VENDOR_LIBRARIES_VARIABLE, "").strip().lower() or "auto"
+    if raw not in VENDOR_LIBRARIES_MODES:
+        raise ValueError(f"{VENDOR_LIBRARIES_VARIABLE}={raw!r} is not one of "
+                         f"{', '.join(VENDOR_LIBRARIES_MODES)}")
+    return raw

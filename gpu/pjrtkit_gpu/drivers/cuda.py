@@ -152,6 +152,16 @@ class CudaDriver(Driver):
     def _use(self, device_index: int) -> None:
         _check(self._cu, self._cu.cuCtxSetCurrent(self._contexts[device_index]), "cuCtxSetCurrent")
 
+    # For the vendor libraries (``pjrtkit_gpu.vendor``): their handles live in the device's
+    # context and enqueue on its stream, like every launch and copy here.
+    def use_device(self, device_index: int) -> None:
+        """Make the device's primary context current on this thread."""
+        self._use(device_index)
+
+    def stream(self, device_index: int):
+        """The device's stream (a ``CUstream``)."""
+        return self._streams[device_index]
+
     def devices(self):
         return self._facts
 

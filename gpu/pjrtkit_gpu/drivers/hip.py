@@ -85,6 +85,16 @@ class HipDriver(Driver):
     def _use(self, device_index):
         _check(self._hip, self._hip.hipSetDevice(device_index), "hipSetDevice")
 
+    # For the vendor libraries (``pjrtkit_gpu.vendor``): their handles are made with the
+    # device current and enqueue on its stream, like every launch here.
+    def use_device(self, device_index: int) -> None:
+        """Make the device current on this thread."""
+        self._use(device_index)
+
+    def stream(self, device_index: int):
+        """The device's stream (a ``hipStream_t``)."""
+        return self._streams[device_index]
+
     def devices(self):
         return self._facts
 

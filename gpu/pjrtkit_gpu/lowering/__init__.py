@@ -59,6 +59,9 @@ PRIMITIVES = PrimitiveSet(ops=RULES.op_names, dtypes={d.name for d in dtypes.SUP
                           custom_call_targets=RULES.custom_call_targets)
 
 
-def registry_for(driver, device_index: int, platform: str) -> LoweringRegistry:
+def registry_for(driver, device_index: int, platform: str,
+                 vendor: str | None = None) -> LoweringRegistry:
+    """``RULES`` for one compile on ``device_index``; ``vendor`` lets the dot rule use that
+    vendor's libraries (``pjrtkit_gpu.vendor``; None: the Triton kernels only)."""
     return RULES.merged({}, backend=platform,
-                        payloads=GpuPayloads(driver, device_index, platform))
+                        payloads=GpuPayloads(driver, device_index, platform, vendor))

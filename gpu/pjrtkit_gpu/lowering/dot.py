@@ -6,7 +6,11 @@ dimension in the middle), else transposed into that order first, then one
 accumulation (float32 in IEEE precision, not TF32, to agree with XLA's CPU backend), with the
 tiles and launch options ``autotune`` chooses for the device and the shape class (the fixed
 32x32x32 default under emulation); float64 and integer results multiply by broadcasting in the
-result's type, with fixed tiles (``kernels.MATMUL_TILES_BROADCAST``)."""
+result's type, with fixed tiles (``kernels.MATMUL_TILES_BROADCAST``).
+
+Where the vendor's BLAS runs on the device (``pjrtkit_gpu.vendor``: a real driver, the
+library importable, its handle made; ``PJRTKIT_GPU_VENDOR_LIBRARIES``), a float dot it takes
+is one strided batched gemm through it instead; the choice is made here, at compile time."""
 from __future__ import annotations
 
 import math
@@ -18,6 +22,7 @@ from pjrtkit.stablehlo.attributes import DotDimensionNumbers
 from pjrtkit_gpu import autotune, dtypes as D, kernels
 from pjrtkit_gpu.lowering.launching import blocks, permuted
 from pjrtkit_gpu.lowering.structural import check_operands
+from pjrtkit_gpu.vendor import GemmSpec, gemm_runner
 
 _DOT_INPUTS = (D.FLOAT16, D.BFLOAT16, D.FLOAT32)
 
@@ -79,6 +84,16 @@ def _lower(op, ctx, numbers: DotDimensionNumbers):
     lhs_read = operand_strides(lhs_t.shape, lb, lf, lc)
     rhs_read = operand_strides(rhs_t.shape, rb, rc, rf)
     layouts = {"A_T": bool(lhs_read and lhs_read[2]), "B_T": bool(rhs_read and rhs_read[2])}
+    a_strides = lhs_read[:2] if lhs_read else (m * k, k)
+    b_strides = rhs_read[:2] if rhs_read else (k * n, n)
+    if lhs_t.dtype == rhs_t.dtype:
+        library = gemm_runner(driver, ctx.payloads.vendor, device,
+                              GemmSpec(lhs_t.dtype, out.dtype, z, m, n, k, layouts["A_T"],
+                                       *a_strides, layouts["B_T"], *b_strides),
+                              ctx.payloads.platform)
+        if library is not None:
+            return _library_dot(library, driver, device, out, lhs_read, rhs_read, lhs_order,
+                                rhs_order)
     if use_dot:
         def measure(config):  # only when autotuning on a GPU: this shape, fresh operands
             a, b = (driver.empty(device, s, lhs_t.dtype) for s in ((z, m, k), (z, k, n)))
@@ -102,8 +117,6 @@ def _lower(op, ctx, numbers: DotDimensionNumbers):
         options = None
     constexprs = {**tiles, **fixed, **layouts}
     grid = (blocks(m, tiles["BM"]) * max(z, 1), blocks(n, tiles["BN"]))
-    a_strides = lhs_read[:2] if lhs_read else (m * k, k)
-    b_strides = rhs_read[:2] if rhs_read else (k * n, n)
 
     def run_dot(lhs, rhs):
         result = driver.empty(device, out.shape, out.dtype)
@@ -115,6 +128,21 @@ def _lower(op, ctx, numbers: DotDimensionNumbers):
         return (result,)
 
     return run_dot
+
+
+def _library_dot(library, driver, device, out, lhs_read, rhs_read, lhs_order, rhs_order):
+    """The dot through the vendor's BLAS (``pjrtkit_gpu.vendor.gemm_runner`` said it runs
+    this shape, which is never empty): operands read in place where the strides allow, else
+    transposed into (batch, m, k) / (batch, k, n) first, as the Triton path does."""
+
+    def run_library_dot(lhs, rhs):
+        result = driver.empty(device, out.shape, out.dtype)
+        a = lhs if lhs_read else permuted(driver, device, lhs, lhs_order)
+        b = rhs if rhs_read else permuted(driver, device, rhs, rhs_order)
+        library(a.pointer, b.pointer, result.pointer)
+        return (result,)
+
+    return run_library_dot
 
 
 def dot_general(op, ctx):

@@ -12,12 +12,15 @@ from pjrtkit_gpu import dtypes
 
 class GpuPayloads(Payloads):
     """The payload questions for one compile: ``driver`` and ``device_index`` are where the
-    program's constants live and its kernels run (rules read them from ``ctx.payloads``)."""
+    program's constants live and its kernels run (rules read them from ``ctx.payloads``);
+    ``vendor`` (``"cuda"``, ``"hip"``, or None) whose libraries a rule may use
+    (``pjrtkit_gpu.vendor``; the emulated driver serves both vendors, so it is said here)."""
 
-    def __init__(self, driver, device_index: int, platform: str):
+    def __init__(self, driver, device_index: int, platform: str, vendor: str | None = None):
         self.driver = driver
         self.device_index = device_index
         self.platform = platform
+        self.vendor = vendor
 
     def make_constant(self, value, type):
         if not dtypes.is_supported(type.dtype):
