@@ -300,3 +300,14 @@ def test_scatter_combiners_without_an_atomic_fold_the_updates_in_order(agrees_wi
         a.at[i].add(u, mode="drop"), a.at[i].max(u, mode="drop"), a.at[i].min(u, mode="drop"),
         a.at[i].mul(u, mode="drop"), a.at[i].apply(jnp.sin, mode="drop"),
         a.at[i, 1:].add(u[:, :2] * 3, mode="drop")), x, idx, upd)
+
+
+def test_arrays_of_rank_over_six_move_and_reduce(agrees_with_xla):
+    # Third derivatives of a 2x2 function (rank 7, JAX's testIssue1383): the strided copy
+    # coalesces what it can and loops over leading dimensions past rank 6.
+    x = sample("rank8", (2, 3, 2, 2, 3, 2, 2, 2), F32)
+    agrees_with_xla(lambda a: (
+        jnp.transpose(a, (7, 1, 0, 3, 2, 5, 4, 6)), a[:, ::-1, 1:, :, ::2][..., ::-1] * 2,
+        jnp.sum(jnp.transpose(a, (2, 0, 4, 1, 3, 6, 5, 7)), axis=(1, 3, 6)),
+        jnp.pad(a, [(0, 1), (1, 0), (0, 0), (1, 1), (0, 0), (0, 0), (2, 0), (0, 1)]),
+        jnp.broadcast_to(a[:, :, None], (2, 3, 2, 2, 2, 3, 2, 2, 2))), x)

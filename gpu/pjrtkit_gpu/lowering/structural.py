@@ -1,4 +1,4 @@
-"""Ops that move elements without arithmetic, all through the one rank-6 ``strided_copy`` kernel
+"""Ops that move elements without arithmetic, all through the one ``strided_copy`` kernel
 (broadcast: stride 0; slice: scaled strides and a base; reverse: negative strides; pad and
 concatenate: strided writes into a filled output), and ``iota``. Reshape and same-width
 bitcast_convert are free: a new view of the same memory (no kernel writes memory another array
@@ -13,8 +13,11 @@ from pjrtkit_gpu.lowering.launching import (blocks, permuted, row_major_strides,
                                             strided_copy)
 
 
-def check_operands(op, ctx, max_rank: int = kernels.MAX_RANK) -> None:
-    """UNIMPLEMENTED unless every operand and result has a supported dtype and rank."""
+def check_operands(op, ctx, max_rank: int | None = None) -> None:
+    """UNIMPLEMENTED unless every operand and result has a supported dtype (and, given
+    ``max_rank``, rank). The kernels take any rank: the strided copy coalesces its index space
+    and loops past ``kernels.MAX_RANK`` (``launching.strided_copy``); generated kernels index
+    every dimension."""
     for value in (*op.operands, *op.results):
         t = value.type
         if not hasattr(t, "dtype"):
@@ -22,7 +25,7 @@ def check_operands(op, ctx, max_rank: int = kernels.MAX_RANK) -> None:
         if not D.is_supported(t.dtype):
             raise ctx.unimplemented(op, f"{t.dtype.name} (the GPU kernels take "
                                         f"{', '.join(d.name for d in D.SUPPORTED)})")
-        if t.rank > max_rank:
+        if max_rank is not None and t.rank > max_rank:
             raise ctx.unimplemented(op, f"rank {t.rank} > {max_rank} on {t.dtype.name}")
 
 
@@ -31,7 +34,7 @@ def _device(ctx):
 
 
 def reshape(op, ctx):
-    check_operands(op, ctx, max_rank=64)
+    check_operands(op, ctx)
     shape = op.results[0].type.shape
 
     def run_reshape(x):
