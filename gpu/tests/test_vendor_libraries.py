@@ -198,7 +198,7 @@ def test_require_fails_the_compile_naming_the_cause(monkeypatch):
     assert np.array_equal(_run(lambda x, y: x @ y, i, j, vendor="cuda")[0], i @ j)
 
 
-def test_off_never_touches_the_library(monkeypatch):
+def test_off_and_emulated_auto_never_touch_the_library(monkeypatch):
     from pjrtkit_gpu import vendor
 
     created = []
@@ -207,8 +207,12 @@ def test_off_never_touches_the_library(monkeypatch):
     a, b = sample("oa", (5, 6), np.float32), sample("ob", (6, 4), np.float32)
     _run(lambda x, y: x @ y, a, b, vendor="cuda")
     assert created == []
-    monkeypatch.setenv(VARIABLE, "auto")  # the same program, auto: the library is asked
+    monkeypatch.setenv(VARIABLE, "auto")  # auto on the emulated driver: not asked either
     _run(lambda x, y: x @ y, a, b, vendor="cuda")
+    assert created == []
+    monkeypatch.setenv(VARIABLE, "require")  # require: the library is asked (and says why not)
+    with pytest.raises(FailedPrecondition):
+        _run(lambda x, y: x @ y, a, b, vendor="cuda")
     assert [key[1] for key in created] == ["cuda"]
 
 

@@ -9,7 +9,8 @@ device, a function enqueuing it through the library, or None (the Triton path). 
 
 - ``off``: None, and no library is imported or probed;
 - ``auto`` (default): the library where ``availability`` says so (decided once per driver
-  and device), else None, the reason logged once (info on a real driver, debug emulated);
+  and device), else None, the reason logged once; under emulation None at once (nothing is
+  imported);
 - ``require``: as ``auto``, but a dot the library would run fails the compile with
   FAILED_PRECONDITION naming what is missing.
 
@@ -78,6 +79,8 @@ def gemm_runner(driver, vendor: str | None, device_index: int, spec: GemmSpec,
         raise InvalidArgument(f"{platform}: {exc}") from None
     if mode == "off" or vendor is None:
         return None
+    if mode == "auto" and getattr(driver, "interprets", False):
+        return None  # emulated: no library can run; not even imported (require says why)
     libraries = libraries_for(driver, vendor)
     if not libraries.supports_gemm(spec):
         return None
