@@ -35,11 +35,14 @@ from pathlib import Path
 
 CACHE_PATH = Path("/tmp/pjrtkit-gpu-check/triton-cache")
 TRAVEL_LIMIT = 64 << 20
-MISSING_ON_MACHINE = ("cffi", "pycparser", "stevedore")
+# nvmath-python: the cuBLAS bindings of the vendor-library path (PJRTKIT_GPU_VENDOR_LIBRARIES;
+# the machine has the nvidia-cublas libraries, cuda-core and cuda-pathfinder).
+MISSING_ON_MACHINE = ("cffi", "pycparser", "stevedore", "nvmath-python")
 # What the GPU test machine's image has (/work/.library/device/KINDS.md): a requirement of the
 # missing wheels outside this list travels too.
 MACHINE_HAS = {"setuptools", "pluggy", "numpy", "jax", "jaxlib", "ml-dtypes", "pytest",
-               "packaging", "typing-extensions", "triton", "cuda-bindings", "scipy", "numba",
+               "packaging", "typing-extensions", "triton", "cuda-bindings", "cuda-core",
+               "cuda-pathfinder", "scipy", "numba",
                "hypothesis", "pytest-xdist"}
 # The wheels of pjrtkit that travel (the rocm, tpu and cpu plugins are not needed there).
 PJRTKIT_WHEELS = ("pjrtkit-", "pjrtkit_tools-", "pjrtkit_gpu-", "pjrtkit_cuda-")
@@ -81,8 +84,10 @@ def requirements(wheel: Path) -> list[str]:
             spec = line.split(":", 1)[1].split(";")[0].strip()
             condition = line.split(";", 1)[1] if ";" in line else ""
             if "platform_python_implementation == \"PyPy\"" in condition or \
-                    "implementation_name == \"pypy\"" in condition.lower():
-                continue
+                    "implementation_name == \"pypy\"" in condition.lower() or \
+                    "platform_system == \"Windows\"" in condition or \
+                    "sys_platform == \"win32\"" in condition:
+                continue  # (the machine is CPython on Linux)
             names.append(re.split(r"[ <>=!~(\[]", spec, maxsplit=1)[0].lower()
                          .replace("_", "-"))
     return names
