@@ -311,3 +311,10 @@ def test_arrays_of_rank_over_six_move_and_reduce(agrees_with_xla):
         jnp.sum(jnp.transpose(a, (2, 0, 4, 1, 3, 6, 5, 7)), axis=(1, 3, 6)),
         jnp.pad(a, [(0, 1), (1, 0), (0, 0), (1, 1), (0, 0), (0, 0), (2, 0), (0, 1)]),
         jnp.broadcast_to(a[:, :, None], (2, 3, 2, 2, 2, 3, 2, 2, 2))), x)
+
+
+def test_an_expanded_op_reading_one_value_twice(agrees_with_xla):
+    # x @ x on booleans: the expansion's region takes the repeated operand once
+    # (JAX's testMatrixPowerBool)
+    mat = np.array([[True, True], [False, True]])
+    agrees_with_xla(lambda m: (jnp.linalg.matrix_power(m, 2), m @ m, jnp.dot(m, m.T)), mat)

@@ -216,7 +216,20 @@ def lower_by_expansion(op: Op, ctx, expansion: Expansion):
     same case back."""
     ops = expansion(op, ctx.program)
     terminator = Op("stablehlo.return", tuple(op.results), (), {}, (), op.location)
-    return ctx.compile_region(Region([Block(tuple(op.operands), [*ops, terminator])]))
+    operands = tuple(op.operands)
+    first: dict[int, int] = {}  # value id -> its first position (x @ x reads one value twice)
+    for i, value in enumerate(operands):
+        first.setdefault(value.id, i)
+    unique = tuple(operands[i] for i in first.values())
+    kernel = ctx.compile_region(Region([Block(unique, [*ops, terminator])]))
+    if len(unique) == len(operands):
+        return kernel
+    picks, count = tuple(first.values()), len(operands)
+
+    def run_with_repeated_operands(*args):
+        return kernel(*(args[i] for i in picks), *args[count:])  # (then the captures)
+
+    return run_with_repeated_operands
 
 
 def reachable_dtypes(primitives: PrimitiveSet) -> frozenset[str]:
