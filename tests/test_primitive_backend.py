@@ -1,7 +1,7 @@
-"""The primitive-only backend (``tests/plugins/primitive_backend.py``): it implements exactly the
-primitive set it declares, on payloads of its own, with nothing from ``pjrtkit.reference``, and
-reaches JAX's surface through the core's expansions (complex numbers, narrow types,
-convolutions, random bits, ... are rewritten into its set)."""
+"""The primitive-only backend (the package ``tests/plugins/primitive_backend/``, one module per op
+family): it implements exactly the primitive set it declares, on payloads of its own, with
+nothing from ``pjrtkit.reference``, and reaches JAX's surface through the core's expansions
+(complex numbers, narrow types, convolutions, random bits, ... are rewritten into its set)."""
 from __future__ import annotations
 
 import ast
@@ -61,12 +61,33 @@ def test_the_registry_is_exactly_the_declared_primitive_set():
                 "stablehlo.complex", "stablehlo.real", "stablehlo.imag"} & set(OPS)
 
 
+PACKAGE = pathlib.Path(primitive_backend.__file__).parent
+FAMILIES = ["contraction", "control_flow", "elementwise", "indexing", "reductions", "shape"]
+
+
+def test_every_family_module_is_imported_by_the_package():
+    modules = sorted(p.stem for p in PACKAGE.glob("*.py"))
+    assert modules == sorted(["__init__", "payloads", *FAMILIES])
+    # importing the package registered every family's rules (checked above against OPS)
+    assert all(getattr(primitive_backend, f).__name__ == f"primitive_backend.{f}"
+               for f in FAMILIES)
+
+
 def test_its_rules_import_nothing_from_the_reference():
-    tree = ast.parse(pathlib.Path(primitive_backend.__file__).read_text())
-    imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
-    imported |= {a.name for node in ast.walk(tree) if isinstance(node, ast.Import)
-                 for a in node.names}
-    assert not [m for m in imported if m and m.startswith("pjrtkit.reference")], imported
+    modules = sorted(PACKAGE.rglob("*.py"))
+    assert len(modules) == len(FAMILIES) + 2
+    for path in modules:
+        tree = ast.parse(path.read_text())
+        imports = [node for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)]
+        imported = {node.module for node in imports}
+        imported |= {a.name for node in ast.walk(tree) if isinstance(node, ast.Import)
+                     for a in node.names}
+        assert not [m for m in imported if m and m.startswith("pjrtkit.reference")], \
+            (path.name, imported)
+        if path.name != "__init__.py":  # family modules import from siblings, never the package
+            assert not [n for n in imports if n.level and n.module is None], path.name
+            assert not [m for m in imported if m and m.startswith("primitive_backend")], \
+                path.name
 
 
 def test_its_payloads_are_its_own_and_complex_programs_reach_it_as_pairs():
