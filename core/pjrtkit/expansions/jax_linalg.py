@@ -155,3 +155,8 @@ def portable_linalg_rules() -> Iterable[JaxLoweringRule]:
     }
     return [JaxLoweringRule(jax_compat.linalg_primitive(name), rule)
             for name, rule in rules.items()]
+
+
+# A backend declaring a primitive set inherits these where its plugin gives no rule of its own
+# (``expansions.jax_lowering_rules``, ``Backend.jax_lowering_rules``).
+JAX_LOWERING_RULES = portable_linalg_rules
