@@ -78,17 +78,16 @@ class GpuBackend:
 
     @hookimpl
     def pjrtkit_jax_lowering_rules(self):
-        from pjrtkit.expansions.jax_linalg import portable_linalg_rules
-
         from pjrtkit_gpu.jax_pallas import pallas_lowering_rules
 
         try:
             devices = self.driver().devices()
         except Exception:  # noqa: BLE001 - no driver: no device to lower for; topology says why
             devices = ()
-        # eigh, svd, ...: JAX lowers them only on its own platforms; the core's portable
-        # rules lower them to loops the expansions and the GPU rules run.
-        return [*pallas_lowering_rules(self.vendor, devices), *portable_linalg_rules()]
+        # eigh, svd, ...: JAX lowers them only on its own platforms; the plugin declares a
+        # primitive set, so it inherits the core's portable rules (expansions.jax_linalg),
+        # which lower them to loops the expansions and the GPU rules run.
+        return pallas_lowering_rules(self.vendor, devices)
 
     @hookimpl
     def pjrtkit_client_topology(self, options):

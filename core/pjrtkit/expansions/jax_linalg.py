@@ -2,8 +2,9 @@
 
 JAX lowers eigh, svd, eig, schur, hessenberg and tridiagonal only on its own platforms: on
 any other, a program using them fails in JAX ("MLIR translation rule ... not found") before a
-backend sees it. ``portable_linalg_rules()`` gives the JAX lowering rules a backend returns
-from its ``pjrtkit_jax_lowering_rules`` hook to run them anyway. Each rule lowers to standard
+backend sees it. ``portable_linalg_rules()`` gives the JAX lowering rules that run them
+anyway: a backend declaring a primitive set inherits them (``JAX_LOWERING_RULES``), any other
+may return them from its ``pjrtkit_jax_lowering_rules`` hook. Each rule lowers to standard
 StableHLO (loops, dots, and the ops ``pjrtkit.expansions`` expands: cholesky, triangular
 solves, QR's custom calls), so the program runs on the backend's primitive set:
 
