@@ -15,13 +15,14 @@ solves, QR's custom calls), so the program runs on the backend's primitive set:
 - **svd**: JAX's own QDWH-based SVD (TPU's), which JAX registers for every platform but
   which refuses an explicit ``algorithm``: here the algorithm is a hint and every one is
   answered by the polar decomposition.
-- **eig**, **schur** (complex Schur form), **hessenberg** (JAX has no portable form of the
-  non-symmetric eigenproblem): pjrtkit's Householder reduction and shifted QR algorithm
-  (``jax_impl/schur.py``); eigenvalues of a real matrix come in exact conjugate pairs.
+- **eig**, **schur**, **hessenberg** (JAX has no portable form of the non-symmetric
+  eigenproblem): pjrtkit's Householder reduction and shifted QR algorithm
+  (``jax_impl/schur.py``): complex Schur form for complex input, real Schur form (2x2 blocks
+  for complex pairs, Francis' double-shift QR) for real input, as LAPACK's gees gives them;
+  eigenvalues of a real matrix come in exact conjugate pairs.
 - refused as UNIMPLEMENTED, naming the primitive and the platform instead of JAX's generic
-  "rule not found": schur of a real matrix in real Schur form (2x2 blocks: Francis'
-  double-shift QR is not implemented), schur with sorted eigenvalues (XLA's CPU backend
-  refuses it too) and **tridiagonal** (LAPACK's sytrd reduction).
+  "rule not found": schur with sorted eigenvalues (XLA's CPU backend refuses it too) and
+  **tridiagonal** (LAPACK's sytrd reduction).
 
 The rules import JAX lazily (a backend's hook module must load without it); every private
 JAX name they use goes through ``pjrtkit.jax_compat``.
@@ -90,21 +91,17 @@ def _eig_rule(ctx, operand, **params):
 def _schur_rule(ctx, operand, **params):
     from jax.interpreters import mlir
 
-    from pjrtkit.expansions.jax_impl.schur import complex_schur
+    from pjrtkit.expansions.jax_impl.schur import complex_schur, real_schur
 
     (aval,) = ctx.avals_in
     if params.get("sort_eig_vals"):
         raise NotImplementedError("UNIMPLEMENTED: schur with sorted eigenvalues (as on XLA's "
                                   "CPU backend, whose LAPACK call does not sort either)")
-    if not _is_complex(aval.dtype):
-        raise NotImplementedError(
-            "UNIMPLEMENTED: schur of a real matrix in real Schur form (2x2 blocks for "
-            "complex pairs, Francis' double-shift QR) is not implemented; the complex Schur "
-            "form is (jax.scipy.linalg.schur(a, output='complex'))")
+    decompose = complex_schur if _is_complex(aval.dtype) else real_schur
     vectors = bool(params.get("compute_schur_vectors", True))
 
     def impl(a):
-        t, z = complex_schur(a)
+        t, z = decompose(a)
         return (t, z) if vectors else (t,)
 
     return mlir.lower_fun(_as_written(impl), multiple_results=True)(ctx, operand)

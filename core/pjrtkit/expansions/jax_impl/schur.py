@@ -1,5 +1,5 @@
 """The non-symmetric eigenproblem in JAX: Hessenberg reduction (LAPACK's gehrd form), the
-complex Schur decomposition by the shifted QR algorithm, and eigenvectors from it (the
+complex and the real Schur decompositions by the shifted QR algorithm, and eigenvectors (the
 hessenberg, schur and eig of ``pjrtkit.expansions.jax_linalg``).
 
 - ``hessenberg``: Householder reflectors ``H_j = I - tau v v^H`` (LAPACK's xLARFG
@@ -16,8 +16,13 @@ hessenberg, schur and eig of ``pjrtkit.expansions.jax_linalg``).
   rule for close eigenvalues: the divisor is at least ``eps |lambda|``), times Z; the left ones
   from ``T^H``. Each vector has unit norm with its largest component real, as geev gives them.
 
-Real input is solved in complex arithmetic (real Schur form, with 2x2 blocks, is not
-implemented: ``schur`` of a real matrix with real output is refused by the rule).
+- ``real_schur``: ``A = Z T Z^T`` for real A, T quasi upper triangular (1x1 blocks for real
+  eigenvalues, 2x2 blocks for complex pairs): Francis' implicit double-shift QR steps (real
+  arithmetic), each on the lowest unreduced block not yet finished; an isolated 2x2 block with
+  real eigenvalues split by a rotation onto an eigenvector.
+
+``eig`` of real input is solved in complex arithmetic (its eigenvalues then averaged into exact
+conjugate pairs).
 """
 from __future__ import annotations
 
@@ -288,3 +293,145 @@ def _eig_one(a, left, right, real_input):
         x = _triangular_eigenvectors(t)
         outputs.append(_normalized(jnp.dot(z, x, precision=HIGHEST)) if n else x)
     return tuple(outputs)
+
+
+# -- the real Schur decomposition ----------------------------------------------------------------
+
+def real_schur(a):
+    """(T, Z), A = Z T Z^T, Z orthogonal, T quasi upper triangular (1x1 blocks for real
+    eigenvalues, 2x2 blocks for complex pairs), for a batch of real square matrices."""
+    return tuple(_batched(_real_schur_one, a))
+
+
+def _householder3(x, y, w):
+    """(v, tau) with (I - tau v v^T) [x, y, w] = [alpha, 0, 0], v[0] = 1."""
+    norm = jnp.sqrt(x * x + y * y + w * w)
+    alpha = jnp.where(x >= 0, -norm, norm)
+    head = x - alpha
+    trivial = (norm == 0) | (head == 0)
+    safe_head = jnp.where(trivial, jnp.ones_like(head), head)
+    v1, v2 = y / safe_head, w / safe_head
+    tau = jnp.where(trivial, jnp.zeros_like(x), 2 / (1 + v1 * v1 + v2 * v2))
+    return v1, v2, tau
+
+
+def _real_schur_one(a):
+    """Francis' implicit double-shift QR on the Hessenberg form, over the whole matrix (the
+    reflectors span all rows and columns: a similarity of the whole matrix), on the lowest
+    unreduced block not yet finished; a finished block is 1x1, or 2x2 with complex
+    eigenvalues. An isolated 2x2 block with real eigenvalues is split by the rotation onto its
+    eigenvector. Subdiagonal entries below ``eps (|h_k-1,k-1| + |h_kk|)`` are set to zero; an
+    exceptional shift every tenth step; a matrix that does not converge in ``30 n`` steps comes
+    back NaN, as LAPACK's failure does on XLA's CPU backend."""
+    n = a.shape[-1]
+    eps = D.epsilon(a.dtype)
+    if n < 2:
+        return a, jnp.eye(n, dtype=a.dtype)
+    h, z = _unpack_hessenberg(*_hessenberg_one(a))
+    index = jnp.arange(n)
+    sub = index[1:]  # subdiagonal entry k is h[k, k - 1]
+    zero = jnp.zeros((), a.dtype)
+
+    def deflate(h):
+        diagonal = jnp.abs(jnp.diagonal(h))
+        small = jnp.abs(h[sub, sub - 1]) <= eps * (diagonal[:-1] + diagonal[1:])
+        at = (index[:, None] == index[None, :] + 1) & jnp.pad(small, (1, 0))[:, None]
+        return jnp.where(at, jnp.zeros_like(h), h)
+
+    def entry(h, i, j):
+        inside = (i >= 0) & (i < n) & (j >= 0) & (j < n)
+        return jnp.where(inside, h[jnp.clip(i, 0, n - 1), jnp.clip(j, 0, n - 1)], zero)
+
+    def blocks(h):
+        """(hi, lo): the bottom row of the lowest unfinished unreduced block (0 if none) and
+        its top row."""
+        nonzero = jnp.pad(h[sub, sub - 1] != 0, (1, 1))  # nonzero[k]: h[k, k-1] != 0
+        k = index
+        a_, b_ = entry(h, k - 1, k - 1), entry(h, k - 1, k)
+        c_, d_ = entry(h, k, k - 1), entry(h, k, k)
+        half = (a_ - d_) / 2
+        complex_pair = half * half + b_ * c_ < 0
+        isolated = nonzero[k] & ~nonzero[jnp.maximum(k - 1, 0)] & ~nonzero[k + 1]
+        active = nonzero[:n] & ~(isolated & complex_pair) & (k >= 1)
+        hi = jnp.max(jnp.where(active, k, 0))
+        split = (k >= 1) & (k < hi) & ~nonzero[:n]
+        lo = jnp.max(jnp.where(split, k, 0))
+        return hi, lo
+
+    def reflect(h, z, p, v1, v2, tau, three):
+        """h <- P h P, z <- z P, P = I - tau v v^T with v = e_p + v1 e_p+1 (+ v2 e_p+2)."""
+        v = (jnp.where(index == p, 1, 0) + jnp.where(index == p + 1, v1, 0)
+             + jnp.where((index == p + 2) & three, v2, 0)).astype(h.dtype)
+        h = h - tau * jnp.outer(v, jnp.dot(v, h, precision=HIGHEST))
+        h = h - tau * jnp.outer(jnp.dot(h, v, precision=HIGHEST), v)
+        z = z - tau * jnp.outer(jnp.dot(z, v, precision=HIGHEST), v)
+        return h, z
+
+    def francis_step(h, z, lo, hi, count):
+        a_, b_ = h[hi - 1, hi - 1], h[hi - 1, hi]
+        c_, d_ = h[hi, hi - 1], h[hi, hi]
+        trace, det = a_ + d_, a_ * d_ - b_ * c_
+        w = jnp.abs(h[hi, hi - 1]) + jnp.abs(entry(h, hi - 1, hi - 2))
+        exceptional = count % 10 == 9
+        trace = jnp.where(exceptional, 1.5 * w, trace)
+        det = jnp.where(exceptional, w * w, det)
+        h00, h01, h10 = h[lo, lo], h[lo, lo + 1], h[lo + 1, lo]
+        x = h00 * h00 + h01 * h10 - trace * h00 + det
+        y = h10 * (h00 + h[lo + 1, lo + 1] - trace)
+        w0 = h10 * entry(h, lo + 2, lo + 1)
+
+        def chase(p, state):
+            h, z, x, y, w = state
+            three = p + 2 <= hi
+            w = jnp.where(three, w, zero)
+            v1, v2, tau = _householder3(x, y, w)
+            h, z = reflect(h, z, p, v1, v2, tau, three)
+            # the bulge's column below the subdiagonal is zero now (exactly)
+            below = (p > lo) & ((index == p + 1) | ((index == p + 2) & three))
+            h = jnp.where(below[:, None] & (index[None, :] == p - 1), jnp.zeros_like(h), h)
+            return (h, z, entry(h, p + 1, p), entry(h, p + 2, p),
+                    entry(h, p + 3, p))
+
+        h, z, *_ = lax.fori_loop(lo, hi, chase, (h, z, x, y, w0))
+        return h, z
+
+    def split_pair(h, z, hi):
+        """An isolated 2x2 block (rows hi-1, hi) with real eigenvalues made triangular by the
+        rotation whose first column is an eigenvector."""
+        p = hi - 1
+        a_, b_, c_, d_ = h[p, p], h[p, hi], h[hi, p], h[hi, hi]
+        half = (a_ - d_) / 2
+        root = jnp.sqrt(jnp.maximum(half * half + b_ * c_, 0))
+        value = d_ + half + jnp.where(half >= 0, root, -root)
+        first, second = (b_, value - a_), (value - d_, c_)
+        use_first = jnp.hypot(*first) >= jnp.hypot(*second)
+        u0 = jnp.where(use_first, first[0], second[0])
+        u1 = jnp.where(use_first, first[1], second[1])
+        norm = jnp.hypot(u0, u1)
+        cos = jnp.where(norm == 0, jnp.ones_like(norm), u0 / jnp.where(norm == 0, 1, norm))
+        sin = jnp.where(norm == 0, jnp.zeros_like(norm), u1 / jnp.where(norm == 0, 1, norm))
+        g = (jnp.eye(n, dtype=h.dtype)
+             + jnp.where((index[:, None] == p) & (index[None, :] == p), cos - 1, 0)
+             + jnp.where((index[:, None] == hi) & (index[None, :] == hi), cos - 1, 0)
+             + jnp.where((index[:, None] == hi) & (index[None, :] == p), sin, 0)
+             + jnp.where((index[:, None] == p) & (index[None, :] == hi), -sin, 0)).astype(h.dtype)
+        h = jnp.dot(jnp.dot(g.T, h, precision=HIGHEST), g, precision=HIGHEST)
+        h = jnp.where((index[:, None] == hi) & (index[None, :] == p), jnp.zeros_like(h), h)
+        return h, jnp.dot(z, g, precision=HIGHEST)
+
+    def step(state):
+        h, z, count = state
+        hi, lo = blocks(h)
+        h, z = lax.cond(hi - lo == 1, lambda: split_pair(h, z, hi),
+                        lambda: francis_step(h, z, lo, hi, count))
+        return deflate(h), z, count + 1
+
+    def unfinished(state):
+        h, _, count = state
+        return (blocks(h)[0] > 0) & (count < 30 * n)
+
+    h, z, _ = lax.while_loop(unfinished, step, (deflate(h), z, jnp.int32(0)))
+    converged = blocks(h)[0] == 0
+    quasi = jnp.where(index[:, None] <= index[None, :] + 1, h, jnp.zeros_like(h))
+    nan = jnp.full_like(h, np.nan)
+    return jnp.where(converged, quasi, nan), jnp.where(converged, z, nan)
