@@ -1,7 +1,8 @@
 """pjrtkit's non-symmetric eigenproblem in JAX (``pjrtkit.expansions.jax_impl.schur``), run on
 XLA's CPU backend and compared with LAPACK there up to the freedom each result has: the
 Hessenberg form directly (gehrd's packed form is unique); Schur forms by ``Z T Z^H = A``,
-``Z^H Z = I`` and T's eigenvalues; eigenvectors by residuals ``A v - v w`` and
+``Z^H Z = I`` and T's eigenvalues (the real form also by its block structure: 2x2 blocks only
+for complex pairs, never adjacent); eigenvectors by residuals ``A v - v w`` and
 ``u^H A - w u^H``, eigenvalues sorted. A real matrix's eigenvalues come in exact conjugate
 pairs, as LAPACK's real driver gives them."""
 from __future__ import annotations
@@ -14,7 +15,7 @@ import numpy as np
 import pytest
 from jax import lax
 
-from pjrtkit.expansions.jax_impl.schur import complex_schur, eig, hessenberg
+from pjrtkit.expansions.jax_impl.schur import complex_schur, eig, hessenberg, real_schur
 from pjrtkit.testing.programs import run_on_xla_cpu
 from pjrtkit.testing.tolerances import assert_close
 
@@ -98,3 +99,48 @@ def test_the_eigenvalues_of_a_real_matrix_are_exact_conjugate_pairs():
     a = _random("pairs", (8, 8), np.float32)
     values = _run(lambda x: eig(x, left=False, right=False), a)[0]
     assert np.array_equal(np.sort_complex(values), np.sort_complex(np.conj(values)))
+
+
+def _symmetric():
+    x = _random("real_schur_symmetric", (5, 5), np.float64)
+    return (x + x.T) / 2
+
+
+def _real_schur_cases():
+    rng = np.random.default_rng(zlib.crc32(b"real_schur"))
+    cyclic = np.roll(np.eye(6), 1, axis=0)  # every eigenvalue on the unit circle
+    companion = np.diag(np.ones(5), -1)
+    companion[0] = [1, -2, 3, -4, 5, -6]
+    return {"random": rng.normal(size=(2, 7, 7)), "symmetric": _symmetric(),
+            "cyclic": cyclic, "companion": companion, "jordan": np.eye(4) + np.diag(np.ones(3), 1),
+            "rotation": np.array([[0.0, 1.0], [-1.0, 0.0]]), "zeros": np.zeros((3, 3)),
+            "larger": rng.normal(size=(40, 40))}
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("case", sorted(_real_schur_cases()))
+def test_real_schur_form_is_a_real_schur_decomposition(case, dtype):
+    """Francis' double-shift QR (``jax_impl.schur.real_schur``) on XLA's CPU backend: Z T Z^T
+    gives A back, Z is orthogonal, T is quasi upper triangular with 2x2 blocks only for complex
+    pairs and never two adjacent, and T's eigenvalues are LAPACK's."""
+    a = _real_schur_cases()[case].astype(dtype)
+    t, z = (np.asarray(x, np.float64) for x in _run(real_schur, a))
+    n = a.shape[-1]
+    eps = float(np.finfo(dtype).eps)
+    scale = max(1.0, float(np.abs(a).max()))
+    zt = np.swapaxes(z, -1, -2)
+    assert np.abs(z @ t @ zt - a).max() <= 50 * n * eps * scale
+    assert np.abs(zt @ z - np.eye(n)).max() <= 50 * n * eps
+    assert not np.tril(t, -2).any()
+    for tm in t.reshape(-1, n, n):
+        below = np.diagonal(tm, -1) != 0
+        assert not (below[:-1] & below[1:]).any(), "adjacent 2x2 blocks"
+        for k in np.flatnonzero(below):
+            block = tm[k:k + 2, k:k + 2]
+            half = (block[0, 0] - block[1, 1]) / 2
+            assert half * half + block[0, 1] * block[1, 0] < 0, "a 2x2 block with real eigenvalues"
+    ours = np.sort_complex(np.linalg.eigvals(t).ravel())
+    theirs = np.sort_complex(np.linalg.eigvals(a.astype(np.float64)).ravel())
+    # (a defective eigenvalue, the Jordan block's, moves by about sqrt(eps))
+    tolerance = (np.sqrt(eps) if case == "jordan" else 200 * n * eps) * scale
+    assert np.abs(ours - theirs).max() <= tolerance
