@@ -252,8 +252,8 @@ def _window_and_scatter_cases(pointers):
             kernel, _, _ = ordered_scatter_kernel(op, None, captures)
             operand, idx, upd = op.operands
             signature = {"idx": f"*{D.storage_type(idx.type.dtype)}",
-                         "upd": f"*{D.storage_type(upd.type.dtype)}",
-                         "out": f"*{D.storage_type(operand.type.dtype)}",
+                         "upd0": f"*{D.storage_type(upd.type.dtype)}",
+                         "out0": f"*{D.storage_type(operand.type.dtype)}",
                          **pointers("cap", captures), "n": "i64", "BLOCK": "constexpr"}
             cases.append(("ordered_scatter", d.name, "64x64, 3 rows", kernel, signature,
                           {"BLOCK": 64}, ".at[].mul"))

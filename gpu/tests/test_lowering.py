@@ -318,3 +318,13 @@ def test_an_expanded_op_reading_one_value_twice(agrees_with_xla):
     # (JAX's testMatrixPowerBool)
     mat = np.array([[True, True], [False, True]])
     agrees_with_xla(lambda m: (jnp.linalg.matrix_power(m, 2), m @ m, jnp.dot(m, m.T)), mat)
+
+
+def test_a_complex_scatter_add_whose_region_was_fused_runs_ordered(agrees_with_xla):
+    # After the complex expansion the scatter has two operands (real, imaginary parts); the
+    # fusion pass groups its region's two adds into one op, which no longer reads as one
+    # combiner per operand: the ordered scatter folds both (JAX's eig and lu gradients).
+    x = (sample("csx", (4, 4), F32) + 1j * sample("csy", (4, 4), F32)).astype(np.complex64)
+    u = (sample("csu", (5,), F32) - 2j).astype(np.complex64)
+    rows, cols = np.array([0, 2, 1, 2, 3], np.int32), np.array([1, 3, 1, 3, 0], np.int32)
+    agrees_with_xla(lambda x, u: (x.at[rows, cols].add(u), x.at[rows, cols].multiply(u)), x, u)

@@ -9,7 +9,8 @@ inlined, as XLA's CPU backend does (sequential in the updates, so slower). Batch
 scatters (operand_batching_dims) are first rewritten without batching dimensions by the core
 (``pjrtkit.expansions.batched_indexing``). A scatter of several operands whose combiner keeps
 them apart (a complex scatter after the complex expansion) becomes one scatter per operand
-(``pjrtkit.expansions.variadic_scatter``); one whose combiner mixes them is UNIMPLEMENTED."""
+(``pjrtkit.expansions.variadic_scatter``); one whose combiner mixes them (or whose region the
+fusion pass grouped) is the ordered scatter over all of them."""
 from __future__ import annotations
 
 import math
@@ -103,7 +104,8 @@ def _layout(op):
     """(scatter dims of the updates, operand window dims, window size per operand dim, start
     index per operand dim (``s<k>``), window coordinate per operand dim (``c<update dim>``))."""
     dn = op.attributes["scatter_dimension_numbers"]
-    operand, updates = op.operands[0].type, op.operands[2].type
+    count = (len(op.operands) - 1) // 2  # operands, indices, updates
+    operand, updates = op.operands[0].type, op.operands[count + 1].type
     window_dims = tuple(dn.update_window_dims)
     scatter_dims = [d for d in range(updates.rank) if d not in window_dims]
     operand_window_dims = [d for d in range(operand.rank) if d not in dn.inserted_window_dims]
@@ -128,24 +130,27 @@ def _target_lines(op, lines):
 
 
 def ordered_scatter_kernel(op, program, captures=()):
-    """One program folds the updates into the result in XLA's order, one scatter position after
-    the other (its lanes cover the position's window, whose targets are distinct), with the
-    combiner region inlined: any elementwise combiner on any dtype, bit for bit as XLA's CPU
-    backend folds duplicates. Sequential in the updates: the path of combiners without an
-    atomic (16-bit float add, float max/min with NaN, ``.at[].apply``). Returns (kernel,
-    scatter positions, window elements); its parameters: ``idx``, ``upd``, ``out``,
-    ``cap<k>``, ``n`` (the positions), ``BLOCK``."""
+    """One program folds the updates into the results in XLA's order, one scatter position
+    after the other (its lanes cover the position's window, whose targets are distinct), with
+    the combiner region inlined: any elementwise combiner on any dtype and any number of
+    operands (one that mixes them: a complex combiner after the complex expansion), bit for bit
+    as XLA's CPU backend folds duplicates. Sequential in the updates: the path of combiners
+    without an atomic (16-bit float add, float max/min with NaN, ``.at[].apply``). Returns
+    (kernel, scatter positions, window elements); its parameters: ``idx``, ``upd<k>``,
+    ``out<k>``, ``cap<k>``, ``n`` (the positions), ``BLOCK``."""
     dn = op.attributes["scatter_dimension_numbers"]
-    indices, updates = op.operands[1].type, op.operands[2].type
-    dtype = op.operands[0].type.dtype
+    count_operands = (len(op.operands) - 1) // 2
+    indices, updates = op.operands[count_operands].type, op.operands[count_operands + 1].type
+    dtypes = [v.type.dtype for v in op.operands[:count_operands]]
     scatter_dims, _, _, _ = _layout(op)
     window_dims = list(dn.update_window_dims)
     body = inline_region_calls(op.regions[0], program)
-    load = load_template(dtype)
-    region, results = region_lines(body, ["old", "new"], "r",
-                                   {v.id: f"cp{k}" for k, v in enumerate(captures)})
-    if len(results) != 1:
-        raise NoKernel(f"scatter combiner returning {len(results)} values")
+    region, results = region_lines(
+        body, [f"old{k}" for k in range(count_operands)] + [f"new{k}" for k in range(count_operands)],
+        "r", {v.id: f"cp{k}" for k, v in enumerate(captures)})
+    if len(results) != count_operands:
+        raise NoKernel(f"scatter combiner returning {len(results)} values for "
+                       f"{count_operands} operands")
     positions = [updates.shape[d] for d in scatter_dims]
     window = [updates.shape[d] for d in window_dims]
     lines = [f"cp{k} = {c}" for k, c in enumerate(captured_scalars(captures))]
@@ -169,58 +174,75 @@ def ordered_scatter_kernel(op, program, captures=()):
     coordinate.update((d, f"p{k}") for k, d in enumerate(window_dims))
     chunk += [f"c{d} = {coordinate[d]}" for d in range(updates.rank)]
     update_strides = row_major_strides(updates.shape)
-    chunk.append("j = " + (" + ".join(f"c{d} * {update_strides[d]}"
-                                      for d in range(updates.rank)) or "w * 0"))
+    # (+ w * 0: a block even when the updates have no window dimensions)
+    chunk.append("j = " + " + ".join([*(f"c{d} * {update_strides[d]}"
+                                       for d in range(updates.rank)), "w * 0"]))
     _target_lines(op, chunk)
-    # .cg: read the result from L2, where an earlier position's store from another lane is
-    chunk.append("old = " + load.format(
-        v="tl.load(out + target, mask=inside, other=0, cache_modifier='.cg')"))
-    chunk.append("new = " + load.format(v="tl.load(upd + j, mask=inside, other=0)"))
+    for k, dtype in enumerate(dtypes):
+        load = load_template(dtype)
+        # .cg: read the result from L2, where an earlier position's store from another lane is
+        chunk.append(f"old{k} = " + load.format(
+            v=f"tl.load(out{k} + target, mask=inside, other=0, cache_modifier='.cg')"))
+        chunk.append(f"new{k} = " + load.format(v=f"tl.load(upd{k} + j, mask=inside, other=0)"))
     chunk += region
-    chunk.append(f"tl.store(out + target, {store_template(dtype).format(v=results[0])}, "
-                 f"mask=inside)")
+    for k, dtype in enumerate(dtypes):
+        chunk.append(f"tl.store(out{k} + target, {store_template(dtype).format(v=results[k])}, "
+                     f"mask=inside)")
     inner += [f"    {line}" for line in chunk]
     inner.append("tl.debug_barrier()  # this position's stores before the next one's loads")
     lines += [f"    {line}" for line in inner]
-    params = ["idx", "upd", "out", *(f"cap{k}" for k in range(len(captures)))]
+    params = ["idx", *(f"upd{k}" for k in range(count_operands)),
+              *(f"out{k}" for k in range(count_operands)),
+              *(f"cap{k}" for k in range(len(captures)))]
     source = (codegen.HEADER + "@triton.jit\n"
               + f"def ordered_scatter({', '.join(params)}, n, BLOCK: tl.constexpr):\n"
               + "\n".join(f"    {line}" for line in lines) + "\n")
     return codegen.load_kernel(source, "ordered_scatter"), math.prod(positions), count
 
 
+def _ordered_scatter(op, ctx, captures):
+    """The rule's function running ``ordered_scatter_kernel``: UNIMPLEMENTED naming the op the
+    combiner has no expression for."""
+    count_operands = (len(op.operands) - 1) // 2
+    updates = op.operands[count_operands + 1].type
+    try:
+        kernel, positions, count = ordered_scatter_kernel(op, ctx.program, captures)
+    except NoKernel as exc:
+        inner = getattr(exc, "op", None)
+        what = f" ({inner.describe()})" if inner is not None else ""
+        names = ", ".join(v.type.dtype.name for v in op.operands[:count_operands])
+        raise ctx.unimplemented(op, f"scatter combiner on {names}: {exc}{what}") from None
+    block = min(kernels.ELEMENTWISE_BLOCK, max(16, 1 << max(count - 1, 0).bit_length()))
+    driver, device = ctx.payloads.driver, ctx.payloads.device_index
+
+    def run_ordered_scatter(*args):
+        xs, idx = args[:count_operands], args[count_operands]
+        upds = args[count_operands + 1:2 * count_operands + 1]
+        captured = args[2 * count_operands + 1:]
+        results = tuple(driver.duplicate(x) for x in xs)
+        if positions and updates.size:
+            driver.launch(device, kernel, (1,), [idx, *upds, *results, *captured, positions],
+                          {"BLOCK": block})
+        return results
+
+    return run_ordered_scatter
+
+
 def scatter(op, ctx):
     check_operands(op, ctx)
-    if len(op.operands) != 3:
-        if separable_combiner(op):
-            return lower_by_expansion(op, ctx, scatter_per_operand)
-        raise ctx.unimplemented(op, f"scatter of {len(op.operands) // 2} operands whose "
-                                    f"combiner mixes them, on {op.operands[0].type.dtype.name}")
     dn = op.attributes["scatter_dimension_numbers"]
-    operand, indices, updates = (v.type for v in op.operands)
     if dn.input_batching_dims:
         return lower_by_expansion(op, ctx, scatter_without_batching)
     captures = ctx.captures(op)
+    if len(op.operands) != 3:
+        if separable_combiner(op):  # one scatter per operand, each maybe with an atomic
+            return lower_by_expansion(op, ctx, scatter_per_operand)
+        return _ordered_scatter(op, ctx, captures)
+    operand, indices, updates = (v.type for v in op.operands)
     combine = None if captures else _combiner(op)
     driver, device = ctx.payloads.driver, ctx.payloads.device_index
     if combine is None:
-        try:
-            kernel, positions, count = ordered_scatter_kernel(op, ctx.program, captures)
-        except NoKernel as exc:
-            inner = getattr(exc, "op", None)
-            what = f" ({inner.describe()})" if inner is not None else ""
-            raise ctx.unimplemented(op, f"scatter combiner on {operand.dtype.name}: {exc}"
-                                        f"{what}") from None
-        block = min(kernels.ELEMENTWISE_BLOCK, max(16, 1 << max(count - 1, 0).bit_length()))
-
-        def run_ordered_scatter(x, idx, upd, *captured):
-            result = driver.duplicate(x)
-            if positions and updates.size:
-                driver.launch(device, kernel, (1,), [idx, upd, result, *captured, positions],
-                              {"BLOCK": block})
-            return (result,)
-
-        return run_ordered_scatter
+        return _ordered_scatter(op, ctx, captures)
     scatter_dims, _, _, _ = _layout(op)
     lines = codegen.coordinates("i", updates.shape, "c")
     _start_index_loads(indices.shape, dn.index_vector_dim, [f"c{d}" for d in scatter_dims],
