@@ -1,12 +1,13 @@
 """Linear algebra at the JAX-rule level, for a backend without linear-algebra kernels.
 
-JAX lowers eigh, svd, eig, schur, hessenberg and tridiagonal only on its own platforms: on
-any other, a program using them fails in JAX ("MLIR translation rule ... not found") before a
-backend sees it. ``portable_linalg_rules()`` gives the JAX lowering rules that run them
-anyway: a backend declaring a primitive set inherits them (``JAX_LOWERING_RULES``), any other
-may return them from its ``pjrtkit_jax_lowering_rules`` hook. Each rule lowers to standard
-StableHLO (loops, dots, and the ops ``pjrtkit.expansions`` expands: cholesky, triangular
-solves, QR's custom calls), so the program runs on the backend's primitive set:
+JAX lowers eigh, svd, eig, schur, hessenberg, tridiagonal and geqp3 only on its own platforms
+(and tridiagonal_solve with pivoting only there): on any other, a program using them fails in
+JAX ("MLIR translation rule ... not found") before a backend sees it.
+``portable_linalg_rules()`` gives the JAX lowering rules that run them anyway: a backend
+declaring a primitive set inherits them (``JAX_LOWERING_RULES``), any other may return them
+from its ``pjrtkit_jax_lowering_rules`` hook. Each rule lowers to standard StableHLO (loops,
+dots, and the ops ``pjrtkit.expansions`` expands: cholesky, triangular solves, QR's custom
+calls), so the program runs on the backend's primitive set:
 
 - **eigh**: up to ``JACOBI_MAX`` (256, where JAX's TPU rule also stops recursing) and whenever
   the Jacobi algorithm is asked for, pjrtkit's own cyclic Jacobi (``jax_impl/jacobi.py``); above,
@@ -20,9 +21,13 @@ solves, QR's custom calls), so the program runs on the backend's primitive set:
   (``jax_impl/schur.py``): complex Schur form for complex input, real Schur form (2x2 blocks
   for complex pairs, Francis' double-shift QR) for real input, as LAPACK's gees gives them;
   eigenvalues of a real matrix come in exact conjugate pairs.
+- **tridiagonal** (LAPACK's sytrd/hetrd form, from the Hessenberg reduction of the Hermitian
+  matrix), **tridiagonal_solve** (row-pivoted elimination as gtsv, or with
+  ``perturb_singular`` as lagtf/lagts: JAX's generic rule neither pivots nor perturbs) and
+  **geqp3** (QR with column pivoting, ``jnp.linalg.qr(..., pivoting=True)``):
+  ``jax_impl/tridiagonal.py``, ``jax_impl/pivoted_qr.py``.
 - refused as UNIMPLEMENTED, naming the primitive and the platform instead of JAX's generic
-  "rule not found": schur with sorted eigenvalues (XLA's CPU backend refuses it too) and
-  **tridiagonal** (LAPACK's sytrd reduction).
+  "rule not found": schur with sorted eigenvalues (XLA's CPU backend refuses it too).
 
 The rules import JAX lazily (a backend's hook module must load without it); every private
 JAX name they use goes through ``pjrtkit.jax_compat``.
@@ -132,8 +137,33 @@ def unimplemented_rule(primitive: str, why: str):
     return rule
 
 
-_NO_PORTABLE_FORM = ("it has no portable implementation in JAX (only LAPACK and cuSOLVER "
-                     "kernels) or in pjrtkit yet; run it on pjrtkit_cpu or XLA's CPU backend")
+def _tridiagonal_rule(ctx, operand, **params):
+    from jax.interpreters import mlir
+
+    from pjrtkit.expansions.jax_impl.tridiagonal import tridiagonal
+
+    lower = bool(params.get("lower", True))
+    return mlir.lower_fun(_as_written(lambda a: tridiagonal(a, lower=lower)),
+                          multiple_results=True)(ctx, operand)
+
+
+def _tridiagonal_solve_rule(ctx, dl, d, du, b, **params):
+    from jax.interpreters import mlir
+
+    from pjrtkit.expansions.jax_impl.tridiagonal import tridiagonal_solve
+
+    perturb = bool(params.get("perturb_singular", False))
+    return mlir.lower_fun(_as_written(
+        lambda *args: tridiagonal_solve(*args, perturb_singular=perturb)),
+        multiple_results=False)(ctx, dl, d, du, b)
+
+
+def _geqp3_rule(ctx, operand, jpvt, **params):
+    from jax.interpreters import mlir
+
+    from pjrtkit.expansions.jax_impl.pivoted_qr import geqp3
+
+    return mlir.lower_fun(_as_written(geqp3), multiple_results=True)(ctx, operand, jpvt)
 
 
 def portable_linalg_rules() -> Iterable[JaxLoweringRule]:
@@ -149,7 +179,9 @@ def portable_linalg_rules() -> Iterable[JaxLoweringRule]:
         "eig": _eig_rule,
         "schur": _schur_rule,
         "hessenberg": _hessenberg_rule,
-        "tridiagonal": unimplemented_rule("tridiagonal", _NO_PORTABLE_FORM),
+        "tridiagonal": _tridiagonal_rule,
+        "geqp3": _geqp3_rule,
+        "tridiagonal_solve": _tridiagonal_solve_rule,
     }
     return [JaxLoweringRule(jax_compat.linalg_primitive(name), rule)
             for name, rule in rules.items()]
