@@ -1,7 +1,7 @@
 """QR with column pivoting in JAX, LAPACK's ?geqp3 form (the geqp3 of
 ``pjrtkit.expansions.jax_linalg``): ``A P = Q R`` with ``(packed, jpvt, taus)`` as geqp3 gives
 them: R on and above the diagonal, the Householder vectors below it (xLARFG's convention,
-``schur._reflector``), jpvt one-based, taus ``min(m, n)`` long.
+``schur.reflector``), jpvt one-based, taus ``min(m, n)`` long.
 
 Columns whose jpvt entry is nonzero on entry are fixed: moved to the front in their order and
 factored first, unpivoted; the free ones follow, each step taking the remaining column of
@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from pjrtkit.expansions.jax_impl.schur import HIGHEST, _reflector, _set_column
+from pjrtkit.expansions.jax_impl.schur import HIGHEST, reflector, set_column
 
 
 def geqp3(a, jpvt):
@@ -45,17 +45,17 @@ def _geqp3_one(a, jpvt):
         best = jnp.argmax(norms)              # the first of the largest, as LAPACK's i?amax
         p = jnp.where(j < fixed, j, best)
         column_j, column_p = a[:, j], a[:, p]
-        a = _set_column(_set_column(a, j, column_p), p, column_j)
+        a = set_column(set_column(a, j, column_p), p, column_j)
         order_j, order_p = order[j], order[p]
         order = lax.dynamic_update_slice(lax.dynamic_update_slice(order, order_p[None], (j,)),
                                          order_j[None], (p,))
-        v, tau, beta = _reflector(a[:, j], j)
+        v, tau, beta = reflector(a[:, j], j)
         # A <- H^H A on the columns right of j; column j then holds beta and v
         left = jnp.conj(tau) * jnp.outer(v, jnp.dot(jnp.conj(v), a, precision=HIGHEST))
         a = a - jnp.where(columns[None, :] > j, left, jnp.zeros_like(left))
         packed = jnp.where(rows > j, v, a[:, j])
         packed = jnp.where(rows == j, beta.astype(a.dtype), packed)
-        a = _set_column(a, j, packed)
+        a = set_column(a, j, packed)
         taus = lax.dynamic_update_slice(taus, jnp.reshape(tau, (1,)).astype(a.dtype), (j,))
         return a, order, taus
 

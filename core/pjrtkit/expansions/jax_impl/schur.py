@@ -38,7 +38,7 @@ from pjrtkit.semantics import dtypes as D
 HIGHEST = lax.Precision.HIGHEST
 
 
-def _batched(fn, a):
+def batched(fn, a):
     """``fn`` of one matrix applied over ``a``'s leading batch dimensions."""
     for _ in range(a.ndim - 2):
         fn = jax.vmap(fn)
@@ -53,7 +53,7 @@ def _set_row(x, i, row):
     return lax.dynamic_update_slice(x, row[None, :].astype(x.dtype), (i, 0))
 
 
-def _set_column(x, j, column):
+def set_column(x, j, column):
     return lax.dynamic_update_slice(x, column[:, None].astype(x.dtype), (0, j))
 
 
@@ -63,7 +63,7 @@ def _set_entry(x, i, value):
 
 # -- Householder reflectors ----------------------------------------------------------------------
 
-def _reflector(column, pivot):
+def reflector(column, pivot):
     """LAPACK's xLARFG for ``column[pivot:]``: (v with v[pivot] = 1 and zeros above, tau,
     beta)."""
     n = column.shape[0]
@@ -88,10 +88,10 @@ def _reflector(column, pivot):
 
 def hessenberg(a):
     """(packed, taus) of LAPACK's gehrd for the batch of square matrices ``a``."""
-    return tuple(_batched(_hessenberg_one, a))
+    return tuple(batched(hessenberg_one, a))
 
 
-def _hessenberg_one(a):
+def hessenberg_one(a):
     n = a.shape[-1]
     if n < 2:
         return a, jnp.zeros((max(n - 1, 0),), a.dtype)
@@ -99,7 +99,7 @@ def _hessenberg_one(a):
 
     def step(j, state):
         h, taus = state
-        v, tau, beta = _reflector(h[:, j], j + 1)
+        v, tau, beta = reflector(h[:, j], j + 1)
         # A <- H^H A H with H = I - tau v v^H on the columns right of j (the ones left of it
         # hold earlier reflectors); column j then holds beta and v.
         left = jnp.conj(tau) * jnp.outer(v, jnp.dot(jnp.conj(v), h, precision=HIGHEST))
@@ -107,7 +107,7 @@ def _hessenberg_one(a):
         h = h - tau * jnp.outer(jnp.dot(h, v, precision=HIGHEST), jnp.conj(v))
         packed_column = jnp.where(columns > j + 1, v, h[:, j])
         packed_column = jnp.where(columns == j + 1, beta.astype(a.dtype), packed_column)
-        h = _set_column(h, j, packed_column)
+        h = set_column(h, j, packed_column)
         return h, _set_entry(taus, j, tau)
 
     return lax.fori_loop(0, n - 1, step, (a, jnp.zeros((n - 1,), a.dtype)))
@@ -134,7 +134,7 @@ def _unpack_hessenberg(packed, taus):
 
 def complex_schur(a):
     """(T, Z), A = Z T Z^H, T upper triangular, for a batch of complex square matrices."""
-    return tuple(_batched(_complex_schur_one, a))
+    return tuple(batched(_complex_schur_one, a))
 
 
 def _givens(x, y):
@@ -154,7 +154,7 @@ def _complex_schur_one(a):
     eps = D.epsilon(real)
     if n < 2:
         return a, jnp.eye(n, dtype=a.dtype)
-    h, z = _unpack_hessenberg(*_hessenberg_one(a))
+    h, z = _unpack_hessenberg(*hessenberg_one(a))
     index = jnp.arange(n)
     sub = index[1:]  # subdiagonal entry k is h[k + 1, k]
 
@@ -207,11 +207,11 @@ def _complex_schur_one(a):
             m, z = carry
             c_, s = cs[k].astype(m.dtype), ss[k]
             col_k, col_k1 = m[:, k], m[:, k + 1]
-            m = _set_column(m, k, c_ * col_k + jnp.conj(s) * col_k1)
-            m = _set_column(m, k + 1, -s * col_k + c_ * col_k1)
+            m = set_column(m, k, c_ * col_k + jnp.conj(s) * col_k1)
+            m = set_column(m, k + 1, -s * col_k + c_ * col_k1)
             zk, zk1 = z[:, k], z[:, k + 1]
-            z = _set_column(z, k, c_ * zk + jnp.conj(s) * zk1)
-            z = _set_column(z, k + 1, -s * zk + c_ * zk1)
+            z = set_column(z, k, c_ * zk + jnp.conj(s) * zk1)
+            z = set_column(z, k + 1, -s * zk + c_ * zk1)
             return m, z
 
         m, z = lax.fori_loop(0, n - 1, right, (m, z))
@@ -269,7 +269,7 @@ def eig(a, *, left: bool, right: bool):
     complex_dtype = np.result_type(np.dtype(a.dtype), np.complex64)
     one = functools.partial(_eig_one, left=left, right=right,
                             real_input=not jnp.issubdtype(a.dtype, jnp.complexfloating))
-    return list(_batched(one, a.astype(complex_dtype)))
+    return list(batched(one, a.astype(complex_dtype)))
 
 
 def _conjugate_pairs(values):
@@ -300,7 +300,7 @@ def _eig_one(a, left, right, real_input):
 def real_schur(a):
     """(T, Z), A = Z T Z^T, Z orthogonal, T quasi upper triangular (1x1 blocks for real
     eigenvalues, 2x2 blocks for complex pairs), for a batch of real square matrices."""
-    return tuple(_batched(_real_schur_one, a))
+    return tuple(batched(_real_schur_one, a))
 
 
 def _householder3(x, y, w):
@@ -327,7 +327,7 @@ def _real_schur_one(a):
     eps = D.epsilon(a.dtype)
     if n < 2:
         return a, jnp.eye(n, dtype=a.dtype)
-    h, z = _unpack_hessenberg(*_hessenberg_one(a))
+    h, z = _unpack_hessenberg(*hessenberg_one(a))
     index = jnp.arange(n)
     sub = index[1:]  # subdiagonal entry k is h[k, k - 1]
     zero = jnp.zeros((), a.dtype)

@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from pjrtkit.expansions.jax_impl.schur import _batched, _hessenberg_one
+from pjrtkit.expansions.jax_impl.schur import batched, hessenberg_one
 from pjrtkit.semantics import dtypes as D
 
 
@@ -31,7 +31,7 @@ from pjrtkit.semantics import dtypes as D
 
 def tridiagonal(a, *, lower: bool):
     """(packed, d, e, taus) of ?sytrd / ?hetrd for the batch of square matrices ``a``."""
-    return tuple(_batched(lambda m: _tridiagonal_one(m, lower), a))
+    return tuple(batched(lambda m: _tridiagonal_one(m, lower), a))
 
 
 def _hermitian_from(a, lower: bool):
@@ -50,7 +50,7 @@ def _tridiagonal_one(a, lower: bool):
     m = _hermitian_from(a, lower)
     if not lower:
         m = jnp.flip(m)
-    packed, taus = _hessenberg_one(m)
+    packed, taus = hessenberg_one(m)
     d = jnp.real(jnp.diagonal(packed)).astype(real)
     e = jnp.real(jnp.diagonal(packed, -1)).astype(real)
     rows = jnp.arange(n)[:, None]
