@@ -328,3 +328,11 @@ def test_a_complex_scatter_add_whose_region_was_fused_runs_ordered(agrees_with_x
     u = (sample("csu", (5,), F32) - 2j).astype(np.complex64)
     rows, cols = np.array([0, 2, 1, 2, 3], np.int32), np.array([1, 3, 1, 3, 0], np.int32)
     agrees_with_xla(lambda x, u: (x.at[rows, cols].add(u), x.at[rows, cols].multiply(u)), x, u)
+
+
+def test_complex_composites_run_their_decomposition_on_pairs_of_reals(agrees_with_xla):
+    # jnp.arcsin & co. of complex numbers are stablehlo.composite ops in JAX's programs: the
+    # complex expansion calls their decomposition, rewritten onto real pairs like any function
+    x = (np.linspace(-2, 2, 6)[:, None] + 1j * np.linspace(-1.5, 1.5, 5)[None, :]).astype(
+        np.complex64)
+    agrees_with_xla(lambda z: (jnp.arccos(z), jnp.arcsinh(z), jnp.arctanh(z), jnp.cosh(z)), x)

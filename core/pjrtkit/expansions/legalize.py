@@ -18,7 +18,8 @@ Rules read their operands' parts from ``ins`` (one tuple per operand; a value th
 does not rewrite is a 1-tuple of itself) and return one tuple of parts per result. Generic rules
 for every lowering live here: ``per_part`` (structural ops, applied to each part alike),
 ``flattened`` (ops whose operands, results and region arguments are lists: while, if, reduce,
-...) and ``opaque`` (an op the backend runs on stored values: joined before, split after).
+...), ``composite`` (a call of its decomposition) and ``opaque`` (an op the backend runs on
+stored values: joined before, split after).
 """
 from __future__ import annotations
 
@@ -254,6 +255,15 @@ def opaque(op: Op, b: OpBuilder, ins: list[Parts], ctx: Walk) -> list[Parts]:
     return [tuple(ctx.lowering.split(b, v)) if ctx.touches(v) else (v,) for v in results]
 
 
+def composite(op: Op, b: OpBuilder, ins: list[Parts], ctx: Walk) -> list[Parts]:
+    """A composite touching a rewritten type: a call of its decomposition function (the
+    composite's meaning, plain StableHLO), which the walk rewrites like every other function
+    (complex acos, asinh, ... are composites in JAX's programs)."""
+    call = dataclasses.replace(op, name="func.call",
+                               attributes={"callee": op.attributes["decomposition"]})
+    return flattened(call, b, ins, ctx)
+
+
 def is_tensor(t) -> bool:
     return isinstance(t, TensorType)
 
@@ -295,6 +305,7 @@ GENERIC_RULES: dict[str, Rule] = {
     **{name: per_part for name in STRUCTURAL},
     **{name: flattened for name in LISTS},
     "stablehlo.sort": sort,
+    "stablehlo.composite": composite,
     "stablehlo.bitcast_convert": opaque,
     "stablehlo.custom_call": opaque,
 }
