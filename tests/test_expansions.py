@@ -108,6 +108,28 @@ def test_complex_programs_run_on_real_primitives(name):
     assert left <= {"stablehlo.bitcast_convert", "func.return"}, left
 
 
+@pytest.mark.parametrize("fn", [jnp.tan, jnp.tanh, jnp.arcsinh, jnp.arccos])
+def test_complex_edges_as_xla(fn):
+    """Infinite, NaN, huge and zero parts through the complex expansion (tan and tanh's
+    formulas, composites' decompositions), on the reference rules, against XLA's CPU backend:
+    NaN where XLA gives NaN, and zeros signed as XLA signs them."""
+    edges = np.array([-np.inf, -1e30, -30.0, -1.0, -0.0, 0.0, 1.0, 30.0, 1e30, np.inf, np.nan],
+                     np.float32)
+    z = np.empty((edges.size, edges.size), np.complex64)
+    z.real, z.imag = edges[:, None], edges[None, :]   # (every pair, none mixed by arithmetic)
+    _, (ours,) = run_expanded(fn, (z,), primitives())
+    (theirs,) = run_on_xla_cpu(fn, (z,))
+    for part in (np.real, np.imag):
+        a, t = part(ours), part(np.asarray(theirs))
+        assert np.array_equal(np.isnan(a), np.isnan(t)), (fn.__name__, part.__name__, z[
+            np.isnan(a) != np.isnan(t)])
+        zeros = t == 0
+        assert np.array_equal(np.signbit(a[zeros]), np.signbit(t[zeros])), fn.__name__
+        finite = np.isfinite(t)
+        assert np.allclose(a[finite], t[finite], rtol=1e-5, atol=1e-6), fn.__name__
+        assert np.array_equal(a[np.isinf(t)], t[np.isinf(t)]), fn.__name__
+
+
 def test_complex_cond_and_complex128():
     rng = np.random.default_rng(1)
     with jax.enable_x64(True):

@@ -177,9 +177,26 @@ def _tanh_parts(b, re, im):
     one = b.constant_like(1, re)
     sign = b.select(b.compare(re, _zero(b, re), "LT"), b.negate(one), one)
     four = b.constant_like(4, re)
-    tiny = b.multiply(b.multiply(four, b.multiply(sy, cy)),
+    product = b.multiply(sy, cy)
+    tiny = b.multiply(b.multiply(four, product),
                       _exp(b, b.multiply(b.constant_like(-2, re), b.abs(re))))
-    return b.select(large, sign, real), b.select(large, tiny, imag)
+    # at |x| = inf the imaginary part is a zero signed as sin(2y) (C99's ctanh), and zero
+    # where that is NaN (y infinite: tan(-inf + inf j) = j, as XLA gives it)
+    signed_zero = b.select(b.compare(product, product, "NE"), _zero(b, re),
+                           b.multiply(_zero(b, re), product))
+    infinite = b.compare(b.abs(re), b.constant_like(float("inf"), re), "EQ")
+    tiny = b.select(infinite, signed_zero, tiny)
+    imag = b.select(large, tiny, imag)
+    # a zero imaginary part stays (tanh(x + 0j) = tanh(x) + 0j, also for NaN x)
+    # past |x| = 20 the real part is sign(x), unless y is NaN or infinite and x finite (NaN,
+    # as C99 and XLA)
+    undefined_y = b.compare(b.abs(im), b.constant_like(float("inf"), im), "GE")  # inf
+    undefined_y = b.or_(undefined_y, b.compare(im, im, "NE"))                    # or NaN
+    sign = b.select(b.and_(undefined_y, b.not_(infinite)), b.constant_like(float("nan"), re),
+                    sign)
+    # a zero imaginary part gives +0 (tanh(x + 0j) = tanh(x) + 0j, also for NaN x, as XLA)
+    return b.select(large, sign, real), b.select(b.compare(im, _zero(b, im), "EQ"),
+                                                 _zero(b, im), imag)
 
 
 def _sin_parts(b, re, im):
@@ -193,9 +210,13 @@ def _cos_parts(b, re, im):
 
 
 def _tan_parts(b, re, im):
-    """tan z = -i tanh(i z)."""
+    """tan z = -i tanh(i z); an infinite real part with a finite imaginary part is NaN + NaN j,
+    as XLA gives it (``semantics.definitions_complex.complex_tan``)."""
     tr, ti = _tanh_parts(b, b.negate(im), re)
-    return ti, b.negate(tr)
+    inf = b.constant_like(float("inf"), re)
+    undefined = b.and_(b.compare(b.abs(re), inf, "EQ"), b.compare(b.abs(im), inf, "LT"))
+    nan = b.constant_like(float("nan"), re)
+    return b.select(undefined, nan, ti), b.select(undefined, nan, b.negate(tr))
 
 
 def _expm1_parts(b, re, im):
