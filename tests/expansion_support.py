@@ -3,6 +3,8 @@ whole repository's tests are collected together): real JAX programs, expanded fo
 primitive set and run with the NumPy reference rules, next to XLA's CPU backend."""
 from __future__ import annotations
 
+import zlib
+
 import jax
 import numpy as np
 
@@ -56,3 +58,13 @@ def replace_ops(program, name, expansion):
     for function in program.functions.values():
         rewrite(function.body)
     return program
+
+
+def seeded_normal(name: str, shape, dtype) -> np.ndarray:
+    """Normal samples of ``dtype`` (complex: normal real and imaginary parts) seeded from
+    ``name``, so every test's data is reproducible."""
+    rng = np.random.default_rng(zlib.crc32(name.encode()))
+    x = rng.normal(size=shape)
+    if np.dtype(dtype).kind == "c":
+        x = x + 1j * rng.normal(size=shape)
+    return x.astype(dtype)

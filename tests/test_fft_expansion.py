@@ -4,8 +4,6 @@ compared with XLA's CPU backend; every kind, rank 1 to 3, float32/float64, and l
 take each path (dense, mixed radix, Bluestein)."""
 from __future__ import annotations
 
-import zlib
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -18,7 +16,7 @@ from pjrtkit.stablehlo.ir import Op, TensorType, Value, walk_ops
 from pjrtkit.testing.programs import lower_program, run_on_xla_cpu
 from pjrtkit.testing.tolerances import assert_close
 
-from expansion_support import primitives, run_expanded
+from expansion_support import primitives, run_expanded, seeded_normal
 
 # Ops an expanded fft may contain: what every backend's primitive set has.
 PRIMITIVE_OPS = {"stablehlo.real", "stablehlo.imag", "stablehlo.complex", "stablehlo.reshape",
@@ -26,13 +24,6 @@ PRIMITIVE_OPS = {"stablehlo.real", "stablehlo.imag", "stablehlo.complex", "stabl
                  "stablehlo.dot_general", "stablehlo.constant", "stablehlo.broadcast_in_dim",
                  "stablehlo.multiply", "stablehlo.add"}
 
-
-def _random(name, shape, dtype):
-    rng = np.random.default_rng(zlib.crc32(name.encode()))
-    x = rng.normal(size=shape)
-    if np.dtype(dtype).kind == "c":
-        x = x + 1j * rng.normal(size=shape)
-    return x.astype(dtype)
 
 
 def _agrees(name, fn, x):
@@ -55,7 +46,7 @@ LENGTHS = (1, 5, 16, 17, 18, 34, 37, 64, 289, 1000)
 @pytest.mark.parametrize("n", LENGTHS)
 @pytest.mark.parametrize("dtype", [np.complex64, np.complex128])
 def test_complex_transforms_of_one_axis(n, dtype):
-    x = _random(f"fft{n}{dtype}", (3, n), dtype)
+    x = seeded_normal(f"fft{n}{dtype}", (3, n), dtype)
     _agrees("fft", jnp.fft.fft, x)
     _agrees("ifft", jnp.fft.ifft, x)
 
@@ -63,8 +54,8 @@ def test_complex_transforms_of_one_axis(n, dtype):
 @pytest.mark.parametrize("n", LENGTHS)
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_real_transforms_of_one_axis(n, dtype):
-    _agrees("rfft", jnp.fft.rfft, _random(f"rfft{n}{dtype}", (2, n), dtype))
-    spectrum = _random(f"irfft{n}{dtype}", (2, n // 2 + 1), np.result_type(dtype, np.complex64))
+    _agrees("rfft", jnp.fft.rfft, seeded_normal(f"rfft{n}{dtype}", (2, n), dtype))
+    spectrum = seeded_normal(f"irfft{n}{dtype}", (2, n // 2 + 1), np.result_type(dtype, np.complex64))
     _agrees("irfft", lambda x: jnp.fft.irfft(x, n=n), spectrum)
 
 
@@ -79,7 +70,7 @@ def test_real_transforms_of_one_axis(n, dtype):
     ("irfft2_odd", lambda x: jnp.fft.irfft2(x, s=(6, 19)), (6, 10), np.complex128),
 ])
 def test_transforms_of_two_and_three_axes(name, fn, shape, dtype):
-    _agrees(name, fn, _random(name, shape, dtype))
+    _agrees(name, fn, seeded_normal(name, shape, dtype))
 
 
 def test_empty_batch():

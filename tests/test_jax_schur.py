@@ -19,18 +19,13 @@ from pjrtkit.expansions.jax_impl.schur import complex_schur, eig, hessenberg, re
 from pjrtkit.testing.programs import run_on_xla_cpu
 from pjrtkit.testing.tolerances import assert_close
 
+from expansion_support import seeded_normal
+
 # Backward-stable algorithms agree with LAPACK to a few n * eps * ||A||.
 LOOSEN = 100.0
 CASES = [(np.float32, (5, 5)), (np.float64, (3, 4, 4)), (np.complex64, (6, 6)),
          (np.complex128, (2, 7, 7)), (np.float32, (1, 1)), (np.float64, (12, 12))]
 
-
-def _random(name, shape, dtype):
-    rng = np.random.default_rng(zlib.crc32(name.encode()))
-    x = rng.normal(size=shape)
-    if np.dtype(dtype).kind == "c":
-        x = x + 1j * rng.normal(size=shape)
-    return x.astype(dtype)
 
 
 def _wide(x):
@@ -52,7 +47,7 @@ def _run(fn, *args):
 
 @pytest.mark.parametrize("dtype, shape", CASES)
 def test_hessenberg_is_lapacks_packed_form(dtype, shape):
-    a = _random(f"hessenberg{shape}{dtype}", shape, dtype)
+    a = seeded_normal(f"hessenberg{shape}{dtype}", shape, dtype)
     ours = _run(hessenberg, a)
     theirs = _run(lax.linalg.hessenberg, a)
     for x, y, name in zip(ours, theirs, ("packed", "taus")):
@@ -62,7 +57,7 @@ def test_hessenberg_is_lapacks_packed_form(dtype, shape):
 @pytest.mark.parametrize("dtype, shape", CASES)
 def test_complex_schur(dtype, shape):
     complex_dtype = np.result_type(dtype, np.complex64)
-    a = _random(f"schur{shape}{dtype}", shape, complex_dtype)
+    a = seeded_normal(f"schur{shape}{dtype}", shape, complex_dtype)
     t, z = _run(complex_schur, a)
     assert t.dtype == z.dtype == complex_dtype
     assert_close(np.tril(t, -1), _zeros_like(t), what="T is upper triangular")
@@ -78,7 +73,7 @@ def test_complex_schur(dtype, shape):
 
 @pytest.mark.parametrize("dtype, shape", CASES)
 def test_eig_agrees_with_lapack(dtype, shape):
-    a = _random(f"eig{shape}{dtype}", shape, dtype)
+    a = seeded_normal(f"eig{shape}{dtype}", shape, dtype)
     values, left, right = _run(lambda x: eig(x, left=True, right=True), a)
     reference = _run(lambda x: jnp.linalg.eigvals(x), a)[0]
     assert values.dtype == reference.dtype
@@ -96,13 +91,13 @@ def test_eig_agrees_with_lapack(dtype, shape):
 
 
 def test_the_eigenvalues_of_a_real_matrix_are_exact_conjugate_pairs():
-    a = _random("pairs", (8, 8), np.float32)
+    a = seeded_normal("pairs", (8, 8), np.float32)
     values = _run(lambda x: eig(x, left=False, right=False), a)[0]
     assert np.array_equal(np.sort_complex(values), np.sort_complex(np.conj(values)))
 
 
 def _symmetric():
-    x = _random("real_schur_symmetric", (5, 5), np.float64)
+    x = seeded_normal("real_schur_symmetric", (5, 5), np.float64)
     return (x + x.T) / 2
 
 

@@ -6,8 +6,6 @@ NumPy's dense solve, XLA's gtsv on JAX's pivoting cases, and the perturbed solve
 answers for singular systems (what JAX's tests ask of XLA's CPU backend)."""
 from __future__ import annotations
 
-import zlib
-
 import jax
 import numpy as np
 import pytest
@@ -18,17 +16,12 @@ from pjrtkit.expansions.jax_impl.tridiagonal import tridiagonal, tridiagonal_sol
 from pjrtkit.testing.programs import run_on_xla_cpu
 from pjrtkit.testing.tolerances import assert_close
 
+from expansion_support import seeded_normal
+
 # Householder reductions agree with LAPACK's to a few n * eps * ||A||.
 LOOSEN = 100.0
 DTYPES = [np.float32, np.float64, np.complex64, np.complex128]
 
-
-def _random(name, shape, dtype):
-    rng = np.random.default_rng(zlib.crc32(name.encode()))
-    x = rng.normal(size=shape)
-    if np.dtype(dtype).kind == "c":
-        x = x + 1j * rng.normal(size=shape)
-    return x.astype(dtype)
 
 
 def _run(fn, *args):
@@ -40,7 +33,7 @@ def _run(fn, *args):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape", [(1, 1), (2, 2, 2), (4, 4), (10, 10)])
 def test_tridiagonal_is_lapacks_sytrd(shape, dtype, lower):
-    a = _random(f"sytrd{shape}{dtype}{lower}", shape, dtype)
+    a = seeded_normal(f"sytrd{shape}{dtype}{lower}", shape, dtype)
     ours = _run(lambda a: tridiagonal(a, lower=lower), a)
     primitive = jax_compat.linalg_primitive("tridiagonal")
     theirs = _run(lambda a: primitive.bind(a, lower=lower), a)
@@ -51,7 +44,7 @@ def test_tridiagonal_is_lapacks_sytrd(shape, dtype, lower):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape", [(5, 5), (7, 4), (4, 7), (3, 1), (2, 6, 5)])
 def test_geqp3_is_lapacks(shape, dtype):
-    a = _random(f"geqp3{shape}{dtype}", shape, dtype)
+    a = seeded_normal(f"geqp3{shape}{dtype}", shape, dtype)
     jpvt = np.zeros((*shape[:-2], shape[-1]), np.int32)
     ours = _run(geqp3, a, jpvt)
     primitive = jax_compat.linalg_primitive("geqp3")
@@ -61,7 +54,7 @@ def test_geqp3_is_lapacks(shape, dtype):
 
 
 def test_geqp3_keeps_fixed_columns_in_front():
-    a = _random("geqp3fixed", (6, 5), np.float64)
+    a = seeded_normal("geqp3fixed", (6, 5), np.float64)
     jpvt = np.array([0, 1, 0, 0, 1], np.int32)
     ours = _run(geqp3, a, jpvt)
     primitive = jax_compat.linalg_primitive("geqp3")
@@ -78,8 +71,8 @@ def _dense(dl, d, du):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("n", [1, 2, 3, 9])
 def test_tridiagonal_solve_solves(n, dtype, perturb):
-    dl, d, du = (_random(f"gtsv{n}{dtype}{part}", (2, n), dtype) for part in "lmu")
-    b = _random(f"gtsvb{n}{dtype}", (2, n, 3), dtype)
+    dl, d, du = (seeded_normal(f"gtsv{n}{dtype}{part}", (2, n), dtype) for part in "lmu")
+    b = seeded_normal(f"gtsvb{n}{dtype}", (2, n, 3), dtype)
     x = _run(lambda *args: tridiagonal_solve(*args, perturb_singular=perturb), dl, d, du, b)[0]
     wide = np.result_type(dtype, np.float64)
     want = np.stack([np.linalg.solve(_dense(*(v[i].astype(wide) for v in (dl, d, du))),
