@@ -40,13 +40,15 @@ def coalesced(shape: Sequence[int], *strides: Sequence[int]
 def strided_copy(driver, device_index: int, src: DeviceArray, dst: DeviceArray,
                  shape: Sequence[int], src_strides: Sequence[int], dst_strides: Sequence[int],
                  src_base: int = 0, dst_base: int = 0) -> None:
-    """``kernels.strided_copy`` over index space ``shape``, strides in elements. The space is
-    coalesced first (``coalesced``); one still of rank over ``kernels.MAX_RANK`` is copied by
-    one launch per index of its leading dimensions."""
+    """``kernels.strided_copy`` over index space ``shape``, strides in elements. A space of
+    rank over ``kernels.MAX_RANK`` is coalesced (``coalesced``) and, if still too deep, copied
+    by one launch per index of its leading dimensions; the usual ranks launch as they are
+    (nothing computed per call)."""
     n = math.prod(shape)
     if n == 0:
         return
-    shape, (src_strides, dst_strides) = coalesced(shape, src_strides, dst_strides)
+    if len(shape) > kernels.MAX_RANK:
+        shape, (src_strides, dst_strides) = coalesced(shape, src_strides, dst_strides)
     extra = len(shape) - kernels.MAX_RANK
     if extra > 0:
         for index in itertools.product(*(range(k) for k in shape[:extra])):
