@@ -20,18 +20,16 @@ from pjrtkit.testing.programs import run_on_xla_cpu, run_with_registry  # noqa: 
 from pjrtkit.testing.tolerances import assert_close  # noqa: E402
 
 
-def _thread_flushes_subnormals() -> bool:
-    return bool((np.array([5e-324]) * 1.0)[0] == 0.0)
-
-
 @pytest.fixture(autouse=True)
 def _floating_point_mode_kept(request):
     """Warn (in the run's warnings summary) when the test thread starts or stops flushing
     subnormals during a test: the kernels run on it and read that state (x86's DAZ/FTZ), and
     one CI run saw a kernel flush a subnormal constant once (test_fusion_constants)."""
-    before = _thread_flushes_subnormals()
+    from fusion_support import thread_flushes_subnormals
+
+    before = thread_flushes_subnormals()
     yield
-    after = _thread_flushes_subnormals()
+    after = thread_flushes_subnormals()
     if after != before:
         import warnings
 

@@ -17,7 +17,7 @@ from pjrtkit.testing.programs import lower_program
 from pjrtkit_cpu.fusion import FUSED_OP, cache, fuse_program, kernel, rows
 from pjrtkit_cpu.fusion.kernel import STATS
 
-from fusion_support import COLS, ROWS, layernorm, normal
+from fusion_support import COLS, ROWS, layernorm, normal, thread_flushes_subnormals
 
 pytestmark = pytest.mark.usefixtures("private_fusion_cache")
 
@@ -91,14 +91,6 @@ def _bits(a: np.ndarray) -> np.ndarray:
     return a.view(np.uint8) if a.dtype == np.bool_ else a.view(f"u{a.dtype.itemsize}")
 
 
-def _thread_flushes_subnormals() -> bool:
-    """Whether this thread's floating-point state flushes subnormals (x86's DAZ/FTZ bits, set
-    by a library built with -ffast-math, say): the fused kernels run on the calling thread and
-    read that state, so a flushed run and an unflushed one differ for subnormal constants."""
-    tiny = np.array([5e-324])
-    return bool((tiny * 1.0)[0] == 0.0)
-
-
 def _loops(program):
     """The fused loops a run of ``program`` calls: fused groups and row programs (the groups
     inside a row program are its stages, not loops of their own)."""
@@ -134,11 +126,11 @@ def _same_bits_as_literal_kernel(registry, monkeypatch, fn, *args):
         as_arguments(*flat), as_literals(*flat)
         cache.wait_all(timeout=120)
         before = STATS["fused"]
-        flushing = [_thread_flushes_subnormals()]
+        flushing = [thread_flushes_subnormals()]
         ours = as_arguments(*flat)
-        flushing.append(_thread_flushes_subnormals())
+        flushing.append(thread_flushes_subnormals())
         theirs = as_literals(*flat)
-        flushing.append(_thread_flushes_subnormals())
+        flushing.append(thread_flushes_subnormals())
     assert STATS["fused"] == before + 2 * len(loops), "a fused loop did not run"
     for i, (a, b) in enumerate(zip(ours, theirs)):
         a, b = np.asarray(a), np.asarray(b)
