@@ -32,19 +32,23 @@ _ATOMIC_ADD = (D.FLOAT32, D.FLOAT64, *(d for d in D.INTEGERS if d.itemsize >= 4)
 _ATOMIC_MAX = tuple(d for d in D.INTEGERS if d.itemsize >= 4)
 
 
-def _start_index_loads(indices_shape, index_vector_dim, batch_coords, count, lines):
+def _start_index_loads(indices_shape, index_vector_dim, batch_coords, count, lines, *,
+                       lane: str = "i", mask: str | None = "mask"):
     """Lines loading ``s0..s{count-1}`` (int64) for the batch coordinates ``batch_coords``
-    (expressions, in the order of the start indices' dims other than index_vector_dim)."""
+    (expressions, in the order of the start indices' dims other than index_vector_dim), masked
+    by ``mask`` (None: unmasked, the coordinates then being scalars broadcast over ``lane``)."""
     strides = row_major_strides(indices_shape)
     other = [d for d in range(len(indices_shape)) if d != index_vector_dim]
-    # One start index for every element (no batch coordinates): still a block of offsets, since
+    terms = [f"{c} * {strides[d]}" for c, d in zip(batch_coords, other)]
+    # One start index for every lane (no block coordinates): still a block of offsets, since
     # a load through a scalar pointer takes no block mask.
-    base = " + ".join(f"{c} * {strides[d]}" for c, d in zip(batch_coords, other)) or "i * 0"
+    if not terms or mask is None:
+        terms.append(f"{lane} * 0")
     vector_stride = strides[index_vector_dim] if index_vector_dim < len(indices_shape) else 0
-    lines.append(f"base = {base}")
+    lines.append(f"base = {' + '.join(terms)}")
+    masked = f", mask={mask}, other=0" if mask is not None else ""
     for k in range(count):
-        lines.append(f"s{k} = tl.load(idx + base + {k * vector_stride}, mask=mask, other=0)"
-                     f".to(tl.int64)")
+        lines.append(f"s{k} = tl.load(idx + base + {k * vector_stride}{masked}).to(tl.int64)")
 
 
 def gather(op, ctx):
@@ -157,15 +161,10 @@ def ordered_scatter_kernel(op, program, captures=()):
     lines.append("lanes = tl.arange(0, BLOCK).to(tl.int64)")
     lines.append("for u in range(0, n):")
     inner = codegen.coordinates("u", positions, "q")
-    strides = row_major_strides(indices.shape)
-    other = [d for d in range(indices.rank) if d != dn.index_vector_dim]
-    base = " + ".join(f"q{k} * {strides[d]}" for k, d in enumerate(other)) or "u * 0"
-    vector_stride = strides[dn.index_vector_dim] if dn.index_vector_dim < indices.rank else 0
-    inner.append(f"base = {base}")
-    for k in range(len(dn.scatter_dims_to_operand_dims)):
-        # every lane loads the position's start (a load through a scalar pointer has no mask)
-        inner.append(f"s{k} = tl.load(idx + base + {k * vector_stride} + lanes * 0)"
-                     f".to(tl.int64)")
+    # every lane loads the position's start
+    _start_index_loads(indices.shape, dn.index_vector_dim,
+                       [f"q{k}" for k in range(len(positions))],
+                       len(dn.scatter_dims_to_operand_dims), inner, lane="lanes", mask=None)
     count = math.prod(window)
     inner.append(f"for w0 in range(0, {count}, BLOCK):")
     chunk = ["w = w0 + lanes", f"mask = w < {count}"]
