@@ -37,7 +37,7 @@ def _window_attributes(op, rank):
             padding)
 
 
-def _window_loop(x_t, out, window, strides, base, dilation, padding, lines):
+def _window_loop(x_t, window, strides, base, dilation, padding, lines):
     """Lines opening the loops over the window positions of output element ``o*`` (indented by
     the returned prefix), with ``ok`` (the position reads a real element: not padding, not a
     base dilation hole) and ``src`` (its offset in the operand)."""
@@ -73,7 +73,7 @@ def _one_op_window_lines(op, x_t, out, attributes):
     lines = codegen.coordinates("i", out.shape, "o")
     lines.append(f"init = tl.load(in1).to(tl.{accumulator})")
     lines.append(f"acc = tl.full([BLOCK], 0, tl.{accumulator}) + init")
-    indent = _window_loop(x_t, out, *attributes, lines)
+    indent = _window_loop(x_t, *attributes, lines)
     lines.append(f"{indent}v = tl.load(in0 + src, mask=ok, other=0).to(tl.{accumulator})")
     # XLA skips padding and dilation holes (the init is folded in once, not per hole)
     lines.append(f"{indent}acc = tl.where(ok, {combine.format(a='acc', b='v')}, acc)")
@@ -116,7 +116,7 @@ def _region_window_lines(op, program, x_t, out, attributes, captures):
     for k in range(n):
         init = loads[k].format(v=f"tl.load(in{n + k})")
         body_lines.append(f"acc{k} = tl.where(mask, {init}, {init})")
-    indent = _window_loop(x_t, out, *attributes, body_lines)
+    indent = _window_loop(x_t, *attributes, body_lines)
     for k in range(n):
         body_lines.append(f"{indent}v{k} = " + loads[k].format(
             v=f"tl.load(in{k} + src, mask=ok, other=0)"))
