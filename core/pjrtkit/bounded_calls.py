@@ -19,6 +19,7 @@ from typing import TypeVar
 
 from pjrtkit.discovery import START_TIMEOUT_VARIABLE, start_timeout_s
 from pjrtkit.errors import ErrorCode, PjrtError
+from pjrtkit.fp_state import clean_thread
 
 T = TypeVar("T")
 
@@ -41,7 +42,7 @@ def call_within(step: Callable[[], T], what: str, timeout_s: float | None = None
         except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
             outcome["error"] = exc
 
-    thread = threading.Thread(target=run, name=f"pjrtkit-bounded {what}", daemon=True)
+    thread = threading.Thread(target=clean_thread(run), name=f"pjrtkit-bounded {what}", daemon=True)
     thread.start()
     thread.join(timeout)
     if thread.is_alive():

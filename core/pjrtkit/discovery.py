@@ -29,6 +29,7 @@ from stevedore.exception import NoMatches
 from pjrtkit.ast_threads import serialize_ast_parse
 from pjrtkit.backend import Backend
 from pjrtkit.errors import BackendLoadFailure, FailedPrecondition, PluginContractError
+from pjrtkit.fp_state import clean_thread
 from pjrtkit.settings import seconds_setting
 
 log = logging.getLogger(__name__)
@@ -125,7 +126,7 @@ class _Start:
         self.stage = "importing its module"
         self.backend: Backend | None = None
         self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._run, name=f"pjrtkit-start-{name}",
+        self.thread = threading.Thread(target=clean_thread(self._run), name=f"pjrtkit-start-{name}",
                                        daemon=True)
 
     def begin(self) -> _Start:

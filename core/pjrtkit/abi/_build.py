@@ -21,6 +21,7 @@ HERE = pathlib.Path(__file__).resolve().parent
 DECLARATIONS = (HERE / "pjrt_declarations.h").read_text()
 HANDLE_STRUCTS = (HERE / "pjrtkit_handles.h").read_text()
 FAST_PATHS = (HERE / "pjrtkit_fast_paths.h").read_text()
+FP_STATE = (HERE / "pjrtkit_fp_state.h").read_text()
 # The C execute path: declarations (cdef and C) and code (C only); see pjrtkit_native.h.
 NATIVE_DECLARATIONS = (HERE / "pjrtkit_native.h").read_text()
 NATIVE_EXECUTE = (HERE / "pjrtkit_native_execute.h").read_text()
@@ -193,10 +194,13 @@ def _callback_prototypes(static: bool) -> str:
 # frees arrays held by a module torn down after pjrtkit's). So destroys and deleters then return
 # without entering Python (the process is ending; the OS takes the memory back), and no entry
 # finishes the queued destroys.
-_GUARD_ENTER = ("PyGILState_STATE gil = PyGILState_Ensure(); PyObject *et, *ev, *etb; "
+# Every entry into Python: C's default floating-point state for the call (pjrtkit_fp_state.h),
+# the GIL, the caller's pending Python exception kept aside, queued destroys finished.
+_GUARD_ENTER = ("pjrtkit_fp_scope fp; pjrtkit_fp_enter(&fp); "
+                "PyGILState_STATE gil = PyGILState_Ensure(); PyObject *et, *ev, *etb; "
                 "PyErr_Fetch(&et, &ev, &etb); "
                 "if (!PJRTKIT_PY_FINALIZING()) pjrtkit_drain_if_needed();")
-_GUARD_LEAVE = "PyErr_Restore(et, ev, etb); PyGILState_Release(gil);"
+_GUARD_LEAVE = "PyErr_Restore(et, ev, etb); PyGILState_Release(gil); pjrtkit_fp_leave(&fp);"
 # Declared here because cffi compiles against the limited API, which has neither; both are
 # exported by every CPython (Py_IsFinalizing public from 3.13, _Py_IsFinalizing before) and
 # read an atomic flag, so they need no GIL.
@@ -313,6 +317,7 @@ SOURCE = (
     + NATIVE_DECLARATIONS
     + f"\n#define PJRTKIT_MAX_BACKENDS {MAX_BACKENDS}\n#define PJRTKIT_API_MINOR {API_MINOR}\n"
     + _FINALIZING_MACRO
+    + FP_STATE
     # cffi defines extern "Python" functions after this prefix; C code here needs them declared.
     + _callback_prototypes(static=True)
     + _c_answer_source()

@@ -87,7 +87,12 @@ static int pjrtkit_inline_candidate(PJRT_LoadedExecutable_Execute_Args* args, vo
 
 static PJRT_Error* pjrtkit_guarded_PJRT_LoadedExecutable_Execute(
         PJRT_LoadedExecutable_Execute_Args* args) {
-    if (pjrtkit_native_execute(args)) return NULL;  /* served in C (pjrtkit_native_execute.h) */
+    pjrtkit_fp_scope fp;  /* C's default floating-point state (pjrtkit_fp_state.h) */
+    pjrtkit_fp_enter(&fp);
+    if (pjrtkit_native_execute(args)) {  /* served in C (pjrtkit_native_execute.h) */
+        pjrtkit_fp_leave(&fp);
+        return NULL;
+    }
     void* refs[PJRTKIT_INLINE_MAX_ARGS];
     int candidate = pjrtkit_inline_candidate(args, refs);
     PyGILState_STATE gil = PyGILState_Ensure();
@@ -109,5 +114,6 @@ static PJRT_Error* pjrtkit_guarded_PJRT_LoadedExecutable_Execute(
     if (declined) result = pjrtkit_PJRT_LoadedExecutable_Execute(args);
     PyErr_Restore(et, ev, etb);
     PyGILState_Release(gil);
+    pjrtkit_fp_leave(&fp);
     return result;
 }

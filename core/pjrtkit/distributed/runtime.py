@@ -15,6 +15,7 @@ from pjrtkit.distributed.placement import Placement, rendezvous_timeout_s
 from pjrtkit.distributed.store import KeyValueStore, PrefixedStore
 from pjrtkit.distributed.topology import exchange_topology
 from pjrtkit.errors import ErrorCode, FailedPrecondition, PjrtError
+from pjrtkit.fp_state import clean_thread
 from pjrtkit.types import MultiProcessSupport, Topology
 
 
@@ -61,7 +62,7 @@ class ProcessRuntime:
         self.engine_class = choose_engine(support.engines, platform)
         self._engine: CollectiveEngine | None = None
         self._engine_lock = threading.Lock()
-        self._prepared = threading.Thread(target=self._prepare, daemon=True,
+        self._prepared = threading.Thread(target=clean_thread(self._prepare), daemon=True,
                                           name=f"pjrtkit-{platform}-engine-import")
         self._prepare_error: BaseException | None = None
         _live.add(self)

@@ -12,6 +12,8 @@ import queue
 import threading
 from collections.abc import Callable
 
+from pjrtkit.fp_state import clean_thread
+
 log = logging.getLogger(__name__)
 
 
@@ -20,7 +22,8 @@ class Executor:
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._pending = 0
         self._lock = threading.Lock()
-        self._thread = threading.Thread(target=self._run, name=f"pjrtkit-{name}", daemon=True)
+        self._thread = threading.Thread(target=clean_thread(self._run), name=f"pjrtkit-{name}",
+                                        daemon=True)
         self._thread.start()
 
     @property

@@ -23,13 +23,13 @@ from pjrtkit.testing.tolerances import assert_close  # noqa: E402
 @pytest.fixture(autouse=True)
 def _floating_point_mode_kept(request):
     """Warn (in the run's warnings summary) when the test thread starts or stops flushing
-    subnormals during a test: the kernels run on it and read that state (x86's DAZ/FTZ), and
-    one CI run saw a kernel flush a subnormal constant once (test_fusion_constants)."""
-    from fusion_support import thread_flushes_subnormals
+    subnormals during a test: plans called directly run their kernels on it, and a thread it
+    then starts inherits the state (pjrtkit's own threads reset it, see pjrtkit.fp_state)."""
+    from pjrtkit.fp_state import flushes_subnormals
 
-    before = thread_flushes_subnormals()
+    before = flushes_subnormals()
     yield
-    after = thread_flushes_subnormals()
+    after = flushes_subnormals()
     if after != before:
         import warnings
 

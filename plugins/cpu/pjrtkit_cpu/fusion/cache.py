@@ -36,6 +36,8 @@ from pathlib import Path
 
 import numpy as np
 
+from pjrtkit.fp_state import reset_thread
+
 log = logging.getLogger(__name__)
 
 _FORMAT_VERSION = "1"  # bump when the generated code's conventions change
@@ -126,7 +128,7 @@ def compile_async(source: str, signature: list[tuple[np.dtype, int, bool]],
         if _executor is None:
             _prepare_background_compiles()
             _executor = concurrent.futures.ThreadPoolExecutor(
-                1, thread_name_prefix="pjrtkit-cpu-numba")
+                1, thread_name_prefix="pjrtkit-cpu-numba", initializer=reset_thread)
         _pending += 1
         future = _executor.submit(_compile, key, source, signature, chain)
         _futures[key] = future
