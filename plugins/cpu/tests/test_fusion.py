@@ -239,3 +239,27 @@ def test_saturating_convert_to_uint64_matches_xla(check_fused, rng):
     x = normal(rng, ROWS, COLS) * np.float32(1e19)
     x[0, :3] = [np.inf, np.nan, -np.inf]
     check_fused(lambda x: (x * 2).astype(jnp.uint64), x)
+
+
+def test_a_broadcast_several_groups_read_is_absorbed_by_each(check_fused, rng):
+    # XLA's partitioner leaves one broadcast(0) for every relu and its gradient's select (the
+    # per-device program of a data-parallel MLP step); a broadcast belongs to one group, so the
+    # select, reading a dot of the forward group's output, was left a lone unfused op.
+    x, b, w = normal(rng, ROWS, COLS), normal(rng, COLS), normal(rng, COLS, COLS) / 20
+
+    def fn(x, b, w):
+        zeros = jnp.zeros_like(x)  # one broadcast, read by maximum and select
+        h = jnp.maximum(x + b, zeros)
+        g = h @ w
+        return jax.lax.select(h > 0, g, zeros)  # (jnp.where would be a called function)
+
+    program = lower_program(fn, x, b, w)
+    entry = program.functions[program.entry].body.blocks[0]
+    shared = [op for op in entry.ops if op.name == "stablehlo.broadcast_in_dim"
+              and not op.operands[0].type.shape
+              and sum(op.results[0] in o.operands for o in entry.ops) == 2]
+    assert len(shared) == 1, "the program no longer has the shared broadcast this is about"
+    check_fused(fn, x, b, w, inside={"select", "maximum"})
+    fused = fuse_program(program)
+    top = [op.name for op in fused.functions[fused.entry].body.blocks[0].ops]
+    assert "stablehlo.select" not in top and "stablehlo.maximum" not in top, top

@@ -52,6 +52,51 @@ def fuse_block(block: Block, groups: list[Group]) -> Block | None:
     return _Rewriter()._fuse_block(block, groups)  # noqa: SLF001 - this module's own class
 
 
+def split_scalar_broadcasts(block: Block) -> Block:
+    """``block`` with a broadcast of one element that several ops read as an operand split into
+    one broadcast per reader (``block`` itself when there is none). A group absorbs a broadcast
+    it contains (the loop reads the element), but a broadcast belongs to one group only: a
+    shared ``broadcast(0)`` went to the forward pass's relu, and the backward pass's
+    ``select(mask, g, broadcast(0))`` was left a lone op reading a materialized zero array, too
+    little for a loop (the MLP step's two selects ran unfused: NumPy's ``where`` on 16k random
+    elements takes longer than an add on them). Readers through a region, and the first
+    reader, keep the original."""
+    readers: dict[int, list[Op]] = {}
+    for op in block.ops:
+        for v in dict.fromkeys(op.operands):
+            readers.setdefault(v.id, []).append(op)
+    shared = {}
+    for op in block.ops:
+        if (op.name == codegen.BROADCAST and len(op.operands) == 1
+                and isinstance(op.operands[0].type, TensorType)
+                and op.operands[0].type.shape in ((), (1,))
+                and len(readers.get(op.results[0].id, ())) > 1):
+            shared[op.results[0].id] = op
+    if not shared:
+        return block
+    clones: dict[int, list[Op]] = {}  # id(broadcast) -> its clones, emitted right after it
+    renamed: dict[tuple[int, int], Value] = {}  # (id(reader), value id) -> the clone's result
+    for vid, broadcast in shared.items():
+        for reader in readers[vid][1:]:
+            if reader.name in ("func.return", "stablehlo.return"):
+                continue
+            value = fresh_value(broadcast.results[0])
+            clones.setdefault(id(broadcast), []).append(
+                dataclasses.replace(broadcast, results=(value,)))
+            renamed[(id(reader), vid)] = value
+    if not renamed:
+        return block
+    ops = []
+    for op in block.ops:
+        if any((id(op), v.id) in renamed for v in op.operands):
+            ops.append(dataclasses.replace(op, operands=tuple(
+                renamed.get((id(op), v.id), v) for v in op.operands)))
+        else:
+            ops.append(op)
+        ops.extend(clones.get(id(op), ()))
+    return Block(block.arguments, ops)
+
+
 class _Rewriter:
     def __init__(self):
         self.changed = False
@@ -73,10 +118,11 @@ class _Rewriter:
                     nested_changed = True
             ops.append(op)
         block = Block(block.arguments, ops) if nested_changed else block
-        groups = find_groups(block)
+        split = split_scalar_broadcasts(block)
+        groups = find_groups(split)
         if not groups:
             return block
-        fused = self._fuse_block(block, groups)
+        fused = self._fuse_block(split, groups)
         if fused is None:
             return block
         self.changed = True
