@@ -10,10 +10,11 @@ as ``0.0``.
 
 So every thread pjrtkit starts calls ``reset_thread`` first (``clean_thread`` wraps a thread's
 target; a ``concurrent.futures`` pool passes ``initializer=reset_thread``): it gets C's
-default environment, round to nearest and subnormals kept. A compile, which runs on the
-caller's thread, runs inside ``default_environment()``, which restores the caller's state
-afterwards. Work that runs on the caller's own thread outside PJRT (a plan called directly)
-keeps the caller's state.
+default environment, round to nearest and subnormals kept. What runs on the caller's thread
+through a PJRT call (a compile, an inline execution) gets the same from the C guard of every
+entry point (``abi/pjrtkit_fp_state.h``), which gives the caller its state back. Work that runs
+on the caller's own thread outside PJRT (a plan called directly) keeps the caller's state;
+``default_environment()`` is that scope for Python code (tests).
 """
 from __future__ import annotations
 

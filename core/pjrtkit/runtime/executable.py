@@ -8,7 +8,6 @@ from time import perf_counter
 
 import numpy as np
 
-from pjrtkit import fp_state
 from pjrtkit.collectives.launch import Launch, launch_on_threads
 from pjrtkit.errors import Internal, InvalidArgument, PjrtError, host_out_of_memory
 from pjrtkit.runtime import serialized_executable
@@ -42,13 +41,7 @@ _DONE = Event.completed()
 
 
 def load_and_compile(backend, code: bytes, fmt: str, compile_options: bytes, device_specs_for):
-    """Shared by Client.compile and TopologyDescription.compile. Runs on the caller's thread,
-    in C's default floating-point environment whatever the caller's (``fp_state``)."""
-    with fp_state.default_environment():
-        return _load_and_compile(backend, code, fmt, compile_options, device_specs_for)
-
-
-def _load_and_compile(backend, code: bytes, fmt: str, compile_options: bytes, device_specs_for):
+    """Shared by Client.compile and TopologyDescription.compile."""
     if fmt != "mlir":
         raise InvalidArgument(f"{backend.platform_name}: program format {fmt!r} is not "
                               f"supported; expected 'mlir' (StableHLO)")
