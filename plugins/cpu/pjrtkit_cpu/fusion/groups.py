@@ -119,7 +119,7 @@ def _shape_of(value: Value):
     return value.type.shape if isinstance(value.type, TensorType) else None
 
 
-def _member_shape(op: Op) -> tuple[int, ...] | None:
+def member_shape(op: Op) -> tuple[int, ...] | None:
     """The group shape ``op`` could belong to, or None when it cannot be fused."""
     if codegen.reduction_kind(op) is not None:
         return op.operands[0].type.shape
@@ -180,7 +180,7 @@ def find_groups(block: Block, whole_block: bool = False) -> list[Group]:
             value = splat_value(op)
             if value is not None:
                 splats[op.results[0].id] = value
-        shape = _member_shape(op)
+        shape = member_shape(op)
         reduces = shape is not None and codegen.reduction_kind(op) is not None
         operand_groups = set()
         reach = set()

@@ -26,7 +26,7 @@ from pjrtkit.stablehlo.ir import (Block, Op, Program, Region, TensorType, Value,
                                   fresh_value, topological_order)
 
 from pjrtkit_cpu.fusion import codegen, rows
-from pjrtkit_cpu.fusion.groups import EFFECTFUL, Group, find_groups
+from pjrtkit_cpu.fusion.groups import EFFECTFUL, Group, find_groups, member_shape
 from pjrtkit_cpu.loopnest.values import strides
 
 FUSED_OP = "pjrtkit_cpu.fused_elementwise"
@@ -59,27 +59,25 @@ def split_scalar_broadcasts(block: Block) -> Block:
     shared ``broadcast(0)`` went to the forward pass's relu, and the backward pass's
     ``select(mask, g, broadcast(0))`` was left a lone op reading a materialized zero array, too
     little for a loop (the MLP step's two selects ran unfused: NumPy's ``where`` on 16k random
-    elements takes longer than an add on them). Readers through a region, and the first
-    reader, keep the original."""
+    elements takes longer than an add on them). Readers through a region, readers no group of
+    the broadcast's shape can hold (a dot, a return), and the first reader keep the
+    original."""
     readers: dict[int, list[Op]] = {}
     for op in block.ops:
         for v in dict.fromkeys(op.operands):
             readers.setdefault(v.id, []).append(op)
-    shared = {}
-    for op in block.ops:
-        if (op.name == codegen.BROADCAST and len(op.operands) == 1
-                and isinstance(op.operands[0].type, TensorType)
-                and op.operands[0].type.shape in ((), (1,))
-                and len(readers.get(op.results[0].id, ())) > 1):
-            shared[op.results[0].id] = op
-    if not shared:
-        return block
     clones: dict[int, list[Op]] = {}  # id(broadcast) -> its clones, emitted right after it
     renamed: dict[tuple[int, int], Value] = {}  # (id(reader), value id) -> the clone's result
-    for vid, broadcast in shared.items():
-        for reader in readers[vid][1:]:
-            if reader.name in ("func.return", "stablehlo.return"):
-                continue
+    for broadcast in block.ops:
+        if (broadcast.name != codegen.BROADCAST or len(broadcast.operands) != 1
+                or not isinstance(broadcast.operands[0].type, TensorType)
+                or broadcast.operands[0].type.shape not in ((), (1,))):
+            continue
+        shape = member_shape(broadcast)
+        vid = broadcast.results[0].id
+        for reader in readers.get(vid, [])[1:]:
+            if shape is None or member_shape(reader) != shape:
+                continue  # it could never share a loop with the broadcast
             value = fresh_value(broadcast.results[0])
             clones.setdefault(id(broadcast), []).append(
                 dataclasses.replace(broadcast, results=(value,)))
