@@ -16,4 +16,3 @@ def layernorm(x, g, b):
     m = x.mean(-1, keepdims=True)
     v = ((x - m) ** 2).mean(-1, keepdims=True)
     return (x - m) * jax.lax.rsqrt(v + 1e-5) * g + b
-
