@@ -140,12 +140,13 @@ class LockstepProgram:
             env = dict(plan.constants)
             env.update(zip(plan.arg_slots, args))
             envs.append(env)
+        workers = min(MAX_WORKERS, len(devices), usable_cores())
         try:
             for kind, steps in self.segments:
                 if kind == "collective":
                     _run_collective(steps, devices, envs, launch)
                 else:
-                    _run_parallel(steps, devices, envs, around)
+                    _run_parallel(steps, devices, envs, around, workers)
         finally:
             set_current_device(None)
             launch.lockstep_meetings = {}
@@ -216,10 +217,10 @@ def _run_share(steps: list, devices: list, envs: list, share: range,
 
 
 def _run_parallel(steps: list, devices: list, envs: list,
-                  around: Callable[[], Any] | None) -> None:
-    """``steps`` (no collective among them) for every device, spread over the workers."""
+                  around: Callable[[], Any] | None, workers: int) -> None:
+    """``steps`` (no collective among them) for every device, spread over ``workers``
+    threads (this one included)."""
     count = len(devices)
-    workers = min(MAX_WORKERS, count, usable_cores())
     if workers <= 1:
         _run_share(steps, devices, envs, range(count), around)
         return

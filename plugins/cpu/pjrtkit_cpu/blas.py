@@ -16,6 +16,8 @@ import os
 import threading
 import time
 
+from pjrtkit.collectives.lockstep import usable_cores
+
 # A matmul call of at least WIDE_FLOPS may use more BLAS threads (about 60 us of work on one
 # core). With the SkylakeX kernels and idle cores two threads measured 1.7-1.9x faster from
 # 2 MFLOP up (128x128x64: 12 -> 8 us; 128x784x512: 501 -> 278 us), and switching costs < 1 us;
@@ -153,4 +155,4 @@ def _busy_ticks():
 
 
 def cores() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return usable_cores()
