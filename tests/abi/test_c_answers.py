@@ -296,3 +296,18 @@ def test_destroyed_output_handles_are_reused_for_later_outputs_with_fresh_conten
             driver.call("PJRT_Buffer_Destroy", buffer=out)
         # The handle destroyed in C came back for the next output (same struct, new contents).
         assert len(set(pointers)) < len(pointers)
+
+
+def test_python_and_c_key_a_shape_alike():
+    # The C execute path compares an argument's shape by one int64: Python keys the buffers
+    # it makes, C the ones it makes (host transfers), and both must agree on every shape.
+    from pjrtkit.abi.handles import shape_key
+
+    rng = np.random.default_rng(0)
+    shapes = [(), (0,), (1,), (3,), (1000,), (2, 3), (3, 2), (1, 1, 1), (2**40, 3),
+              tuple(int(d) for d in rng.integers(0, 2**31, 8))]
+    shapes += [tuple(int(d) for d in rng.integers(0, 64, rng.integers(0, 9))) for _ in range(200)]
+    for shape in shapes:
+        dims = ffi.new("int64_t[]", list(shape) or [0])
+        assert shape_key(shape) == lib.pjrtkit_shape_key(len(shape), dims), shape
+    assert len({shape_key(s) for s in [(2, 3), (3, 2), (6,), (6, 1), (1, 6)]}) == 5

@@ -141,6 +141,7 @@ def _c_answer_source() -> str:
 # Answered (when possible) by hand-written C in pjrtkit_fast_paths.h and
 # pjrtkit_native_execute.h.
 _FAST_PATH_ANSWERS = frozenset({"PJRT_Buffer_Destroy", "PJRT_Buffer_IsDeleted",
+                                "PJRT_Client_BufferFromHostBuffer",
                                 "PJRT_Client_UpdateGlobalProcessInfo"})
 # Entry points written by hand in pjrtkit_fast_paths.h instead of generated.
 _HAND_WRITTEN_ENTRY_POINTS = frozenset({"PJRT_LoadedExecutable_Execute"})
@@ -180,6 +181,7 @@ def _callback_prototypes(static: bool) -> str:
     lines.append(f"{storage}void pjrtkit_drain_destroyed(PJRT_Buffer**, size_t);")
     lines.append(f"{storage}PJRT_Error* pjrtkit_execute_inline(void*, void**, size_t, "
                  f"PJRT_Buffer**, PJRT_Event**, PJRT_Buffer**, size_t, int*);")
+    lines.append(f"{storage}int pjrtkit_prepare_native(void*, PJRT_Buffer* const*, size_t);")
     return "\n".join(lines)
 
 

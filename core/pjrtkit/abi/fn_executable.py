@@ -324,6 +324,39 @@ def _run_inline(ref: LoadedExecutableRef, buffers: list, outputs_ptr: Any, event
     return True
 
 
+@ffi.def_extern(name="pjrtkit_prepare_native")
+def prepare_native(loaded: Any, buffers: Any, num_args: int) -> int:
+    """Called by C when the C execute path declined a call of an executable with a native plan
+    (pjrtkit_fast_paths.h): make every argument's contents readable by C where they are not yet
+    (``native.make_readable``). 1 when that made some readable and every argument is readable
+    now, so C may try again (0 when all were already: C declined for another reason)."""
+    try:
+        state = ffi.from_handle(loaded).native
+        if state is None or state.plan is None:
+            return 0
+        address = state.argument_address
+        made = 0
+        for i in range(num_args):
+            c = ffi.cast(_BUFFER_PTR, buffers[i])
+            if c == NULL or c.head.kind != _BUFFER_KIND:
+                return 0
+            if c.storage != NULL:
+                continue
+            if c.head.ref == NULL:
+                return 0
+            native.make_readable(ffi.from_handle(c.head.ref), address)
+            if c.storage == NULL:
+                return 0
+            made = 1
+        return made
+    except BaseException as exc:  # noqa: BLE001 - nothing may escape into C
+        note_failure("PJRT_LoadedExecutable_Execute", exc, fatal_if_returned=False)
+        return 0
+
+
+_BUFFER_PTR = ffi.typeof("pjrtkit_buffer*")
+
+
 @ffi.def_extern(name="pjrtkit_execute_inline")
 def execute_inline_from_c(loaded: Any, refs: Any, num_args: int, outputs_ptr: Any,
                           events_ptr: Any, destroyed: Any, num_destroyed: int,
@@ -422,6 +455,10 @@ def loaded_executable_execute(args: Any) -> None:
     if events_ptr != NULL:
         for d, event in enumerate(events):
             events_ptr[d] = new_event(event)
+    state = ref.native
+    if num_devices == 1 and state is not None and state.pending:
+        # (arguments C made, such as host transfers, come this way until the plan is in)
+        native.after_python_execution(ref, argument_refs[0])
 
 
 # ---- ExecuteContext: accepted and carried, pjrtkit keeps nothing in it -------------------------

@@ -114,8 +114,23 @@ class Ref:
 
 # A buffer up to this size may have its PJRT_Buffer_Destroy queued in C (pjrtkit_fast_paths.h).
 _DEFERRED_DESTROY_BYTES: int = lib.PJRTKIT_DEFERRED_DESTROY_BYTES
-# A shape's key is its hash, non-negative (abi/native.shape_key).
-_SHAPE_KEY_MASK = 0x7FFFFFFFFFFFFFFF
+_U64 = 0xFFFFFFFFFFFFFFFF
+_shape_keys: dict[tuple, int] = {}
+
+
+def shape_key(shape: tuple[int, ...]) -> int:
+    """The shape as the one int64 the C execute path compares (``pjrtkit_buffer.shape_key``):
+    the same formula as C's ``pjrtkit_shape_key``, which keys the buffers C makes."""
+    key = _shape_keys.get(shape)
+    if key is None:
+        key = len(shape)
+        for d in shape:
+            key = ((key * 1000003) & _U64) ^ (int(d) & _U64)
+        key &= 0x7FFFFFFFFFFFFFFF
+        if len(_shape_keys) >= 4096:
+            _shape_keys.clear()
+        _shape_keys[shape] = key
+    return key
 
 
 class HandleTable(Generic[T]):
@@ -355,7 +370,7 @@ class BufferRef(Ref):
         else:
             c.deferrable_destroy = 0 <= size <= _DEFERRED_DESTROY_BYTES
         try:  # what the C execute path compares an argument's shape by (abi/native.shape_key)
-            c.shape_key = hash(obj.shape) & _SHAPE_KEY_MASK
+            c.shape_key = shape_key(obj.shape)
         except Exception:  # noqa: BLE001 - no shape known: C never takes it as an argument
             c.shape_key = -1
 

@@ -228,7 +228,7 @@ handles.adopt_native_buffer = adopt
 
 def shape_key(shape: tuple[int, ...]) -> int:
     """The shape as the one int64 C compares (``pjrtkit_buffer.shape_key``)."""
-    return hash(tuple(shape)) & 0x7FFFFFFFFFFFFFFF
+    return handles.shape_key(tuple(int(d) for d in shape))
 
 
 class NativeState:
@@ -299,6 +299,14 @@ def _try_install(ref: LoadedExecutableRef, state: NativeState) -> None:
     state.argument_address = kernel.argument_address
     state.keep = (arguments, results, kernel)
     ref.c.native = c  # from now on C serves the calls it can
+    # The plugin runs kernels on host payloads there: C may make the host transfers into these
+    # memories too (PJRT_Client_BufferFromHostBuffer; adopt gives them the plugin's payload).
+    for (_, _, _, ledger, memory_ptr), (_, _, _, memory) in zip(outputs, plan.outputs):
+        devices = getattr(memory, "devices", ())
+        if len(devices) == 1 and devices[0] is plan.device:
+            c_memory = ffi.cast("pjrtkit_memory*", memory_ptr)
+            c_memory.device = c.device
+            lib.pjrtkit_memory_open(c_memory, ledger)
 
 
 def _describe(value: Any, dtype: np.dtype, shape: tuple[int, ...], nbytes: int) -> None:

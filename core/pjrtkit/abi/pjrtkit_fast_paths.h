@@ -85,6 +85,34 @@ static int pjrtkit_inline_candidate(PJRT_LoadedExecutable_Execute_Args* args, vo
     return 1;
 }
 
+/* After the C execute path declined a call of an executable that has a native plan, with the
+ * GIL held: when some arguments' contents were not readable by C yet (buffers Python made),
+ * Python makes them readable (abi/fn_executable.prepare_native) and C tries once more (any
+ * other reason to decline holds again, and Python serves the call). So a chain of small programs (an eager loop) runs in C from the first
+ * call its plans allow, each output feeding the next call. 1 when served. */
+static int pjrtkit_native_retry(PJRT_LoadedExecutable_Execute_Args* args) {
+    const pjrtkit_loaded_executable* e = (const pjrtkit_loaded_executable*)args->executable;
+    return pjrtkit_prepare_native(e->head.ref, args->argument_lists[0], args->num_args)
+        && pjrtkit_native_execute(args);
+}
+
+/* 1 when the call names an executable with an enabled native plan and has its shape (one
+ * device, the plan's argument count): what pjrtkit_native_retry needs. */
+static int pjrtkit_native_retry_possible(PJRT_LoadedExecutable_Execute_Args* args) {
+    if (!pjrtkit_c_answers || args == NULL
+        || args->struct_size < PJRTKIT_FIELD_END(PJRT_LoadedExecutable_Execute_Args,
+                                                 execute_device)) return 0;
+    const pjrtkit_loaded_executable* e = (const pjrtkit_loaded_executable*)args->executable;
+    if (e == NULL || e->head.kind != PJRTKIT_KIND_LOADED_EXECUTABLE || e->head.ref == NULL)
+        return 0;
+    pjrtkit_native_plan* p = __atomic_load_n(&((pjrtkit_loaded_executable*)e)->native,
+                                             __ATOMIC_ACQUIRE);
+    return p != NULL && __atomic_load_n(&p->enabled, __ATOMIC_ACQUIRE)
+        && args->num_devices == 1 && (int64_t)args->num_args == p->num_arguments
+        && (args->num_args == 0
+            || (args->argument_lists != NULL && args->argument_lists[0] != NULL));
+}
+
 static PJRT_Error* pjrtkit_guarded_PJRT_LoadedExecutable_Execute(
         PJRT_LoadedExecutable_Execute_Args* args) {
     pjrtkit_fp_scope fp;  /* C's default floating-point state (pjrtkit_fp_state.h) */
@@ -102,6 +130,14 @@ static PJRT_Error* pjrtkit_guarded_PJRT_LoadedExecutable_Execute(
     size_t num_taken = pjrtkit_take_destroyed(taken);
     PJRT_Error* result = NULL;
     int declined = 1;
+    if (pjrtkit_native_retry_possible(args)) {
+        if (num_taken > 0) pjrtkit_drain_destroyed(taken, num_taken);
+        num_taken = 0;
+        if (pjrtkit_native_retry(args)) {
+            declined = 0;
+            candidate = 0;
+        }
+    }
     if (candidate) {
         /* The queued destroys go along (one crossing into Python instead of two). */
         const pjrtkit_head* e = (const pjrtkit_head*)args->executable;

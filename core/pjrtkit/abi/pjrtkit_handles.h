@@ -68,6 +68,12 @@ typedef struct pjrtkit_memory {
     int64_t kind_id;
     const char* kind;    /* owned by the MemoryRef, like the string Python hands out */
     int64_t kind_size;
+    /* Mutable, set once (device first): the ledger of this memory's bytes and the one device
+     * it is attached to, when C may make buffers here (PJRT_Client_BufferFromHostBuffer
+     * answered in C: pjrtkit_native_execute.h), else NULL. Python sets them when it installs
+     * a native plan whose outputs live here. */
+    PJRT_Device* device;
+    struct pjrtkit_ledger* ledger;
 } pjrtkit_memory;
 
 typedef struct pjrtkit_executable {

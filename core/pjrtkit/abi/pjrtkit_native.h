@@ -85,3 +85,5 @@ void pjrtkit_native_buffer_destroy(PJRT_Buffer* buffer);
 int64_t pjrtkit_native_buffers_live(void);
 void pjrtkit_native_buffers_adopted(int64_t count);
 void pjrtkit_free(void* block);
+int64_t pjrtkit_shape_key(int64_t rank, const int64_t* dims);
+void pjrtkit_memory_open(pjrtkit_memory* memory, pjrtkit_ledger* ledger);

@@ -336,3 +336,116 @@ static int pjrtkit_answer_PJRT_Buffer_IsDeleted(PJRT_Buffer_IsDeleted_Args* args
     args->is_deleted = false;
     return 1;
 }
+
+/* A shape as the one int64 the C path compares (pjrtkit_buffer.shape_key); the Python side
+ * computes the same (abi/handles.shape_key). */
+int64_t pjrtkit_shape_key(int64_t rank, const int64_t* dims) {
+    uint64_t key = (uint64_t)rank;
+    for (int64_t i = 0; i < rank; i++) key = (key * 1000003u) ^ (uint64_t)dims[i];
+    return (int64_t)(key & 0x7FFFFFFFFFFFFFFFull);
+}
+
+/* From now on C may make buffers in `memory` (its `device` written before), counted in
+ * `ledger`. */
+void pjrtkit_memory_open(pjrtkit_memory* memory, pjrtkit_ledger* ledger) {
+    __atomic_store_n(&memory->ledger, ledger, __ATOMIC_RELEASE);
+}
+
+/* Bytes per element of the types C copies whole bytes of; -1 for the rest (sub-byte types,
+ * tokens, invalid), which Python serves. */
+static int64_t pjrtkit_element_size(int64_t type) {
+    switch (type) {
+    case PJRT_Buffer_Type_PRED: case PJRT_Buffer_Type_S8: case PJRT_Buffer_Type_U8:
+    case PJRT_Buffer_Type_F8E5M2: case PJRT_Buffer_Type_F8E4M3FN:
+    case PJRT_Buffer_Type_F8E4M3B11FNUZ: case PJRT_Buffer_Type_F8E5M2FNUZ:
+    case PJRT_Buffer_Type_F8E4M3FNUZ: case PJRT_Buffer_Type_F8E4M3:
+    case PJRT_Buffer_Type_F8E3M4: case PJRT_Buffer_Type_F8E8M0FNU:
+        return 1;
+    case PJRT_Buffer_Type_S16: case PJRT_Buffer_Type_U16: case PJRT_Buffer_Type_F16:
+    case PJRT_Buffer_Type_BF16:
+        return 2;
+    case PJRT_Buffer_Type_S32: case PJRT_Buffer_Type_U32: case PJRT_Buffer_Type_F32:
+        return 4;
+    case PJRT_Buffer_Type_S64: case PJRT_Buffer_Type_U64: case PJRT_Buffer_Type_F64:
+    case PJRT_Buffer_Type_C64:
+        return 8;
+    case PJRT_Buffer_Type_C128:
+        return 16;
+    default:
+        return -1;
+    }
+}
+
+/* PJRT_Client_BufferFromHostBuffer answered in C: the contents copied into C storage counted
+ * in the memory's ledger, a buffer handle like an output of the C path (no Python object
+ * until Python needs one: abi/native.adopt), done_with_host_buffer complete (the copy is
+ * taken before returning, which satisfies every host_buffer_semantics). Only into a device's
+ * default memory that Python opened to C (pjrtkit_memory.ledger), with dense row-major data
+ * of a whole-byte type, no device layout, rank <= 8. Anything else, a memory limit
+ * (RESOURCE_EXHAUSTED from Python) or an allocation failure declines with nothing changed. */
+static int pjrtkit_answer_PJRT_Client_BufferFromHostBuffer(
+        PJRT_Client_BufferFromHostBuffer_Args* args) {
+    typedef PJRT_Client_BufferFromHostBuffer_Args A;
+    if (!pjrtkit_c_answers || args == NULL || args->struct_size < PJRTKIT_FIELD_END(A, buffer))
+        return 0;
+    const pjrtkit_head* client = (const pjrtkit_head*)args->client;
+    if (client == NULL || client->kind != PJRTKIT_KIND_CLIENT || args->device_layout != NULL)
+        return 0;
+    /* jaxlib names the memory (and no device) or the device (its default memory). */
+    pjrtkit_memory* memory = (pjrtkit_memory*)args->memory;
+    const pjrtkit_device* device = (const pjrtkit_device*)args->device;
+    if (memory == NULL) {
+        if (device == NULL || device->head.kind != PJRTKIT_KIND_DEVICE) return 0;
+        memory = (pjrtkit_memory*)device->default_memory;
+        if (memory == NULL) return 0;
+    }
+    if (memory->head.kind != PJRTKIT_KIND_MEMORY) return 0;
+    pjrtkit_ledger* ledger = __atomic_load_n(&memory->ledger, __ATOMIC_ACQUIRE);
+    if (ledger == NULL) return 0;
+    if (device == NULL) device = (const pjrtkit_device*)memory->device;
+    else if ((PJRT_Device*)device != memory->device) return 0;
+    size_t rank = args->num_dims;
+    if (rank > 8 || (rank > 0 && args->dims == NULL)) return 0;
+    int64_t nbytes = pjrtkit_element_size((int64_t)args->type);
+    if (nbytes < 0) return 0;
+    for (size_t i = 0; i < rank; i++) {
+        int64_t d = args->dims[i];
+        if (d < 0 || (d > 0 && nbytes > INT64_MAX / d)) return 0;
+        nbytes *= d;
+    }
+    if (nbytes > 0 && args->data == NULL) return 0;
+    if (nbytes > 0 && args->byte_strides != NULL && args->num_byte_strides != 0) {
+        if (args->num_byte_strides != rank) return 0;
+        int64_t dense = pjrtkit_element_size((int64_t)args->type);
+        for (size_t i = rank; i-- > 0;) {
+            if (args->dims[i] > 1 && args->byte_strides[i] != dense) return 0;
+            dense *= args->dims[i];
+        }
+    }
+    if (pjrtkit_ledger_take(ledger, nbytes) != 0) return 0;
+    pjrtkit_storage* storage = pjrtkit_storage_new_c(nbytes, ledger);
+    pjrtkit_buffer* b = (pjrtkit_buffer*)calloc(1, sizeof(pjrtkit_buffer));
+    if (storage == NULL || b == NULL) {
+        free(b);
+        if (storage != NULL) pjrtkit_storage_release_c(storage);  /* gives the bytes back */
+        else pjrtkit_ledger_give(ledger, nbytes);
+        return 0;
+    }
+    if (nbytes > 0) memcpy(storage->data, args->data, (size_t)nbytes);
+    b->head.kind = PJRTKIT_KIND_BUFFER;
+    b->head.ref = NULL;
+    b->device = (PJRT_Device*)device;
+    b->memory = (PJRT_Memory*)memory;
+    b->element_type = (int64_t)args->type;
+    b->on_device_size_in_bytes = nbytes;
+    b->deferrable_destroy = 0;
+    b->storage = storage;
+    b->native = 1;
+    b->rank = (int64_t)rank;
+    for (size_t i = 0; i < rank; i++) b->dims[i] = args->dims[i];
+    b->shape_key = pjrtkit_shape_key((int64_t)rank, b->dims);
+    __atomic_add_fetch(&pjrtkit_native_live, 1, __ATOMIC_RELAXED);
+    args->buffer = (PJRT_Buffer*)b;
+    args->done_with_host_buffer = (PJRT_Event*)&pjrtkit_completed_event;
+    return 1;
+}

@@ -1,0 +1,79 @@
+"""``pjrtkit.stablehlo.simplify``: rewrites that change what a code generator sees, never a
+result. Real programs lowered from JAX (and one written out, for converts inside a loop body),
+planned with the reference rules before and after."""
+from __future__ import annotations
+
+import numpy as np
+
+from pjrtkit.lowering.plan import build_plan
+from pjrtkit.stablehlo.ir import walk_ops
+from pjrtkit.stablehlo.loader import load_program
+from pjrtkit.reference import REFERENCE
+from pjrtkit.stablehlo.simplify import drop_identity_converts
+from pjrtkit.testing.programs import lower_program
+
+
+def _names(program) -> list[str]:
+    return [op.name for op in walk_ops(program)]
+
+
+def _run(program, *args):
+    return [np.asarray(r) for r in build_plan(program, REFERENCE)(*args)]
+
+
+def test_the_convert_of_a_weak_typed_scalar_is_dropped_and_results_stay():
+    # JAX passes the Python scalar of `x * 0.999` as an f32[] argument and converts it to f32.
+    program = lower_program(lambda x, s: x * s, np.linspace(-1, 1, 7, dtype=np.float32), 0.999)
+    assert "stablehlo.convert" in _names(program)
+    simplified = drop_identity_converts(program)
+    assert "stablehlo.convert" not in _names(simplified)
+    (broadcast,) = [op for op in walk_ops(simplified) if op.name == "stablehlo.broadcast_in_dim"]
+    assert broadcast.operands[0] is simplified.main.arguments[1]
+    args = (np.linspace(-1, 1, 7, dtype=np.float32), np.float32(0.999))
+    for before, after in zip(_run(program, *args), _run(simplified, *args)):
+        assert before.dtype == after.dtype and np.array_equal(before, after)
+
+
+def test_converts_that_change_the_type_stay_and_nothing_else_changes():
+    program = lower_program(lambda x: (x.astype(np.float16) * 2, x.astype(np.int32)),
+                            np.linspace(-3, 3, 5, dtype=np.float32))
+    assert _names(program).count("stablehlo.convert") == 2
+    assert drop_identity_converts(program) is program
+
+
+def test_identity_converts_inside_a_loop_body_and_in_a_chain_are_dropped():
+    text = """
+module @m attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas = 1 : i32} {
+  func.func public @main(%x: tensor<4xf32>, %s: tensor<f32>) -> tensor<4xf32> {
+    %c = stablehlo.convert %s : tensor<f32>
+    %cc = stablehlo.convert %c : tensor<f32>
+    %zero = stablehlo.constant dense<0> : tensor<i32>
+    %r:2 = stablehlo.while(%i = %zero, %v = %x) : tensor<i32>, tensor<4xf32>
+      cond {
+        %three = stablehlo.constant dense<3> : tensor<i32>
+        %lt = stablehlo.compare LT, %i, %three : (tensor<i32>, tensor<i32>) -> tensor<i1>
+        stablehlo.return %lt : tensor<i1>
+      } do {
+        %one = stablehlo.constant dense<1> : tensor<i32>
+        %next = stablehlo.add %i, %one : tensor<i32>
+        %vv = stablehlo.convert %v : tensor<4xf32>
+        %b = stablehlo.broadcast_in_dim %cc, dims = [] : (tensor<f32>) -> tensor<4xf32>
+        %m = stablehlo.multiply %vv, %b : tensor<4xf32>
+        stablehlo.return %next, %m : tensor<i32>, tensor<4xf32>
+      }
+    %out = stablehlo.convert %r#1 : tensor<4xf32>
+    return %out : tensor<4xf32>
+  }
+}
+"""
+    program = load_program(text)
+    assert _names(program).count("stablehlo.convert") == 4
+    simplified = drop_identity_converts(program)
+    assert "stablehlo.convert" not in _names(simplified)
+    (multiply,) = [op for op in walk_ops(simplified) if op.name == "stablehlo.multiply"]
+    (broadcast,) = [op for op in walk_ops(simplified) if op.name == "stablehlo.broadcast_in_dim"]
+    assert broadcast.operands[0] is simplified.main.arguments[1]
+    assert multiply.operands[1] is broadcast.results[0]
+    x, s = np.array([1, -2, 3.5, 0.25], np.float32), np.float32(0.5)
+    (before,), (after,) = _run(program, x, s), _run(simplified, x, s)
+    assert np.array_equal(before, after) and np.array_equal(after, x * s ** 3)
