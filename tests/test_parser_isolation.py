@@ -107,3 +107,27 @@ def test_a_program_that_hangs_the_parser_is_stopped_and_invalid():
     assert lines[0].startswith("INVALID_ARGUMENT"), lines
     if jaxlib.__version__ == "0.10.2":  # the version this hang was found with
         assert "took longer than 5 s" in lines[0], lines
+
+
+@pytest.mark.parametrize("isolated", ["1", "0"])
+def test_the_parser_child_starts_and_warms_up_when_a_client_is_created(isolated):
+    """Creating a client starts the child (its imports then overlap the user's program up to
+    the first compile); the first compile talks to that same child. In-process parsing starts
+    none."""
+    script = textwrap.dedent("""
+        import time
+        import jax, numpy as np
+        from pjrtkit.stablehlo import isolation
+        x = jax.device_put(np.ones(3, np.float32), jax.devices("pjrtkit_cpu")[0])
+        child = isolation._PARSER._child
+        started = child is not None and child.poll() is None
+        y = jax.jit(lambda v: v + 1)(x)
+        same = isolation._PARSER._child is child
+        print(started, same, float(y[0]))
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=300, env={**os.environ, "JAX_PLATFORMS": "pjrtkit_cpu",
+                                           "PJRTKIT_ISOLATED_PARSER": isolated})
+    assert out.returncode == 0, out.stderr[-2000:]
+    expected = "True True 2.0" if isolated == "1" else "False True 2.0"
+    assert out.stdout.split("\n")[-2] == expected, out.stdout

@@ -15,6 +15,7 @@ from pjrtkit.runtime.event import Event
 from pjrtkit.runtime.executable import Executable, LoadedExecutable, load_and_compile
 from pjrtkit.runtime.executor import Executor
 from pjrtkit.runtime.memory_limits import MemoryPool, host_memory_bytes, per_device_limit
+from pjrtkit.stablehlo import isolation
 
 
 class Client:
@@ -73,6 +74,9 @@ class Client:
         self._by_local_id = {d.local_hardware_id: d for d in self.addressable_devices}
         self.executor = Executor(self.platform_name)
         self._topology_description = None
+        # The program parser's child warms up while the user's program gets to its first
+        # compile (half a second of imports that the first compile would otherwise wait for).
+        isolation.start_parser()
 
     # -- devices ---------------------------------------------------------------------------------
     def lookup_device(self, device_id: int) -> Device:

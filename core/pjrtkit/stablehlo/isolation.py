@@ -9,8 +9,9 @@ loader and sends the plain-Python Program back, pickled. MLIR never runs in the 
 on that path. If the child dies, the program is reported as INVALID_ARGUMENT naming the
 signal, and the next compile starts a fresh child.
 
-One child per process, started at the first compile (about a second: it imports jaxlib) and
-kept; requests are serialized (the loader serializes parses anyway). A parse that outlasts
+One child per process, started when the runtime creates a client (``start_parser``; it warms
+up, importing JAX's MLIR layer for about half a second, while the user's program gets to its
+first compile) or at the first compile, and kept; requests are serialized (the loader serializes parses anyway). A parse that outlasts
 ``PJRTKIT_PARSER_TIMEOUT_S`` (default 600) is stopped. ``PJRTKIT_ISOLATED_PARSER=0`` parses
 in-process instead (faster first compile; a damaged program can then abort or hang).
 """
@@ -82,6 +83,14 @@ class ParserProcess:
         self._child: subprocess.Popen | None = None
         self._owner_pid = os.getpid()
         self._stderr_tail = collections.deque(maxlen=20)
+
+    def start(self) -> None:
+        """Start the child now if none is running; a failure is left to the first request."""
+        with self._lock:
+            try:
+                self._running_child()
+            except (OSError, PjrtError):
+                pass
 
     def parse(self, code: bytes | str) -> Program:
         return self.request(code)
@@ -185,6 +194,13 @@ def _drain(stream, tail) -> None:
 
 _PARSER = ParserProcess()
 atexit.register(_PARSER.close)
+
+
+def start_parser() -> None:
+    """Start the parser child ahead of the first compile (nothing when parsing in-process or
+    when it runs already)."""
+    if ENABLED:
+        _PARSER.start()
 
 
 def parse_isolated(code: bytes | str) -> Program:

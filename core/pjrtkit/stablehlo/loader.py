@@ -118,6 +118,18 @@ def _entry_marks_of(module) -> EntryMarks:
                       layout_modes_of(entry, "res_attrs"))
 
 
+def warm_up() -> None:
+    """Import what parsing needs and make the shared MLIR context now (about half a second:
+    it imports JAX's MLIR layer), so that the first parse does not pay for it."""
+    from pjrtkit import jax_compat
+
+    global _shared_context, _shared_context_bytes
+    with _LOCK:
+        if _shared_context is None:
+            _shared_context = jax_compat.make_ir_context()
+            _shared_context_bytes = 0
+
+
 def _parsed(code: bytes | str, read):
     """``read(module)`` of the module jaxlib parses from ``code``, under the loader's lock."""
     from jaxlib.mlir import ir

@@ -13,7 +13,7 @@ import sys
 from pjrtkit.stablehlo.isolation import (BytecodeTextRequest, ModuleAttributesRequest,
                                          PartitionRequest, error_reply, read_message,
                                          write_message)
-from pjrtkit.stablehlo.loader import parse_program
+from pjrtkit.stablehlo.loader import parse_program, warm_up
 from pjrtkit.stablehlo.mlir_text import bytecode_text, with_module_attributes
 from pjrtkit.stablehlo.partition import partition_and_parse
 
@@ -38,6 +38,12 @@ def main() -> None:
     # Replies go to a private copy of stdout; anything printed (by jaxlib or us) goes to stderr.
     replies = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+    # The parent starts the child when it creates a client (isolation.start_parser): the
+    # imports happen while the user's program gets to its first compile.
+    try:
+        warm_up()
+    except Exception:  # noqa: BLE001 - the first parse reports whatever this would have
+        pass
     while True:
         request = read_message(requests)
         if request is None:
