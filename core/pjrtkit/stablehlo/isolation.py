@@ -11,9 +11,10 @@ signal, and the next compile starts a fresh child.
 
 One child per process, started when the runtime creates a client (``start_parser``; it warms
 up, importing JAX's MLIR layer for about half a second, while the user's program gets to its
-first compile) or at the first compile, and kept; requests are serialized (the loader serializes parses anyway). A parse that outlasts
-``PJRTKIT_PARSER_TIMEOUT_S`` (default 600) is stopped. ``PJRTKIT_ISOLATED_PARSER=0`` parses
-in-process instead (faster first compile; a damaged program can then abort or hang).
+first compile) or at the first compile, and kept; requests are serialized (the loader
+serializes parses anyway). A parse that outlasts ``PJRTKIT_PARSER_TIMEOUT_S`` (default 600) is
+stopped. ``PJRTKIT_ISOLATED_PARSER=0`` parses in-process instead (a damaged program can then
+abort or hang).
 """
 from __future__ import annotations
 
