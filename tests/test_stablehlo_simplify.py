@@ -3,13 +3,15 @@ result. Real programs lowered from JAX (and one written out, for converts inside
 planned with the reference rules before and after."""
 from __future__ import annotations
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
 from pjrtkit.lowering.plan import build_plan
 from pjrtkit.stablehlo.ir import walk_ops
 from pjrtkit.stablehlo.loader import load_program
 from pjrtkit.reference import REFERENCE
-from pjrtkit.stablehlo.simplify import drop_identity_converts
+from pjrtkit.stablehlo.simplify import drop_dead_ops, drop_identity_converts
 from pjrtkit.testing.programs import lower_program
 
 
@@ -22,8 +24,11 @@ def _run(program, *args):
 
 
 def test_the_convert_of_a_weak_typed_scalar_is_dropped_and_results_stay():
-    # JAX passes the Python scalar of `x * 0.999` as an f32[] argument and converts it to f32.
-    program = lower_program(lambda x, s: x * s, np.linspace(-1, 1, 7, dtype=np.float32), 0.999)
+    # JAX passes the Python scalar of `x * 0.999` as an f32[] argument and converts it to f32
+    # (with x64 on, an f64[] argument and a real conversion).
+    with jax.enable_x64(False):
+        program = lower_program(lambda x, s: x * s, np.linspace(-1, 1, 7, dtype=np.float32),
+                                0.999)
     assert "stablehlo.convert" in _names(program)
     simplified = drop_identity_converts(program)
     assert "stablehlo.convert" not in _names(simplified)
@@ -77,3 +82,48 @@ module @m attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas = 1 : i32
     x, s = np.array([1, -2, 3.5, 0.25], np.float32), np.float32(0.5)
     (before,), (after,) = _run(program, x, s), _run(simplified, x, s)
     assert np.array_equal(before, after) and np.array_equal(after, x * s ** 3)
+
+
+def test_dead_ops_and_chains_go_and_effects_stay():
+    text = """
+module @m attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas = 1 : i32} {
+  func.func public @main(%x: tensor<4xf32>, %k: tensor<2xui64>) -> tensor<4xf32> {
+    %dead1 = stablehlo.add %x, %x : tensor<4xf32>
+    %dead2 = stablehlo.multiply %dead1, %dead1 : tensor<4xf32>
+    %k2, %bits = stablehlo.rng_bit_generator %k, algorithm = DEFAULT
+      : (tensor<2xui64>) -> (tensor<2xui64>, tensor<4xui32>)
+    %zero = stablehlo.constant dense<0> : tensor<i32>
+    %r:2 = stablehlo.while(%i = %zero, %v = %x) : tensor<i32>, tensor<4xf32>
+      cond {
+        %three = stablehlo.constant dense<3> : tensor<i32>
+        %lt = stablehlo.compare LT, %i, %three : (tensor<i32>, tensor<i32>) -> tensor<i1>
+        stablehlo.return %lt : tensor<i1>
+      } do {
+        %one = stablehlo.constant dense<1> : tensor<i32>
+        %next = stablehlo.add %i, %one : tensor<i32>
+        %unused = stablehlo.exponential %dead2 : tensor<4xf32>
+        %m = stablehlo.multiply %v, %v : tensor<4xf32>
+        stablehlo.return %next, %m : tensor<i32>, tensor<4xf32>
+      }
+    %out = stablehlo.negate %r#1 : tensor<4xf32>
+    return %out : tensor<4xf32>
+  }
+}
+"""
+    program = load_program(text)
+    simplified = drop_dead_ops(program)
+    names = _names(simplified)
+    # the dead chain goes, the one reading it from inside the loop body first
+    assert "stablehlo.exponential" not in names and "stablehlo.add" in names
+    assert names.count("stablehlo.add") == 1 and names.count("stablehlo.multiply") == 1
+    assert "stablehlo.rng_bit_generator" in names  # an effect (state) stays though unread
+    assert drop_dead_ops(simplified) is simplified
+    x, k = np.array([1, -2, 0.5, 3], np.float32), np.array([1, 2], np.uint64)
+    (before,), (after,) = _run(program, x, k), _run(simplified, x, k)
+    assert np.array_equal(before, after) and np.array_equal(after, -(x ** 8))
+
+
+def test_a_program_without_dead_ops_is_returned_as_it_is():
+    program = lower_program(lambda x, y: (x * y + 1, jnp.tanh(x)), np.ones(3, np.float32),
+                            np.ones(3, np.float32))
+    assert drop_dead_ops(program) is program

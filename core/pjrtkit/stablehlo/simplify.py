@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from pjrtkit.semantics.ops import EFFECTFUL
 from pjrtkit.stablehlo.ir import Block, Program, Region, TensorType, Value, with_function_bodies
 
 CONVERT = "stablehlo.convert"
@@ -58,6 +59,70 @@ def _rewrite(region: Region, renamed: dict[int, Value]) -> Region:
             ops.append(op)
         same = len(ops) == len(block.ops) and all(a is b for a, b in zip(ops, block.ops))
         blocks.append(block if same else Block(block.arguments, ops))
+    if all(new is old for new, old in zip(blocks, region.blocks)):
+        return region
+    return Region(blocks)
+
+
+# Ops never dropped even when nothing reads their results: what has effects or an order
+# (``semantics.ops.EFFECTFUL``), and collectives, which meet the other devices of a launch.
+_KEPT = EFFECTFUL | frozenset({
+    "stablehlo.all_reduce", "stablehlo.all_gather", "stablehlo.reduce_scatter",
+    "stablehlo.all_to_all", "stablehlo.collective_permute", "stablehlo.collective_broadcast",
+})
+
+
+def drop_dead_ops(program: Program) -> Program:
+    """``program`` without the ops whose results nothing reads, when dropping them changes
+    nothing else: ops without regions, effects, collectives or tokens (the results of a
+    rewrite that gave their readers another value, such as ``x * (lr * c)`` for
+    ``lr * (x * c)``, would otherwise still be computed at every execution). Dead chains go
+    whole, in nested regions too."""
+    return with_function_bodies(program, _drop_dead_in_body)
+
+
+def _drop_dead_in_body(body: Region) -> Region:
+    uses: dict[int, int] = {}
+    _count_uses(body, uses)
+    return _drop_dead(body, uses)
+
+
+def _count_uses(region: Region, uses: dict[int, int]) -> None:
+    for block in region.blocks:
+        for op in block.ops:
+            for v in op.operands:
+                uses[v.id] = uses.get(v.id, 0) + 1
+            for inner in op.regions:
+                _count_uses(inner, uses)
+
+
+def _removable(op) -> bool:
+    return (not op.regions and op.name not in _KEPT and bool(op.results)
+            and all(isinstance(r.type, TensorType) for r in op.results)
+            and all(isinstance(v.type, TensorType) for v in op.operands))
+
+
+def _drop_dead(region: Region, uses: dict[int, int]) -> Region:
+    """``region`` without its dead ops (``region`` itself when it has none); ``uses`` is kept
+    up to date. Blocks are walked last op first, so a dead op's operands are counted down
+    before their producers are looked at."""
+    blocks = []
+    for block in region.blocks:
+        kept = []
+        changed = False
+        for op in reversed(block.ops):
+            if op.regions:
+                regions = tuple(_drop_dead(r, uses) for r in op.regions)
+                if any(new is not old for new, old in zip(regions, op.regions)):
+                    op = dataclasses.replace(op, regions=regions)
+                    changed = True
+            elif _removable(op) and not any(uses.get(r.id, 0) for r in op.results):
+                for v in op.operands:
+                    uses[v.id] -= 1
+                changed = True
+                continue
+            kept.append(op)
+        blocks.append(Block(block.arguments, kept[::-1]) if changed else block)
     if all(new is old for new, old in zip(blocks, region.blocks)):
         return region
     return Region(blocks)

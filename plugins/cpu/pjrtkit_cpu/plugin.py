@@ -8,7 +8,7 @@ from pjrtkit.collectives.lockstep import LockstepProgram, with_collectives_on_to
 from pjrtkit.lowering.plan import build_plan
 from pjrtkit.stablehlo.cost import estimate_cost
 from pjrtkit.stablehlo.ir import walk_ops
-from pjrtkit.stablehlo.simplify import drop_identity_converts
+from pjrtkit.stablehlo.simplify import drop_dead_ops, drop_identity_converts
 from pjrtkit.types import Capabilities, CompiledProgram, MultiProcessSupport, PlatformInfo
 
 from pjrtkit_cpu import __version__, blas
@@ -82,8 +82,8 @@ def compile_with_rules(program, rules) -> CompiledProgram:
     """``program`` fused and planned with ``rules`` (the cpu's ``RULES`` or a registry merged
     from them), as a ``CpuExecutable`` with its cost. Public on purpose: the tpu plugin compiles
     with the cpu's kernels through it (its own dtypes and numerics on top)."""
-    program = reciprocal_program(swap_transposed_dots(with_collectives_on_top(
-        drop_identity_converts(program))))
+    program = drop_dead_ops(reciprocal_program(swap_transposed_dots(with_collectives_on_top(
+        drop_identity_converts(program)))))
     fused = maybe_fuse(program)
     if fusion.ENABLED:
         fused = fuse_whole_program(fused)

@@ -106,3 +106,19 @@ def test_a_loop_body_keeps_its_native_loop(rng):
     (ref,) = run_on_xla_cpu(fn, (x,))
     assert np.array_equal(compiled[0].view(np.uint32), ref.view(np.uint32))
     np.testing.assert_allclose(interpreted[0], ref, rtol=1e-5)
+
+
+def test_a_gathered_scalar_factor_leaves_no_dead_work_behind(rng):
+    # lr * (g / 4) is computed as (lr * 0.25) * g, as XLA's simplifier does: the full-size
+    # g * 0.25 and broadcast(lr) it replaced are read by nothing and must not run at every
+    # execution (they did, and took as long as the update itself).
+    p, g = (rng.standard_normal((64, 64)).astype(np.float32) for _ in range(2))
+    fn = lambda p, g, lr: p - lr * (g / 4)  # noqa: E731
+    compiled = compile_with_rules(lower_program(fn, p, g, np.float32(0.01)), RULES)
+    plan = compiled.executable.plan
+    read = {slot for _kernel, ins, _outs, _op in plan.steps for slot in ins}
+    read |= set(plan.result_slots)
+    unread = [op.describe() for _kernel, _ins, outs, op in plan.steps
+              if not any(slot in read for slot in outs)]
+    assert unread == [], unread
+    _same_bits(fn, p, g, np.float32(0.01))
