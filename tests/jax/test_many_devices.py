@@ -472,3 +472,43 @@ def test_launches_run_in_lockstep_when_every_collective_is_a_step_of_the_program
         assert ours == xla, (name, ours, xla)
         # A collective inside a loop body cannot stop halfway: that launch runs on threads.
         assert lockstep_runs == (0 if name == "psum in a loop" else 1), (name, lockstep_runs)
+
+
+WIDTHS_IN_A_LAUNCH = """
+import os, json
+os.environ["PJRTKIT_CPU_DEVICES"] = "4"
+os.environ["JAX_PLATFORMS"] = "pjrtkit_cpu"
+import jax, jax.numpy as jnp, numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from pjrtkit.collectives.lockstep import usable_cores
+from pjrtkit_cpu import blas
+blas.spare_cores = lambda: blas.cores() - 1  # pretend the other cores are idle
+seen = []
+original = blas.wide
+def wide(*args, **kwargs):
+    context = original(*args, **kwargs)
+    class Recording:
+        def __enter__(self):
+            result = context.__enter__()
+            seen.append([c.num_threads for c, _ in blas._blas()])
+            return result
+        def __exit__(self, *exc):
+            return context.__exit__(*exc)
+    return Recording()
+blas.wide = wide
+mesh = Mesh(np.array(jax.devices()[:4]), ("data",))
+x = jax.device_put(np.ones((256, 512), np.float32), NamedSharding(mesh, P("data")))
+w = jax.device_put(np.ones((512, 512), np.float32), NamedSharding(mesh, P()))
+y = jax.jit(lambda x, w: jnp.tanh(x @ w).sum())(x, w)
+print(json.dumps({"cores": usable_cores(), "seen": seen, "y": float(y)}))
+"""
+
+
+def test_a_lockstep_launch_over_several_cores_keeps_blas_single_threaded(run_python):
+    child = run_python(WIDTHS_IN_A_LAUNCH)
+    assert child.returncode == 0, child.stderr[-3000:]
+    report = json.loads(child.stdout.strip().splitlines()[-1])
+    assert report["seen"], report  # each device's 64x512x512 dot asked to widen
+    if report["cores"] > 1:
+        assert all(count == 1 for counts in report["seen"] for count in counts), report
+    assert report["y"] == 256 * 512  # tanh(512.0) is 1

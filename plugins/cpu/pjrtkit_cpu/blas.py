@@ -31,6 +31,7 @@ ALWAYS_WIDE_FLOPS = 1e9
 _lock = threading.Lock()
 _controllers = None
 _narrowed = 0  # executions currently running with single-threaded BLAS
+_parallel = 0  # of those, the ones running kernels on several threads (no widening then)
 
 
 def _blas():
@@ -54,21 +55,29 @@ def _set(counts) -> None:
 
 
 @contextlib.contextmanager
-def single_threaded():
-    """BLAS single-threaded for the duration of one execution; then the user's setting."""
-    global _narrowed
+def single_threaded(parallel: bool = False):
+    """BLAS single-threaded for the duration of one execution; then the user's setting.
+
+    ``parallel``: the execution runs kernels on several threads of its own (a lockstep launch
+    over several devices). Then no contraction widens while it runs: the thread count is one
+    setting for the whole process, and OpenBLAS runs the calls of several threads that each
+    use its thread pool one after the other (the 4-device MLP step's two workers ran no faster
+    than one), while single-threaded calls run side by side, each on its caller's thread."""
+    global _narrowed, _parallel
     controllers = _blas()
     if not controllers:
         yield
         return
     with _lock:
         _narrowed += 1
+        _parallel += parallel
         _set([1] * len(controllers))
     try:
         yield
     finally:
         with _lock:
             _narrowed -= 1
+            _parallel -= parallel
             if not _narrowed:
                 _set([default for _, default in controllers])
 
@@ -82,7 +91,7 @@ def wide(flops: float, call_flops: float | None = None):
     (``spare_cores``); when each call has at least ``ALWAYS_WIDE_FLOPS``, every thread the
     user allows (threads stall per call, so only long calls win on busy cores)."""
     controllers = _blas()
-    if not controllers or not _narrowed or flops < WIDE_FLOPS:
+    if not controllers or not _narrowed or flops < WIDE_FLOPS or _parallel:
         yield  # outside an execution BLAS already has the user's setting
         return
     if (flops if call_flops is None else call_flops) >= ALWAYS_WIDE_FLOPS:

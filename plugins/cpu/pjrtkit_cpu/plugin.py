@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from pjrtkit import hookimpl
-from pjrtkit.collectives.lockstep import LockstepProgram, with_collectives_on_top
+from pjrtkit.collectives.lockstep import LockstepProgram, usable_cores, with_collectives_on_top
 from pjrtkit.lowering.plan import build_plan
 from pjrtkit.stablehlo.cost import estimate_cost
 from pjrtkit.stablehlo.ir import walk_ops
@@ -146,7 +146,9 @@ class CpuExecutable:
             if not self.uses_blas:
                 results = lockstep.run(arguments, launch, _quiet)
             else:
-                with blas.single_threaded():
+                # (several devices on several cores: the launch's own threads run the dots)
+                parallel = len(arguments) > 1 and usable_cores() > 1
+                with blas.single_threaded(parallel):
                     results = lockstep.run(arguments, launch, _quiet)
         if results is not None and self.copied_outputs:
             results = [fresh_outputs(outputs, self.copied_outputs) for outputs in results]

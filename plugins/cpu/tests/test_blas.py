@@ -87,3 +87,22 @@ def test_spare_cores_is_sampled_not_read_every_call(monkeypatch):
     monkeypatch.setattr(blas, "_sample", (sample[0] - blas.SAMPLE_SECONDS, *sample[1:]))
     assert 0 <= blas.spare_cores() <= blas.cores() - 1
     assert blas._sample is not sample
+
+
+def test_an_execution_running_kernels_on_several_threads_never_widens(controllers, monkeypatch):
+    # The thread count is one setting for the process, and OpenBLAS runs the pool-using calls
+    # of several threads one after the other: a lockstep launch's workers each keep their own
+    # single-threaded calls, side by side, even with idle cores.
+    monkeypatch.setattr(blas, "spare_cores", lambda: blas.cores() - 1)
+    user = [default for _, default in controllers]
+    with blas.single_threaded(parallel=True):
+        with blas.wide(blas.ALWAYS_WIDE_FLOPS):
+            assert _counts() == [1] * len(controllers)
+        with blas.single_threaded():  # a one-device execution meanwhile
+            with blas.wide(blas.ALWAYS_WIDE_FLOPS):
+                assert _counts() == [1] * len(controllers)
+    with blas.single_threaded():  # once it is over, contractions widen again
+        with blas.wide(blas.ALWAYS_WIDE_FLOPS):
+            assert _counts() == user
+    assert _counts() == user
+
