@@ -242,3 +242,33 @@ def test_a_launch_shortens_the_gil_switch_interval_and_gives_the_callers_back():
         assert sys.getswitchinterval() == pytest.approx(0.004)
     finally:
         sys.setswitchinterval(before)
+
+
+@pytest.mark.parametrize("ufunc, dtype, from_zero", [
+    (np.add, np.float32, True), (np.maximum, np.float32, False),
+    (np.multiply, np.float64, False), (np.add, np.int32, False), (np.minimum, np.int8, False)])
+def test_a_fold_in_pieces_is_the_whole_fold_bit_for_bit(ufunc, dtype, from_zero):
+    from pjrtkit.reference import collectives
+
+    rng = np.random.default_rng(0)
+    size = 3 * collectives.FOLD_PIECE + 123  # pieces and a ragged end
+    values = []
+    for _ in range(4):
+        if np.dtype(dtype).kind == "f":
+            v = rng.standard_normal(size).astype(dtype)
+            v[:50] = -0.0  # every member -0 there: the sum from +0 gives +0
+            v[50:60] = np.nan
+        else:
+            v = rng.integers(-100, 100, size).astype(dtype)
+        values.append(v.reshape(-1, 1))
+    combiner = collectives._Combiner(ufunc, np.dtype(dtype), from_zero=from_zero)
+    whole = np.array(values[0], copy=True)
+    if from_zero:
+        np.add(whole, np.dtype(dtype).type(0), out=whole)
+    for v in values[1:]:
+        ufunc(whole, v, out=whole)
+    pieces = collectives._fold(values, combiner, np.dtype(dtype))
+    assert pieces.shape == whole.shape and pieces.dtype == whole.dtype
+    assert pieces.tobytes() == whole.tobytes()
+    if from_zero:
+        assert not np.signbit(pieces[:50]).any()

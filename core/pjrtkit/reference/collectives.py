@@ -109,9 +109,21 @@ def _reducer(op, ctx) -> list[_Combiner]:
     return combiners
 
 
+# Elements per piece of a chunked fold: every operand's piece and the running result stay in
+# the core's cache through all the steps (the 4-device MLP step's (512, 784) float32 sum:
+# 462 us folded whole, 308 us in pieces of 64K elements; splitting it over two threads was
+# slower again, 378 us, the pieces being memory-bound).
+FOLD_PIECE = 1 << 16
+
+
 def _fold(values, combiner: _Combiner, dtype):
     """``values`` combined in order in the combiner's type, narrowed to ``dtype`` once."""
     wide = combiner.dtype
+    if (isinstance(combiner.combine, np.ufunc) and len(values) > 1
+            and all(type(v) is np.ndarray and v.dtype == wide and v.flags.c_contiguous
+                    for v in values)
+            and values[0].size > FOLD_PIECE):
+        return _fold_in_pieces(values, combiner).astype(dtype, copy=False)
     result = np.array(values[0], dtype=wide, copy=True)  # our own: updated in place below
     if combiner.from_zero:
         np.add(result, wide.type(0), out=result)  # -0 + +0 is +0; else unchanged
@@ -122,6 +134,25 @@ def _fold(values, combiner: _Combiner, dtype):
         result = (combine(result, value, out=result) if in_place
                   else np.asarray(combine(result, value), dtype=wide))
     return result.astype(dtype, copy=False)
+
+
+def _fold_in_pieces(values, combiner: _Combiner) -> np.ndarray:
+    """``_fold`` of C-contiguous arrays of the combiner's type, piece by piece: each element
+    is combined in the same order, so the result is the same bits."""
+    flat = [v.reshape(-1) for v in values]
+    result = np.empty(flat[0].shape, combiner.dtype)
+    combine = combiner.combine
+    zero = combiner.dtype.type(0)
+    for start in range(0, result.size, FOLD_PIECE):
+        stop = start + FOLD_PIECE
+        piece = result[start:stop]
+        if combiner.from_zero:
+            np.add(flat[0][start:stop], zero, out=piece)  # the copy, and -0 + +0 is +0
+        else:
+            np.copyto(piece, flat[0][start:stop])
+        for value in flat[1:]:
+            combine(piece, value[start:stop], out=piece)
+    return result.reshape(values[0].shape)
 
 
 @REFERENCE.register("stablehlo.all_reduce")
