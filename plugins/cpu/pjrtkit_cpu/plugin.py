@@ -17,6 +17,7 @@ from pjrtkit_cpu.contraction import contract_program, reciprocal_program
 from pjrtkit_cpu.dot_layout import swap_transposed_dots
 from pjrtkit_cpu.fusion import maybe_fuse
 from pjrtkit_cpu.fusion.whole import WholeProgram, fuse_whole_program, whole_program_of
+from pjrtkit_cpu.scan_projection import project_scan_inputs
 from pjrtkit_cpu.topology import DEVICE_KIND, cpu_topology, device_count, parse_topology_name
 
 PLATFORM = "pjrtkit_cpu"
@@ -83,7 +84,7 @@ def compile_with_rules(program, rules) -> CompiledProgram:
     from them), as a ``CpuExecutable`` with its cost. Public on purpose: the tpu plugin compiles
     with the cpu's kernels through it (its own dtypes and numerics on top)."""
     program = drop_dead_ops(reciprocal_program(swap_transposed_dots(with_collectives_on_top(
-        drop_identity_converts(program)))))
+        project_scan_inputs(drop_identity_converts(program))))))
     fused = maybe_fuse(program)
     if fusion.ENABLED:
         fused = fuse_whole_program(fused)
