@@ -42,6 +42,10 @@ MIN_OPS = 2
 # sum 0.62 ms, the vectorized row loop 0.17 ms).
 MIN_OPS_WITH_BROADCASTS = 1
 MIN_OPS_WITH_REDUCTIONS = 1
+# Ops whose per-op kernel is several NumPy passes over the bits (reduce_precision: bitcast,
+# round, mask, NaN select) are worth a loop alone too: pjrtkit_tpu rounds every float32 dot
+# operand to bfloat16 with one, and a (784, 512) weight took 2.5 ms unfused.
+MULTI_PASS_OPS = frozenset({"stablehlo.reduce_precision"})
 
 # Ops whose order is observable; they are kept in order relative to each other.
 EFFECTFUL = semantics_ops.EFFECTFUL
@@ -75,6 +79,8 @@ class Group:
             least = min(least, MIN_OPS_WITH_BROADCASTS)
         if any(codegen.reduction_kind(op) is not None for op in self.members):
             least = min(least, MIN_OPS_WITH_REDUCTIONS)
+        if any(op.name in MULTI_PASS_OPS for op in self.members):
+            least = 1
         return self.compute_ops >= least and _size(self.shape) >= MIN_ELEMENTS
 
 
