@@ -9,7 +9,9 @@
  *    a full queue, a big buffer or an unusual call is destroyed by Python at once. Memory
  *    statistics are read through Python, so they always see the queue drained.
  * 2. PJRT_LoadedExecutable_Execute is first offered to the C execute path
- *    (pjrtkit_native_execute.h), which runs an installed native plan without Python; else it
+ *    (pjrtkit_native_execute.h), which runs an installed native plan without Python (and,
+ *    when it declined for arguments not readable yet, again once Python made them readable:
+ *    pjrtkit_native_retry); else it
  *    checks the shape of the call in C (one device, no execute_device, no send/recv, valid
  *    buffer handles) and hands Python the Refs only (pjrtkit_execute_inline); the runtime may
  *    decline, and then the ordinary Python callback serves the call.
@@ -88,8 +90,9 @@ static int pjrtkit_inline_candidate(PJRT_LoadedExecutable_Execute_Args* args, vo
 /* After the C execute path declined a call of an executable that has a native plan, with the
  * GIL held: when some arguments' contents were not readable by C yet (buffers Python made),
  * Python makes them readable (abi/fn_executable.prepare_native) and C tries once more (any
- * other reason to decline holds again, and Python serves the call). So a chain of small programs (an eager loop) runs in C from the first
- * call its plans allow, each output feeding the next call. 1 when served. */
+ * other reason to decline holds again, and Python serves the call). So a chain of small
+ * programs (an eager loop) runs in C from the first call its plans allow, each output feeding
+ * the next call. 1 when served. */
 static int pjrtkit_native_retry(PJRT_LoadedExecutable_Execute_Args* args) {
     const pjrtkit_loaded_executable* e = (const pjrtkit_loaded_executable*)args->executable;
     return pjrtkit_prepare_native(e->head.ref, args->argument_lists[0], args->num_args)

@@ -101,7 +101,8 @@ def _project(loop: Op, program: Program) -> tuple[list[Op], Op] | None:
             ops.append(dataclasses.replace(
                 op, operands=tuple(renamed.get(v.id, v) for v in op.operands),
                 regions=tuple(rename_reads(r, renamed) for r in op.regions)))
-        ops.append(dataclasses.replace(ret, operands=(*ret.operands, carried)))
+        ops.append(dataclasses.replace(
+            ret, operands=(*(renamed.get(v.id, v) for v in ret.operands), carried)))
         new_body = Block((*body.arguments, carried), ops)
         new_cond = Block((*cond.arguments, fresh_value(projected)), cond.ops)
         results = (*loop.results, fresh_value(projected))

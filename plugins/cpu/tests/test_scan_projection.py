@@ -92,3 +92,22 @@ def test_the_rewritten_program_is_what_the_plugin_compiles(rng):
     assert sum(op.name == "stablehlo.dot_general" for op in ops) == 2
     plan = compiled.executable.plan
     assert any(op.name == "stablehlo.dot_general" for _k, _i, _o, op in plan.steps)
+
+
+def test_a_product_the_step_carries_or_returns_reads_the_projection(rng):
+    # x @ u is the next carry itself (the loop body returns the dot's result) and the step's
+    # stacked output.
+    def rnn_with_projection_out(h0, xs, w, u, b):
+        def step(h, x):
+            projection = x @ u
+            return projection, (h @ w + projection + b).sum(axis=1)
+        return lax.scan(step, h0, xs)
+
+    args = _args(rng)
+    program = lower_program(rnn_with_projection_out, *args)
+    assert project_scan_inputs(program) is not program
+    ours, theirs = _run(rnn_with_projection_out, args), run_on_xla_cpu(rnn_with_projection_out,
+                                                                       args)
+    for a, b in zip(ours, theirs):
+        assert a.shape == b.shape
+        np.testing.assert_allclose(a, b, rtol=2e-5, atol=2e-6)
