@@ -23,6 +23,33 @@ def _run(program, *args):
     return [np.asarray(r) for r in build_plan(program, REFERENCE)(*args)]
 
 
+def _three_trips(arguments: str, before: str, body: str, after: str):
+    """A program whose main runs ``before``, then a loop of three trips over ``%v = %x`` whose
+    body (``body``, reading ``%i`` and ``%v``) ends with ``%m``, then ``after`` (reading the
+    loop's ``%r#1``) returning ``%out``."""
+    return load_program(f"""
+module @m attributes {{mhlo.num_partitions = 1 : i32, mhlo.num_replicas = 1 : i32}} {{
+  func.func public @main({arguments}) -> tensor<4xf32> {{
+{before}
+    %zero = stablehlo.constant dense<0> : tensor<i32>
+    %r:2 = stablehlo.while(%i = %zero, %v = %x) : tensor<i32>, tensor<4xf32>
+      cond {{
+        %three = stablehlo.constant dense<3> : tensor<i32>
+        %lt = stablehlo.compare LT, %i, %three : (tensor<i32>, tensor<i32>) -> tensor<i1>
+        stablehlo.return %lt : tensor<i1>
+      }} do {{
+        %one = stablehlo.constant dense<1> : tensor<i32>
+        %next = stablehlo.add %i, %one : tensor<i32>
+{body}
+        stablehlo.return %next, %m : tensor<i32>, tensor<4xf32>
+      }}
+{after}
+    return %out : tensor<4xf32>
+  }}
+}}
+""")
+
+
 def test_the_convert_of_a_weak_typed_scalar_is_dropped_and_results_stay():
     # JAX passes the Python scalar of `x * 0.999` as an f32[] argument and converts it to f32
     # (with x64 on, an f64[] argument and a real conversion).
@@ -47,31 +74,14 @@ def test_converts_that_change_the_type_stay_and_nothing_else_changes():
 
 
 def test_identity_converts_inside_a_loop_body_and_in_a_chain_are_dropped():
-    text = """
-module @m attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas = 1 : i32} {
-  func.func public @main(%x: tensor<4xf32>, %s: tensor<f32>) -> tensor<4xf32> {
-    %c = stablehlo.convert %s : tensor<f32>
-    %cc = stablehlo.convert %c : tensor<f32>
-    %zero = stablehlo.constant dense<0> : tensor<i32>
-    %r:2 = stablehlo.while(%i = %zero, %v = %x) : tensor<i32>, tensor<4xf32>
-      cond {
-        %three = stablehlo.constant dense<3> : tensor<i32>
-        %lt = stablehlo.compare LT, %i, %three : (tensor<i32>, tensor<i32>) -> tensor<i1>
-        stablehlo.return %lt : tensor<i1>
-      } do {
-        %one = stablehlo.constant dense<1> : tensor<i32>
-        %next = stablehlo.add %i, %one : tensor<i32>
-        %vv = stablehlo.convert %v : tensor<4xf32>
+    program = _three_trips(
+        "%x: tensor<4xf32>, %s: tensor<f32>",
+        """    %c = stablehlo.convert %s : tensor<f32>
+    %cc = stablehlo.convert %c : tensor<f32>""",
+        """        %vv = stablehlo.convert %v : tensor<4xf32>
         %b = stablehlo.broadcast_in_dim %cc, dims = [] : (tensor<f32>) -> tensor<4xf32>
-        %m = stablehlo.multiply %vv, %b : tensor<4xf32>
-        stablehlo.return %next, %m : tensor<i32>, tensor<4xf32>
-      }
-    %out = stablehlo.convert %r#1 : tensor<4xf32>
-    return %out : tensor<4xf32>
-  }
-}
-"""
-    program = load_program(text)
+        %m = stablehlo.multiply %vv, %b : tensor<4xf32>""",
+        "    %out = stablehlo.convert %r#1 : tensor<4xf32>")
     assert _names(program).count("stablehlo.convert") == 4
     simplified = drop_identity_converts(program)
     assert "stablehlo.convert" not in _names(simplified)
@@ -85,32 +95,15 @@ module @m attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas = 1 : i32
 
 
 def test_dead_ops_and_chains_go_and_effects_stay():
-    text = """
-module @m attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas = 1 : i32} {
-  func.func public @main(%x: tensor<4xf32>, %k: tensor<2xui64>) -> tensor<4xf32> {
-    %dead1 = stablehlo.add %x, %x : tensor<4xf32>
+    program = _three_trips(
+        "%x: tensor<4xf32>, %k: tensor<2xui64>",
+        """    %dead1 = stablehlo.add %x, %x : tensor<4xf32>
     %dead2 = stablehlo.multiply %dead1, %dead1 : tensor<4xf32>
     %k2, %bits = stablehlo.rng_bit_generator %k, algorithm = DEFAULT
-      : (tensor<2xui64>) -> (tensor<2xui64>, tensor<4xui32>)
-    %zero = stablehlo.constant dense<0> : tensor<i32>
-    %r:2 = stablehlo.while(%i = %zero, %v = %x) : tensor<i32>, tensor<4xf32>
-      cond {
-        %three = stablehlo.constant dense<3> : tensor<i32>
-        %lt = stablehlo.compare LT, %i, %three : (tensor<i32>, tensor<i32>) -> tensor<i1>
-        stablehlo.return %lt : tensor<i1>
-      } do {
-        %one = stablehlo.constant dense<1> : tensor<i32>
-        %next = stablehlo.add %i, %one : tensor<i32>
-        %unused = stablehlo.exponential %dead2 : tensor<4xf32>
-        %m = stablehlo.multiply %v, %v : tensor<4xf32>
-        stablehlo.return %next, %m : tensor<i32>, tensor<4xf32>
-      }
-    %out = stablehlo.negate %r#1 : tensor<4xf32>
-    return %out : tensor<4xf32>
-  }
-}
-"""
-    program = load_program(text)
+      : (tensor<2xui64>) -> (tensor<2xui64>, tensor<4xui32>)""",
+        """        %unused = stablehlo.exponential %dead2 : tensor<4xf32>
+        %m = stablehlo.multiply %v, %v : tensor<4xf32>""",
+        "    %out = stablehlo.negate %r#1 : tensor<4xf32>")
     simplified = drop_dead_ops(program)
     names = _names(simplified)
     # the dead chain goes, the one reading it from inside the loop body first

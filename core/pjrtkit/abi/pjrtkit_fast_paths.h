@@ -95,7 +95,8 @@ static int pjrtkit_inline_candidate(PJRT_LoadedExecutable_Execute_Args* args, vo
  * the next call. 1 when served. */
 static int pjrtkit_native_retry(PJRT_LoadedExecutable_Execute_Args* args) {
     const pjrtkit_loaded_executable* e = (const pjrtkit_loaded_executable*)args->executable;
-    return pjrtkit_prepare_native(e->head.ref, args->argument_lists[0], args->num_args)
+    PJRT_Buffer* const* arguments = args->num_args > 0 ? args->argument_lists[0] : NULL;
+    return pjrtkit_prepare_native(e->head.ref, arguments, args->num_args)
         && pjrtkit_native_execute(args);
 }
 
