@@ -26,6 +26,8 @@ FP_STATE = (HERE / "pjrtkit_fp_state.h").read_text()
 NATIVE_DECLARATIONS = (HERE / "pjrtkit_native.h").read_text()
 NATIVE_EXECUTE = (HERE / "pjrtkit_native_execute.h").read_text()
 PROCESS_STATES = (HERE / "pjrtkit_process_states.h").read_text()
+# NumPy's data allocator on the threads that run kernels (pjrtkit/runtime/array_pool.py).
+ARRAY_POOL = (HERE / "pjrtkit_array_pool.h").read_text()
 
 API_MAJOR = 0
 API_MINOR = 90
@@ -306,6 +308,10 @@ CDEF = (
     + "\n}\n"
     + "void pjrtkit_fill_api(PJRT_Api* api, int slot);\n"
     + "int pjrtkit_process_state(int task, int* state, int* error_code);\n"
+    + "void* pjrtkit_array_pool_handler(void);\n"
+    + "void pjrtkit_array_pool_set_limit(int64_t limit_bytes);\n"
+    + "void pjrtkit_array_pool_release(void);\n"
+    + "void pjrtkit_array_pool_read(int64_t* counts);\n"
     + _guarded_deleter_prototypes()
     + f"#define PJRTKIT_MAX_BACKENDS {MAX_BACKENDS}\n"
     + f"#define PJRTKIT_API_MINOR {API_MINOR}\n"
@@ -326,6 +332,7 @@ SOURCE = (
     + NATIVE_EXECUTE
     + FAST_PATHS
     + PROCESS_STATES
+    + ARRAY_POOL
     + _fill_api_source()
 )
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from pjrtkit.abi import named_values, native
+from pjrtkit.abi import array_pool, named_values, native
 from pjrtkit.abi._cffi import ffi, lib
 from pjrtkit.abi.args import Args, data, string, struct_array
 from pjrtkit.abi.errors import pjrt_function
@@ -35,6 +35,7 @@ def client_create(slot: int, args: Any) -> None:
     store = CallbackStore.from_create_args(a)
     backend = backend_for_slot(slot)
     from pjrtkit.runtime.client import Client  # runtime is imported lazily: abi must load alone
+    array_pool.install()  # NumPy's allocator on the client's kernel threads (abi/array_pool.py)
     # The plugin's client hook may never return; JAX would wait for ever (bounded_calls). The
     # topology exchange of a multi-process job waits for the other processes on top of that.
     timeout = start_timeout_s()
@@ -62,6 +63,8 @@ def client_destroy(args: Any) -> None:
     ref = CLIENTS.release(Args(args).req("client"))
     if ref is not None:
         ref.obj.destroy()
+        if not len(CLIENTS):
+            array_pool.release()  # the last client: its kernels' kept blocks go back
 
 
 @pjrt_function("PJRT_Client_UpdateGlobalProcessInfo")

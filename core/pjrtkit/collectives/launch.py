@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from pjrtkit.errors import Internal, PjrtError
-from pjrtkit.fp_state import clean_thread
+from pjrtkit.kernel_threads import kernel_thread
 
 
 class LaunchAborted(Exception):
@@ -286,7 +286,7 @@ def launch_on_threads(name: str, num_replicas: int, num_partitions: int,
         except Exception as exc:  # noqa: BLE001 - the launch's error, on every output
             launch.fail(error_of(exc))
 
-    threads = [threading.Thread(target=clean_thread(device_main), args=(position,), daemon=True,
+    threads = [threading.Thread(target=kernel_thread(device_main), args=(position,), daemon=True,
                                 name=f"pjrtkit-{name}-device{position}")
                for position in positions[1:]]
     with _short_switch_interval():

@@ -33,7 +33,7 @@ from typing import Any
 from pjrtkit import profiling
 from pjrtkit.collectives.launch import DeviceContext, Launch, set_current_device
 from pjrtkit.errors import Internal
-from pjrtkit.fp_state import reset_thread
+from pjrtkit.kernel_threads import kernel_thread_start
 from pjrtkit.stablehlo.inline import inline_calls
 from pjrtkit.stablehlo.ir import Program, Region
 
@@ -180,7 +180,7 @@ def _workers(count: int) -> concurrent.futures.ThreadPoolExecutor:
         with _pool_lock:
             if _pool_size < count:
                 old, _pool = _pool, concurrent.futures.ThreadPoolExecutor(
-                    count, thread_name_prefix="pjrtkit-lockstep", initializer=reset_thread)
+                    count, thread_name_prefix="pjrtkit-lockstep", initializer=kernel_thread_start)
                 _pool_size = count
                 if old is not None:
                     old.shutdown(wait=False)

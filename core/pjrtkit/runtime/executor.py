@@ -12,7 +12,7 @@ import queue
 import threading
 from collections.abc import Callable
 
-from pjrtkit.fp_state import clean_thread
+from pjrtkit.kernel_threads import kernel_thread
 
 log = logging.getLogger(__name__)
 
@@ -22,7 +22,7 @@ class Executor:
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._pending = 0
         self._lock = threading.Lock()
-        self._thread = threading.Thread(target=clean_thread(self._run), name=f"pjrtkit-{name}",
+        self._thread = threading.Thread(target=kernel_thread(self._run), name=f"pjrtkit-{name}",
                                         daemon=True)
         self._thread.start()
 
