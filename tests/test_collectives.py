@@ -272,3 +272,54 @@ def test_a_fold_in_pieces_is_the_whole_fold_bit_for_bit(ufunc, dtype, from_zero)
     assert pieces.tobytes() == whole.tobytes()
     if from_zero:
         assert not np.signbit(pieces[:50]).any()
+
+
+# -- lockstep launches: the order of steps and the runs of collectives -----------------------
+
+def _steps(*rows):
+    """Plan steps (kernel, operand slots, result slots, op) from (op name, ins, outs)."""
+    from types import SimpleNamespace
+
+    return [(None, tuple(ins), tuple(outs), SimpleNamespace(name=name))
+            for name, ins, outs in rows]
+
+
+def test_collectives_late_gathers_every_gradients_all_reduce_into_one_phase():
+    from pjrtkit.collectives.lockstep import collectives_late
+
+    # Two gradients, each all-reduced right after it is computed (as JAX places them), and
+    # each update reading its all-reduced gradient.
+    steps = _steps(("stablehlo.dot_general", (0, 1), (10,)),      # 0: gradient of w
+                   ("stablehlo.all_reduce", (10,), (11,)),        # 1
+                   ("stablehlo.subtract", (0, 11), (12,)),        # 2: w's update
+                   ("stablehlo.dot_general", (1, 2), (13,)),      # 3: gradient of v
+                   ("stablehlo.all_reduce", (13,), (14,)),        # 4
+                   ("stablehlo.subtract", (2, 14), (15,)))        # 5: v's update
+    assert collectives_late(steps) == [0, 3, 1, 4, 2, 5]
+
+
+def test_collectives_late_keeps_effects_in_program_order():
+    from pjrtkit.collectives.lockstep import collectives_late
+
+    steps = _steps(("stablehlo.all_reduce", (0,), (1,)),
+                   ("stablehlo.custom_call", (1,), (2,)),         # prints the all-reduced x
+                   ("stablehlo.custom_call", (0,), (3,)),         # then prints x itself
+                   ("stablehlo.add", (0, 0), (4,)))
+    order = collectives_late(steps)
+    assert order.index(1) < order.index(2)  # the second callback does not overtake the first
+    assert order[0] == 3  # a pure step that reads no collective goes first
+
+
+def test_a_collective_that_reads_another_starts_a_run_of_its_own():
+    from pjrtkit.collectives.lockstep import LockstepProgram, collectives_late
+
+    plan_steps = _steps(("stablehlo.all_reduce", (0,), (1,)),
+                        ("stablehlo.all_reduce", (2,), (3,)),
+                        ("stablehlo.all_gather", (1,), (4,)))     # reads the first's result
+    order = collectives_late(plan_steps)
+    assert order == [0, 1, 2]
+    steps = [(k, ins, outs, (), True, op) for k, ins, outs, op in plan_steps]
+    program = LockstepProgram(None, steps, (4,))
+    assert [(kind, [s[5].name for s in run]) for kind, run in program.segments] == [
+        ("collectives", ["stablehlo.all_reduce", "stablehlo.all_reduce"]),
+        ("collectives", ["stablehlo.all_gather"])]

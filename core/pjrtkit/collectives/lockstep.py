@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import math
 import os
 import threading
 from collections.abc import Callable
@@ -34,6 +35,7 @@ from pjrtkit import profiling
 from pjrtkit.collectives.launch import DeviceContext, Launch, set_current_device
 from pjrtkit.errors import Internal
 from pjrtkit.kernel_threads import kernel_thread_start
+from pjrtkit.semantics.ops import EFFECTFUL
 from pjrtkit.stablehlo.inline import inline_calls
 from pjrtkit.stablehlo.ir import Program, Region
 
@@ -93,15 +95,21 @@ class LockstepProgram:
 
     def __init__(self, plan: Any, steps: list, results: tuple[int, ...]):
         self.plan = plan
-        # ("steps", [step, ...]) between collectives, ("collective", step) for each one
-        self.segments: list[tuple[str, Any]] = []
+        # ("steps", [step, ...]) between collectives, ("collectives", [step, ...]) for each
+        # run of consecutive collectives none of which reads another's result
+        self.segments: list[tuple[str, list]] = []
+        made: set[int] = set()  # the slots the last segment of collectives writes
         for step in steps:
-            if step[4]:
-                self.segments.append(("collective", step))
-            elif self.segments and self.segments[-1][0] == "steps":
-                self.segments[-1][1].append(step)
+            kind = "collectives" if step[4] else "steps"
+            last = self.segments[-1] if self.segments else None
+            if last is not None and last[0] == kind \
+                    and not (step[4] and made.intersection(step[1])):
+                last[1].append(step)
             else:
-                self.segments.append(("steps", [step]))
+                self.segments.append((kind, [step]))
+                made = set()
+            if step[4]:
+                made.update(step[2])
         self.results = results
 
     @classmethod
@@ -111,13 +119,14 @@ class LockstepProgram:
         region or a called function of a step, where lockstep cannot stop and resume it."""
         if any(_meets_inside(op, program, set()) for _k, _i, _o, op in plan.steps):
             return None
+        ordered = [plan.steps[i] for i in collectives_late(plan.steps)]
         last_read: dict[int, int] = {}
-        for index, (_kernel, ins, _outs, _op) in enumerate(plan.steps):
+        for index, (_kernel, ins, _outs, _op) in enumerate(ordered):
             for slot in ins:
                 last_read[slot] = index
         keep = set(plan.result_slots)
         steps = []
-        for index, (kernel, ins, outs, op) in enumerate(plan.steps):
+        for index, (kernel, ins, outs, op) in enumerate(ordered):
             dead = tuple(s for s in dict.fromkeys((*ins, *outs))
                          if s not in keep and last_read.get(s, -1) <= index)
             steps.append((kernel, ins, outs, dead, op.name in COLLECTIVES, op))
@@ -143,14 +152,43 @@ class LockstepProgram:
         workers = min(MAX_WORKERS, len(devices), usable_cores())
         try:
             for kind, steps in self.segments:
-                if kind == "collective":
-                    _run_collective(steps, devices, envs, launch)
+                if kind == "collectives":
+                    _run_collectives(steps, devices, envs, launch, around, workers)
                 else:
                     _run_parallel(steps, devices, envs, around, workers)
         finally:
             set_current_device(None)
             launch.lockstep_meetings = {}
         return [tuple(env[s] for s in self.results) for env in envs]
+
+
+def collectives_late(steps: list) -> list[int]:
+    """The positions of a plan's ``steps`` ((kernel, operand slots, result slots, op), slots
+    written once) in the order a lockstep launch runs them: by phase, the most collectives on
+    any chain of steps that leads to a step; in each phase first the steps that are no
+    collective, then its collectives, each in program order. Every step still follows what
+    it reads, and ops whose order is observable (``semantics.ops.EFFECTFUL``: callbacks,
+    loops, calls) keep their order among themselves.
+
+    Every collective is a barrier of the launch (every device reaches it before any goes on),
+    and JAX places each gradient's all-reduce right after the gradient: the 4-device MLP
+    step had 7 collectives between slivers of 2 to 4 steps. Late, they meet in one phase: one
+    barrier between the backward pass and the update instead of seven."""
+    producer: dict[int, int] = {}
+    phase: list[int] = []
+    meets: list[bool] = []
+    last_effect = None
+    for index, (_kernel, ins, outs, op) in enumerate(steps):
+        before = [producer[slot] for slot in ins if slot in producer]
+        if op.name in EFFECTFUL:
+            if last_effect is not None:
+                before.append(last_effect)
+            last_effect = index
+        phase.append(max((phase[b] + meets[b] for b in before), default=0))
+        meets.append(op.name in COLLECTIVES)
+        for slot in outs:
+            producer[slot] = index
+    return sorted(range(len(steps)), key=lambda i: (phase[i], meets[i], i))
 
 
 # Most threads a lockstep launch spreads its devices over (the calling one included): one per
@@ -228,9 +266,15 @@ def _run_parallel(steps: list, devices: list, envs: list,
     pool = _workers(workers - 1)
     futures = [pool.submit(_run_share, steps, devices, envs, share, around)
                for share in shares[1:]]
+    _finish(futures, lambda: _run_share(steps, devices, envs, shares[0], around))
+
+
+def _finish(futures: list, here: Callable[[], None]) -> None:
+    """Runs ``here()`` on this thread, then waits for ``futures``; raises the first error of
+    any of them once all are done."""
     error = None
     try:
-        _run_share(steps, devices, envs, shares[0], around)
+        here()
     except BaseException as exc:  # noqa: BLE001 - the others finish first, then it is raised
         error = exc
     for future in futures:
@@ -242,27 +286,88 @@ def _run_parallel(steps: list, devices: list, envs: list,
         raise error
 
 
-def _run_collective(step: tuple, devices: list, envs: list, launch: Launch) -> None:
-    """One collective step: every device deposits its operands, then every device's kernel
-    finds every member's there (``LockstepDevice``)."""
-    kernel, ins, outs, dead, _collective, op = step
+def _run_collectives(steps: list, devices: list, envs: list, launch: Launch,
+                     around: Callable[[], Any] | None, workers: int) -> None:
+    """Consecutive collective steps: every device deposits its operands for each of them, in
+    order; then every device's kernel of each finds every member's operands there
+    (``LockstepDevice``) and one of them combines. The collectives spread over ``workers``
+    threads (this one included), the largest first to the least loaded: each runs all its
+    devices on one thread, so it combines once; they share nothing but the meetings, one
+    entry each."""
     launch.lockstep_meetings = {}
     launch.lockstep_depositing = True
-    ordinals = [d.collectives_run for d in devices]
-    for device, env in zip(devices, envs):
-        set_current_device(device)
-        try:
-            kernel(*[env[s] for s in ins])
-        except _Deposited:
-            continue
-        raise Internal(f"{launch.name}: the kernel of {op.describe()} returned without "
-                       f"meeting the other devices")
-    launch.lockstep_depositing = False
-    for device, ordinal in zip(devices, ordinals):
-        device.collectives_run = ordinal
-    for device, env in zip(devices, envs):
-        _run_steps([step], device, env)
-    launch.lockstep_meetings = {}
+    tasks = []  # per collective: (step, [(a device of it, ready to run again, env), ...])
+    try:
+        for step in steps:
+            kernel, ins = step[0], step[1]
+            runs = []
+            for device, env in zip(devices, envs):
+                again = LockstepDevice(launch, device.position)
+                again.collectives_run = device.collectives_run
+                runs.append((again, env))
+                set_current_device(device)
+                try:
+                    kernel(*[env[s] for s in ins])
+                except _Deposited:
+                    continue
+                raise Internal(f"{launch.name}: the kernel of {step[5].describe()} returned "
+                               f"without meeting the other devices")
+            tasks.append((step, runs))
+    finally:
+        launch.lockstep_depositing = False
+    try:
+        shares = _balanced(tasks, min(workers, len(tasks)))
+        if len(shares) == 1:
+            _combine_share(shares[0], around)
+        else:
+            pool = _workers(len(shares) - 1)
+            futures = [pool.submit(_combine_share, share, around) for share in shares[1:]]
+            _finish(futures, lambda: _combine_share(shares[0], around))
+        for step in steps:
+            for env in envs:
+                for slot in step[3]:
+                    del env[slot]
+    finally:
+        launch.lockstep_meetings = {}
+
+
+def _balanced(tasks: list, count: int) -> list[list]:
+    """``tasks`` (collectives) in ``count`` shares of about equal operand elements, each in
+    program order."""
+    def size(task):
+        return sum(math.prod(v.type.shape) for v in task[0][5].operands)
+    loads = [0] * max(1, count)
+    chosen: list[list[int]] = [[] for _ in loads]
+    for index in sorted(range(len(tasks)), key=lambda i: -size(tasks[i])):
+        lightest = loads.index(min(loads))
+        chosen[lightest].append(index)
+        loads[lightest] += size(tasks[index])
+    return [[tasks[i] for i in sorted(share)] for share in chosen if share]
+
+
+def _combine_share(share: list, around: Callable[[], Any] | None) -> None:
+    if around is None:
+        _combine_tasks(share)
+        return
+    with around():
+        _combine_tasks(share)
+
+
+def _combine_tasks(share: list) -> None:
+    profiled = profiling.ENABLED
+    try:
+        for (kernel, ins, outs, _dead, _collective, op), runs in share:
+            for device, env in runs:
+                set_current_device(device)
+                start = perf_counter() if profiled else 0.0
+                results = kernel(*[env[s] for s in ins])
+                if profiled:
+                    elapsed = perf_counter() - start
+                    profiling.record_op(op, elapsed, elapsed)
+                for slot, value in zip(outs, results):
+                    env[slot] = value
+    finally:
+        set_current_device(None)
 
 
 def with_collectives_on_top(program: Program) -> Program:
