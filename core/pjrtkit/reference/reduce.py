@@ -345,6 +345,11 @@ def select_and_scatter_rule(op, ctx):
     scatter_ufunc = None if scatter_body is None else body_ufunc(scatter_body, out_t.dtype)
     scatter_plan = None if scatter_ufunc is not None else ctx.compile_region(op.regions[1])
 
+    if (scatter_ufunc is not None and all(p == (0, 0) for p in padding)
+            and all(s >= w for s, w in zip(strides, window)) and len(slices) > 1):
+        return _disjoint_windows_kernel(slices, select_cmp, select_plan, scatter_ufunc,
+                                        operand_t.shape, cdt, out_t)
+
     def select_and_scatter_kernel(operand, source, init, *captures):
         x = pad(operand, np.zeros((), operand.dtype))
         cur_val = cur_idx = None
@@ -372,3 +377,60 @@ def select_and_scatter_rule(op, ctx):
         return (_as_result(result, out_t),)
 
     return select_and_scatter_kernel
+
+
+def _disjoint_windows_kernel(slices, select_cmp, select_plan, scatter_ufunc, shape, acc_dtype,
+                             out_t):
+    """select_and_scatter whose windows do not overlap and read no padding (max pooling's
+    gradient with strides of at least the window, flax's and JAX's defaults): every operand
+    element is in at most one window, so each window's source element lands, combined with
+    the init once, on the element its window selected, and the rest keep the init. The same
+    selection as the general kernel (first of equals, by the select region); no scatter: for
+    each window offset, the windows that selected it write their slice of the result.
+
+    The choices are blended without branches (``_blend``): NumPy's masked ops branch per
+    element, and on random data (half the elements taken) ``np.where`` over flax's first
+    pooling gradient, f32[64,14,14,32], took 1.45 ms against 0.3 ms."""
+    offset_type = np.min_scalar_type(len(slices) - 1)
+
+    def select_and_scatter_disjoint_kernel(operand, source, init, *captures):
+        chosen = np.ascontiguousarray(operand[slices[0]])
+        offset = np.zeros(chosen.shape, offset_type)
+        for k, sl in enumerate(slices[1:], start=1):
+            val = np.ascontiguousarray(operand[sl])
+            keep = (select_cmp(chosen, val) if select_cmp is not None
+                    else select_plan(chosen, val, *captures)[0])
+            take = ~np.asarray(keep, dtype=bool)
+            chosen = _blend(take, val, chosen)
+            step = np.subtract(offset_type.type(k), offset)  # offset + take * (k - offset)
+            np.multiply(step, take, out=step)
+            np.add(offset, step, out=offset)
+        start = init.astype(acc_dtype)
+        landed = np.ascontiguousarray(
+            scatter_ufunc(start, source.astype(acc_dtype, copy=False)), dtype=acc_dtype)
+        starts = np.full(landed.shape, start, dtype=acc_dtype)
+        result = np.full(shape, start, dtype=acc_dtype)
+        for k, sl in enumerate(slices):
+            result[sl] = _blend(offset == k, landed, starts)
+        return (_as_result(result, out_t),)
+
+    return select_and_scatter_disjoint_kernel
+
+
+_UNSIGNED = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+
+
+def _blend(mask, a, b):
+    """``np.where(mask, a, b)`` (same shape and dtype, bits kept) without a branch per element:
+    the bits of b, with those of a where the mask is set."""
+    unsigned = _UNSIGNED.get(a.dtype.itemsize)
+    if unsigned is None:
+        return np.where(mask, a, b)
+    ones = mask.astype(unsigned)
+    np.negative(ones, out=ones)  # all bits set where the mask is
+    a_bits = np.ascontiguousarray(a).view(unsigned)
+    b_bits = np.ascontiguousarray(b).view(unsigned)
+    out = np.bitwise_xor(a_bits, b_bits)
+    np.bitwise_and(out, ones, out=out)
+    np.bitwise_xor(out, b_bits, out=out)
+    return out.view(a.dtype)

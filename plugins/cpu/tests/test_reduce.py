@@ -191,6 +191,33 @@ def test_pool_gradients_select_and_scatter(check, rng, dtype):
                      for pool in POOLS for op, init in ((lax.max, -jnp.inf), (lax.add, 0.0))], x)
 
 
+# Windows that do not overlap (strides of at least the window, no padding): the gradient
+# needs no scatter (reference/reduce.py, _disjoint_windows_kernel); with gaps between windows,
+# NaNs, ties and a dtype of every width the blend reads as bits.
+DISJOINT_POOLS = [((2, 2), (2, 2)), ((2, 3), (3, 3)), ((1, 2), (1, 2))]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.float64, np.int32, np.int8,
+                                   np.uint16], ids=lambda d: np.dtype(d).name)
+def test_max_pool_gradients_of_disjoint_windows(check, rng, dtype):
+    from jax._src.lax.windowed_reductions import _select_and_scatter
+
+    x = rng.integers(0, 5, size=(3, 8, 9, 4)).astype(dtype)
+    if np.dtype(dtype).kind == "f":
+        x[0, 0, :3, 0] = np.nan
+        x[1] = rng.normal(size=x.shape[1:]).astype(dtype)  # no ties: half the choices move
+
+    def pool_grad(x, window, strides):
+        rows = (x.shape[1] - window[0]) // strides[0] + 1
+        cols = (x.shape[2] - window[1]) // strides[1] + 1
+        source = (jnp.arange(3 * rows * cols * 4) % 7 + 1).astype(x.dtype)
+        return _select_and_scatter(x, lambda a, b: a >= b, (1, *window, 1), (1, *strides, 1),
+                                   ((0, 0),) * 4, source.reshape(3, rows, cols, 4),
+                                   np.array(0, x.dtype), lambda a, b: a + b)
+
+    check(lambda x: [pool_grad(x, *pool) for pool in DISJOINT_POOLS], x)
+
+
 def test_select_and_scatter_general_regions(check, rng):
     from jax._src.lax.windowed_reductions import _select_and_scatter
 
