@@ -22,7 +22,7 @@ def _to_bfloat16_bits(x):
     return lax.reduce_precision(x, exponent_bits=8, mantissa_bits=7), lax.sort(x)
 
 
-@pytest.mark.parametrize("size, fused", [(1 << 17, True), (1000, False)])
+@pytest.mark.parametrize("size, fused", [(1 << 17, True), (5120, True), (1000, False)])
 def test_rounding_to_bfloat16_fuses_alone_and_matches_the_converts(size, fused):
     rng = np.random.default_rng(size)
     x = rng.integers(0, 2 ** 32, size, dtype=np.uint64).astype(np.uint32).view(np.float32)

@@ -46,6 +46,9 @@ MIN_OPS_WITH_REDUCTIONS = 1
 # round, mask, NaN select) are worth a loop alone too: pjrtkit_tpu rounds every float32 dot
 # operand to bfloat16 with one, and a (784, 512) weight took 2.5 ms unfused.
 MULTI_PASS_OPS = frozenset({"stablehlo.reduce_precision"})
+# ... and from fewer elements: the 8-device flax step's (512, 10) weight, 5120 elements, took
+# 120 us a round per op on pjrtkit_tpu's lockstep launch, 16 rounds a step.
+MULTI_PASS_MIN_ELEMENTS = 1 << 10
 
 # Ops whose order is observable; they are kept in order relative to each other.
 EFFECTFUL = semantics_ops.EFFECTFUL
@@ -79,9 +82,10 @@ class Group:
             least = min(least, MIN_OPS_WITH_BROADCASTS)
         if any(codegen.reduction_kind(op) is not None for op in self.members):
             least = min(least, MIN_OPS_WITH_REDUCTIONS)
+        fewest = MIN_ELEMENTS
         if any(op.name in MULTI_PASS_OPS for op in self.members):
-            least = 1
-        return self.compute_ops >= least and _size(self.shape) >= MIN_ELEMENTS
+            least, fewest = 1, MULTI_PASS_MIN_ELEMENTS
+        return self.compute_ops >= least and _size(self.shape) >= fewest
 
 
 # id(constant array) -> (weak reference to it, its splat value or None); an entry leaves when
