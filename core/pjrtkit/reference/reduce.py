@@ -417,15 +417,12 @@ def _disjoint_windows_kernel(slices, select_cmp, select_plan, scatter_ufunc, sha
     return select_and_scatter_disjoint_kernel
 
 
-_UNSIGNED = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
-
-
 def _blend(mask, a, b):
     """``np.where(mask, a, b)`` (same shape and dtype, bits kept) without a branch per element:
     the bits of b, with those of a where the mask is set."""
-    unsigned = _UNSIGNED.get(a.dtype.itemsize)
-    if unsigned is None:
+    if a.dtype.itemsize not in (1, 2, 4, 8):
         return np.where(mask, a, b)
+    unsigned = dtypes.unsigned_of(a.dtype)
     ones = mask.astype(unsigned)
     np.negative(ones, out=ones)  # all bits set where the mask is
     a_bits = np.ascontiguousarray(a).view(unsigned)
