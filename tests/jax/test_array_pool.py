@@ -132,3 +132,21 @@ def test_a_malformed_limit_warns_and_keeps_the_default(scenario):
     assert result["name"] == "pjrtkit_array_pool"
     assert result["limit"] == 256 << 20
     assert "PJRTKIT_ARRAY_POOL_BYTES='lots' is not a size" in result["stderr"]
+
+
+def test_capsules_do_not_depend_on_what_others_set_on_ctypes_pythonapi(run_python, tmp_path):
+    # ctypes.pythonapi hands every caller the same function object per name: a library that
+    # sets its argtypes otherwise must not break registering a backend or the pool.
+    out = run_python("""
+        import ctypes
+        import pjrtkit.abi.api, pjrtkit.abi.array_pool  # noqa: F401 - loaded first, then:
+        ctypes.pythonapi.PyCapsule_New.argtypes = (ctypes.c_void_p, ctypes.c_char_p,
+                                                   ctypes.c_void_p)
+        ctypes.pythonapi.PyCapsule_GetPointer.argtypes = (ctypes.py_object, ctypes.c_char_p)
+        import numpy as np, jax
+        x = jax.device_put(np.arange(4.0), jax.devices("pjrtkit_cpu")[0])
+        from pjrtkit.abi import array_pool
+        print(float((x * 2).sum()), array_pool.stats()["limit_bytes"])
+    """, JAX_PLATFORMS="pjrtkit_cpu", PJRTKIT_CACHE_DIR=str(tmp_path))
+    assert out.returncode == 0, out.stderr[-4000:]
+    assert out.stdout.split()[-2:] == ["12.0", str(256 << 20)]

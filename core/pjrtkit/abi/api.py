@@ -12,15 +12,13 @@ from typing import Any
 # fn_unimplemented imports every area module, then stubs the slots they leave.
 from pjrtkit.abi import fn_unimplemented  # noqa: F401 - imported for its definitions
 from pjrtkit.abi._cffi import ffi, lib
+from pjrtkit.abi.capsules import new_capsule
 from pjrtkit.abi.slots import BACKENDS
 from pjrtkit.errors import ResourceExhausted
 
 MAX_BACKENDS: int = lib.PJRTKIT_MAX_BACKENDS
 API_VERSION = (0, lib.PJRTKIT_API_MINOR)
 
-_PyCapsule_New = ctypes.pythonapi.PyCapsule_New
-_PyCapsule_New.restype = ctypes.py_object
-_PyCapsule_New.argtypes = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
 # The capsule keeps a pointer to its name, so the name buffer must live forever too.
 _CAPSULE_NAME = ctypes.create_string_buffer(b"pjrt_c_api")
 
@@ -43,8 +41,7 @@ def register_backend(backend: Any) -> tuple[Any, int]:
                 f"registered: {names}; cannot add {getattr(backend, 'name', backend)!r}")
         api = ffi.new("PJRT_Api*")
         lib.pjrtkit_fill_api(api, slot)
-        capsule = _PyCapsule_New(
-            int(ffi.cast("uintptr_t", api)), ctypes.addressof(_CAPSULE_NAME), None)
+        capsule = new_capsule(int(ffi.cast("uintptr_t", api)), _CAPSULE_NAME)
         BACKENDS.append(backend)
         _tables.append(api)
         _capsules.append(capsule)

@@ -24,6 +24,7 @@ import os
 import threading
 
 from pjrtkit.abi._cffi import ffi, lib
+from pjrtkit.abi.capsules import capsule_pointer, new_capsule
 from pjrtkit.errors import InvalidArgument
 from pjrtkit.kernel_threads import on_kernel_threads
 
@@ -69,12 +70,9 @@ def _numpy_set_handler():
         from numpy.core import _multiarray_umath as umath
     if np.lib.NumpyVersion(np.__version__) < "1.22.0":
         return None  # no data-allocator handlers before NumPy 1.22 (NEP 49)
-    get_pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_void_p)(
-        ("PyCapsule_GetPointer", ctypes.pythonapi))  # (prototypes of our own: others share
-    # ctypes.pythonapi's function objects and set their argtypes, see abi/api.py)
     # NumPy's C API table: what import_array() reads in a C extension
     api = umath._ARRAY_API  # noqa: SLF001
-    table = ctypes.cast(get_pointer(api, None), ctypes.POINTER(ctypes.c_void_p))
+    table = ctypes.cast(capsule_pointer(api), ctypes.POINTER(ctypes.c_void_p))
     return ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.py_object)(table[_SET_HANDLER_INDEX])
 
 
@@ -90,10 +88,8 @@ def install() -> bool:
             set_handler = _numpy_set_handler()
             if set_handler is None:
                 return False
-            new_capsule = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.c_void_p,
-                                            ctypes.c_void_p)(("PyCapsule_New", ctypes.pythonapi))
             address = int(ffi.cast("uintptr_t", lib.pjrtkit_array_pool_handler()))
-            _capsule = new_capsule(address, ctypes.addressof(_CAPSULE_NAME), None)
+            _capsule = new_capsule(address, _CAPSULE_NAME)
             _set_handler = set_handler
         lib.pjrtkit_array_pool_set_limit(limit)
     on_kernel_threads(use_on_this_thread)
