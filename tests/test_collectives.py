@@ -280,7 +280,7 @@ def _steps(*rows):
     """Plan steps (kernel, operand slots, result slots, op) from (op name, ins, outs)."""
     from types import SimpleNamespace
 
-    return [(None, tuple(ins), tuple(outs), SimpleNamespace(name=name))
+    return [(None, tuple(ins), tuple(outs), SimpleNamespace(name=name, operands=()))
             for name, ins, outs in rows]
 
 

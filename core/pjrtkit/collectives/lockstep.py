@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import functools
 import math
 import os
 import threading
@@ -91,7 +92,7 @@ class LockstepProgram:
     """A plan prepared for lockstep launches: its steps, each with the slots that die after
     it and whether it is a collective. Made once per executable (``of``)."""
 
-    __slots__ = ("plan", "segments", "results")
+    __slots__ = ("plan", "segments", "sizes", "results")
 
     def __init__(self, plan: Any, steps: list, results: tuple[int, ...]):
         self.plan = plan
@@ -110,6 +111,8 @@ class LockstepProgram:
                 made = set()
             if step[4]:
                 made.update(step[2])
+        # per segment: each collective's operand elements (how a run spreads over threads)
+        self.sizes = [_sizes(run) if kind == "collectives" else () for kind, run in self.segments]
         self.results = results
 
     @classmethod
@@ -151,9 +154,9 @@ class LockstepProgram:
             envs.append(env)
         workers = min(MAX_WORKERS, len(devices), usable_cores())
         try:
-            for kind, steps in self.segments:
+            for (kind, steps), sizes in zip(self.segments, self.sizes):
                 if kind == "collectives":
-                    _run_collectives(steps, devices, envs, launch, around, workers)
+                    _run_collectives(steps, sizes, devices, envs, launch, around, workers)
                 else:
                     _run_parallel(steps, devices, envs, around, workers)
         finally:
@@ -286,12 +289,12 @@ def _finish(futures: list, here: Callable[[], None]) -> None:
         raise error
 
 
-def _run_collectives(steps: list, devices: list, envs: list, launch: Launch,
-                     around: Callable[[], Any] | None, workers: int) -> None:
+def _run_collectives(steps: list, sizes: tuple[int, ...], devices: list, envs: list,
+                     launch: Launch, around: Callable[[], Any] | None, workers: int) -> None:
     """Consecutive collective steps: every device deposits its operands for each of them, in
     order; then every device's kernel of each finds every member's operands there
     (``LockstepDevice``) and one of them combines. The collectives spread over ``workers``
-    threads (this one included), the largest first to the least loaded: each runs all its
+    threads (this one included), as ``_balanced`` shares ``sizes`` out: each runs all its
     devices on one thread, so it combines once; they share nothing but the meetings, one
     entry each."""
     launch.lockstep_meetings = {}
@@ -316,7 +319,8 @@ def _run_collectives(steps: list, devices: list, envs: list, launch: Launch,
     finally:
         launch.lockstep_depositing = False
     try:
-        shares = _balanced(tasks, min(workers, len(tasks)))
+        shares = [[tasks[i] for i in share]
+                  for share in _balanced(sizes, min(workers, len(tasks)))]
         if len(shares) == 1:
             _combine_share(shares[0], around)
         else:
@@ -331,18 +335,23 @@ def _run_collectives(steps: list, devices: list, envs: list, launch: Launch,
         launch.lockstep_meetings = {}
 
 
-def _balanced(tasks: list, count: int) -> list[list]:
-    """``tasks`` (collectives) in ``count`` shares of about equal operand elements, each in
-    program order."""
-    def size(task):
-        return sum(math.prod(v.type.shape) for v in task[0][5].operands)
+def _sizes(steps: list) -> tuple[int, ...]:
+    """Operand elements of each collective step (what ``_balanced`` weighs)."""
+    return tuple(sum(math.prod(v.type.shape) for v in step[5].operands) for step in steps)
+
+
+@functools.lru_cache(maxsize=256)
+def _balanced(sizes: tuple[int, ...], count: int) -> tuple[tuple[int, ...], ...]:
+    """The positions of collectives of operand ``sizes`` in ``count`` shares of about equal
+    elements, the largest first to the least loaded, each share in program order (computed
+    once per run of collectives and thread count, not per launch)."""
     loads = [0] * max(1, count)
     chosen: list[list[int]] = [[] for _ in loads]
-    for index in sorted(range(len(tasks)), key=lambda i: -size(tasks[i])):
+    for index in sorted(range(len(sizes)), key=lambda i: -sizes[i]):
         lightest = loads.index(min(loads))
         chosen[lightest].append(index)
-        loads[lightest] += size(tasks[index])
-    return [[tasks[i] for i in sorted(share)] for share in chosen if share]
+        loads[lightest] += sizes[index]
+    return tuple(tuple(sorted(share)) for share in chosen if share)
 
 
 def _combine_share(share: list, around: Callable[[], Any] | None) -> None:
