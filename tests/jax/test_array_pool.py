@@ -88,7 +88,37 @@ def test_the_pool_keeps_no_more_than_its_limit(scenario):
     stats = result["stats"]
     assert stats["limit_bytes"] == 3 << 20
     assert stats["kept_blocks"] == 3 and stats["kept_bytes"] == 3 << 20
+    assert stats["evicted"] == 5  # each block past the third made room for itself
     assert result["released"]["kept_bytes"] == 0 and result["released"]["kept_blocks"] == 0
+
+
+def test_a_full_pool_gives_back_its_oldest_blocks_for_newly_freed_ones(scenario):
+    # One program's blocks must not keep the next program's out of a full pool.
+    result = scenario("""
+        def work():
+            old = [np.empty(1 << 20, np.uint8) for _ in range(3)]  # 1 MiB each, freed in order
+            addresses = [a.ctypes.data for a in old]
+            for i in range(3):
+                old[i] = None
+            full = array_pool.stats()
+            new = np.empty(2 << 20, np.uint8)  # another size class, freed into a full pool
+            new_address = new.ctypes.data
+            del new
+            after = array_pool.stats()
+            again = np.empty(2 << 20, np.uint8)
+            kept_old = np.empty(1 << 20, np.uint8)
+            return {"full": full, "after": after, "again": again.ctypes.data == new_address,
+                    "kept_old": addresses.index(kept_old.ctypes.data)
+                    if kept_old.ctypes.data in addresses else -1}
+        print(json.dumps(on_kernel_thread(work)))
+    """, PJRTKIT_ARRAY_POOL_BYTES="3M")
+    assert result["full"]["kept_bytes"] == 3 << 20
+    after = result["after"]
+    # the two blocks freed first made room; the one freed last stays
+    assert after["evicted"] - result["full"]["evicted"] == 2
+    assert after["kept_blocks"] == 2 and after["kept_bytes"] == 3 << 20
+    assert result["again"]
+    assert result["kept_old"] == 2
 
 
 def test_a_program_run_again_reuses_its_blocks_and_matches_xla(scenario):

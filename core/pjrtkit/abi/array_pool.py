@@ -10,6 +10,9 @@ step with glibc's defaults, 8.0 ms with its thresholds raised by hand, 8.4 ms wi
 So the threads that run kernels (``pjrtkit.kernel_threads``) allocate NumPy data from a pool
 that keeps freed blocks of 64 KiB and more, by size class, up to ``PJRTKIT_ARRAY_POOL_BYTES``
 (default 256 MiB; ``0`` turns the pool off), and gives them to the next array of that class.
+A freed block that would pass the limit makes room by giving back the blocks kept longest: a
+scan RNN run after two flax training steps found the pool full of their blocks and faulted in
+its 32 MiB outputs on every call (100-115 ms a call against 86-88 ms; XLA 88 ms).
 
 Only arrays made on those threads come from the pool (NumPy's handler is a per-context
 setting, NEP 49); an array keeps the handler that made it, so freeing it anywhere returns it
@@ -102,12 +105,14 @@ def use_on_this_thread() -> None:
 
 
 def stats() -> dict[str, int]:
-    """The pool's counts: its limit, the bytes and blocks it keeps, the allocations it served
-    and those of its sizes that went to malloc."""
-    counts = ffi.new("int64_t[5]")
+    """The pool's counts: its limit, the bytes and blocks it keeps, the allocations it served,
+    those of its sizes that went to malloc, and the kept blocks it gave back to make room for
+    more recently freed ones."""
+    counts = ffi.new("int64_t[6]")
     lib.pjrtkit_array_pool_read(counts)
     return {"limit_bytes": int(counts[0]), "kept_bytes": int(counts[1]),
-            "kept_blocks": int(counts[2]), "reused": int(counts[3]), "fresh": int(counts[4])}
+            "kept_blocks": int(counts[2]), "reused": int(counts[3]), "fresh": int(counts[4]),
+            "evicted": int(counts[5])}
 
 
 def release() -> None:

@@ -20,8 +20,13 @@ simplifier also changes what is multiplied: a division by a constant is a multip
 its reciprocal (``reciprocal_divisions``) and scalar factors are gathered
 (``gather_scalar_factors``); both run before fusion, on every block. float32 and float64 are
 contracted; bfloat16 is rounded after each op (its product is rounded to bfloat16 before the
-add), and float16 keeps the float32 product (excess precision, not an FMA: the product of two
-float16 values is exact in float32), which ``multiply_add`` does too.
+add). float16 depends on the host, as XLA's LLVM code does: on a CPU with float16 arithmetic
+(AVX512-FP16) the multiply-add is contracted and the float32 product kept (exact: the product of
+two float16 values is exact in float32), which ``multiply_add`` does too; on any other x86 CPU
+LLVM promotes each float16 op to float32 and rounds its result back, so the product is rounded
+to float16 before the add (measured on an AMD EPYC, znver4, 2026-11-27: every one of 100000
+``a * b + c``, ``a + b + c`` and ``a * b * c`` rounded per op, none kept in float32), and
+nothing is contracted (``float16_contracted``).
 
 Not matched: which of two multiplies XLA contracts when both feed one add depends on the
 operand order of its optimized HLO (``jax.vmap(jnp.linspace)`` contracts the right one where
@@ -38,6 +43,7 @@ are left as they are.
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import numpy as np
 
@@ -46,7 +52,25 @@ from pjrtkit.stablehlo.ir import (Block, Op, Program, Region, TensorType, Value,
                                   with_function_bodies)
 
 MULTIPLY_ADD = "pjrtkit_cpu.multiply_add"
-CONTRACTED_DTYPES = frozenset({D.FLOAT32, D.FLOAT64, D.FLOAT16})
+
+
+@functools.lru_cache(maxsize=None)
+def float16_contracted() -> bool:
+    """Whether XLA's CPU code contracts float16 multiply-adds on this host: where LLVM finds
+    float16 arithmetic in the CPU (AVX512-FP16), as llvmlite (Numba's LLVM) reads the host's
+    features the way XLA's LLVM does."""
+    try:
+        from llvmlite import binding
+        return bool(binding.get_host_cpu_features().get("avx512fp16", False))
+    except Exception:  # noqa: BLE001 - no llvmlite or an unknown host: round per op
+        return False
+
+
+@functools.lru_cache(maxsize=None)
+def contracted_dtypes() -> frozenset:
+    """The dtypes whose multiply-adds are contracted on this host."""
+    return frozenset({D.FLOAT32, D.FLOAT64, *((D.FLOAT16,) if float16_contracted() else ())})
+
 _MULTIPLY = "stablehlo.multiply"
 # Marks a multiply ``gather_scalar_factors`` made: XLA emits such a replacement after the
 # instructions it keeps, and it is the one contracted when both operands of an add are
@@ -202,7 +226,7 @@ def _reassociated(op: Op | None) -> bool:
 
 
 def _contractible(value) -> bool:
-    return isinstance(value.type, TensorType) and value.type.dtype in CONTRACTED_DTYPES
+    return isinstance(value.type, TensorType) and value.type.dtype in contracted_dtypes()
 
 
 def _walk(region: Region):

@@ -12,16 +12,27 @@ same result by choosing the layout of the dot's output.
 Exact: the same products and sums in the same order of the contracted dimension (BLAS computes
 each element as one dot product either way). Not done for a dot with an ``algorithm`` (its
 lhs/rhs precision types would have to swap too) or whose result is used elsewhere.
+
+On several devices the gradient is summed over them between the contraction and the transpose:
+``transpose(all_reduce(dot_general(dy, x)))``. An all-reduce combines the devices' arrays
+element by element, so it commutes with the transpose: when the all-reduce (of one operand) is
+the dot's only use and the transpose the all-reduce's, it becomes
+``all_reduce(dot_general(x, dy))``, in the all-reduce's place. In the 4-device flax MLP step on
+one core, the SGD update that absorbed the (512, 512) gradient's transpose took 611 us a call,
+against 333 us for the (512, 784) one (a power-of-two stride: every column read hits the same
+cache sets).
 """
 from __future__ import annotations
 
 import dataclasses
 
 from pjrtkit.stablehlo.attributes import DotDimensionNumbers
-from pjrtkit.stablehlo.ir import Block, Op, Program, Region, TensorType, with_function_bodies
+from pjrtkit.stablehlo.ir import (Block, Op, Program, Region, TensorType, fresh_value,
+                                  with_function_bodies)
 
 DOT = "stablehlo.dot_general"
 TRANSPOSE = "stablehlo.transpose"
+ALL_REDUCE = "stablehlo.all_reduce"
 
 
 def swap_transposed_dots(program: Program) -> Program:
@@ -55,18 +66,36 @@ def _block(block: Block) -> Block:
                 for value in inner.operands:
                     uses.setdefault(value.id, []).append(inner)
     dots = {op.results[0].id: op for op in ops if op.name == DOT and len(op.results) == 1}
+    reduces = {op.results[0].id: op for op in ops
+               if op.name == ALL_REDUCE and len(op.operands) == len(op.results) == 1}
     swapped = {}
     for op in ops:
         if op.name != TRANSPOSE:
             continue
         source = op.operands[0]
-        dot = dots.get(source.id)
-        if dot is None or len(uses.get(source.id, ())) != 1:
+        if len(uses.get(source.id, ())) != 1:
             continue
-        replacement = _swapped(dot, op)
+        dot = dots.get(source.id)
+        if dot is not None:
+            replacement = _swapped(dot, op, op.results)
+            if replacement is not None:
+                swapped[id(dot)] = None          # the dot disappears
+                swapped[id(op)] = replacement    # the transpose becomes the swapped dot
+            continue
+        reduce = reduces.get(source.id)
+        if reduce is None:
+            continue
+        summed = reduce.operands[0]
+        dot = dots.get(summed.id)
+        if dot is None or len(uses.get(summed.id, ())) != 1:
+            continue
+        transposed = fresh_value(op.results[0].type)
+        replacement = _swapped(dot, op, (transposed,))
         if replacement is not None:
-            swapped[id(dot)] = None          # the dot disappears
-            swapped[id(op)] = replacement    # the transpose becomes the swapped dot
+            swapped[id(dot)] = replacement  # the swapped dot, where the dot was
+            swapped[id(reduce)] = dataclasses.replace(  # sums it, where the all-reduce was
+                reduce, operands=(transposed,), results=op.results)
+            swapped[id(op)] = None          # the transpose disappears
     if not swapped and not nested:
         return block
     out = []
@@ -85,9 +114,9 @@ def _walk(region: Region):
                 yield from _walk(inner)
 
 
-def _swapped(dot: Op, transpose: Op) -> Op | None:
-    """The dot_general computing ``transpose`` directly, or None when that transpose is not
-    the operand swap."""
+def _swapped(dot: Op, transpose: Op, results) -> Op | None:
+    """The dot_general computing what ``transpose`` makes of ``dot``'s result directly, into
+    ``results``, or None when that transpose is not the operand swap."""
     numbers = dot.attributes.get("dot_dimension_numbers")
     if not isinstance(numbers, DotDimensionNumbers) or dot.attributes.get("algorithm"):
         return None
@@ -109,4 +138,4 @@ def _swapped(dot: Op, transpose: Op) -> Op | None:
     precision = attributes.get("precision_config")
     if precision:
         attributes["precision_config"] = tuple(reversed(tuple(precision)))
-    return Op(DOT, (rhs, lhs), transpose.results, attributes, (), location=transpose.location)
+    return Op(DOT, (rhs, lhs), tuple(results), attributes, (), location=transpose.location)

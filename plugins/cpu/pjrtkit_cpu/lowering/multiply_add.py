@@ -6,8 +6,9 @@ float32 is the fused multiply-add (it can differ only when the float64 sum lands
 halfway between two float32 values without being exact, about once in 2**29). float64: no
 wider type is exact, so a compiled loop (Numba, whose LLVM contracts it into the FMA
 instruction; compiled once per process, in the background from the first compile that needs
-it, cached on disk like fused loops). float16: the product in float32 (exact), the sum rounded
-to float32 and then to float16, as XLA keeps a float16 chain's intermediates in float32.
+it, cached on disk like fused loops). float16 (contracted only on hosts with float16
+arithmetic, ``contraction.float16_contracted``): the product in float32 (exact), the sum
+rounded to float32 and then to float16, as XLA's code for those hosts rounds it.
 ``negate_product``: ``c - a * b``; ``negate_addend``: ``a * b - c`` (negation is exact).
 """
 from __future__ import annotations
