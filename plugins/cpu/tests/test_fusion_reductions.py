@@ -169,3 +169,25 @@ def test_transposed_operands_are_read_in_place(check_fused, rng):
                 jnp.exp(jnp.transpose(c, (3, 1, 0, 2))) + 1)
 
     check_fused(fn, a, b, s, c, inside={"transpose"})
+
+
+def test_transposed_reads_in_tiles_cover_every_element(check_fused, rng):
+    """Groups that read an input transposed run in tiles (``codegen.TRANSPOSE_TILE``): sizes
+    that are no multiple of the tile, a broadcast input beside the transposed one, a rank-3
+    group, and rows shorter than a tile (row by row)."""
+    from pjrtkit_cpu.fusion import codegen
+    from pjrtkit_cpu.fusion.codegen import InputKind
+
+    assert codegen._tile((301, 37), [InputKind("strided", (1, 301))]) == codegen.TRANSPOSE_TILE
+    assert codegen._tile((301, 37), [InputKind("full")]) == 0
+    assert codegen._tile((4, 301), [InputKind("strided", (1, 4))]) == 0
+    a = normal(rng, 61, 301)
+    bias = normal(rng, 301)
+    c = normal(rng, 19, 43, 23)
+    r = normal(rng, 7, 2501)  # transposed rows of 7: shorter than a tile, row by row
+
+    def fn(a, bias, c, r):
+        return (a.T * bias[:, None] - 1, jnp.transpose(c, (2, 0, 1)) * 2 + 1,
+                jnp.exp(r.T) + 1)
+
+    check_fused(fn, a, bias, c, r, inside={"transpose"})

@@ -150,20 +150,48 @@ def generate(shape: tuple[int, ...], inputs: list[InputKind], body: list[str],
         lines.extend(pad + line for line in body)
         lines.extend(f"{pad}out{j}[k] = {name}" for j, name in enumerate(results))
         return module.kernel_module(lines)
-    lines.append(f"{ind}for r in range({int(np.prod(shape[:-1]))}):")
+    rows, n = int(np.prod(shape[:-1])), shape[-1]
     sources = [("array", f"in{i}") for i in range(len(inputs))]
     targets = [[("array", f"out{j}")] for j in range(len(results))]
-    setup, row = stage_row(shape, inputs, body, results, input_locals, reductions, sources,
-                           targets, ind * 2)
+    tile = 0 if reductions else _tile(shape, inputs)
+    if tile:
+        lines.append(f"{ind}for rb in range(0, {rows}, {tile}):")
+        lines.append(f"{ind * 2}for cb in range(0, {n}, {tile}):")
+        lines.append(f"{ind * 3}for r in range(rb, min(rb + {tile}, {rows})):")
+        setup, row = stage_row(shape, inputs, body, results, input_locals, reductions, sources,
+                               targets, ind * 4, columns=f"range(cb, min(cb + {tile}, {n}))")
+    else:
+        lines.append(f"{ind}for r in range({rows}):")
+        setup, row = stage_row(shape, inputs, body, results, input_locals, reductions, sources,
+                               targets, ind * 2)
     lines[-1:-1] = [ind + line for line in setup]
     lines.extend(row)
     return module.kernel_module(lines)
 
 
+# Rows and columns of a tile of a group that reads an input transposed. Row by row, such an
+# input is read a column at a time: one cache line per element, and with a power-of-two row
+# length every line of a column falls in the same few cache sets. Measured on a fused
+# ``2 * x.T`` (Numba, AMD EPYC znver4): 512x512 float32 497 us row by row, 149 us in 32x32
+# tiles, 141 in 16x16, 89 in 8x8; 512x784 922, 702, 218, 122 us (64x8 and 8x64 slower).
+TRANSPOSE_TILE = 8
+
+
+def _tile(shape: tuple[int, ...], inputs: list[InputKind]) -> int:
+    """``TRANSPOSE_TILE`` when a row of the group reads some input at a stride other than 1
+    and the group is larger than a tile both ways, else 0 (row by row)."""
+    if len(shape) < 2 or shape[-1] <= TRANSPOSE_TILE \
+            or int(np.prod(shape[:-1])) <= TRANSPOSE_TILE:
+        return 0
+    transposed = any(k.kind == "strided" and k.aligned and k.aligned[-1] not in (0, 1)
+                     for k in inputs)
+    return TRANSPOSE_TILE if transposed else 0
+
+
 def stage_row(shape: tuple[int, ...], inputs: list[InputKind], body: list[str],
               results: list[str], input_locals: list[str], reductions: dict[str, Reduction],
               sources: list[tuple[str, str]], targets: list[list[tuple[str, str]]], pad: str,
-              tag: str = "") -> tuple[list[str], list[str]]:
+              tag: str = "", columns: str | None = None) -> tuple[list[str], list[str]]:
     """One row of a fused group (rank >= 2): (lines before the row loop, unindented; lines of
     the row, indented by ``pad``). The row loop defines ``r``; scalar inputs are read by the
     caller before the loop.
@@ -174,6 +202,7 @@ def stage_row(shape: tuple[int, ...], inputs: list[InputKind], body: list[str],
     ``targets[j]`` lists where output j goes: ``("array", name)`` (``[k]``, or ``[r]`` for a
     reduction) or ``("rowbuf", name)``; a reduction's value is also left in its local after
     the row. ``tag`` prefixes the names this row introduces (several stages in one kernel).
+    ``columns``: the range of columns to run (a tile's), default the whole row.
     """
     n = shape[-1]
     below = strides(shape[:-1])  # rows per step of each leading dimension
@@ -220,7 +249,7 @@ def stage_row(shape: tuple[int, ...], inputs: list[InputKind], body: list[str],
         inner_stride[i] = steps[-1]
         if not steps[-1]:  # constant along the row: loaded once per row
             lines.append(f"{pad}{input_locals[i]} = {name}[{tag}p{i}]")
-    lines.append(f"{pad}for c in range({n}):")
+    lines.append(f"{pad}for c in {columns or f'range({n})'}:")
     inner = pad + "    "
     lines.append(f"{inner}k = o + c")
     for i, (where, name) in enumerate(sources):
