@@ -50,15 +50,23 @@ def read_png(path: Path) -> tuple[int, int, bytes]:
     return width, height, raw
 
 
+# The whole suite in smoke mode, real workloads included, once for the three tests that read it
+# (one xdist group: each worker would run it again, side by side). On a cold Numba cache numpyro's
+# NUTS alone waits up to the runner's 120 s for its background compiles: one run took 309 s on
+# a 2-core AMD EPYC, so the limit (against a hang) is 900 s.
+SMOKE = pytest.mark.xdist_group("benchmark_smoke")
+
+
 @pytest.fixture(scope="module")
 def smoke(tmp_path_factory):
     out = tmp_path_factory.mktemp("bench")
     proc = run_suite("--smoke", "--real", "--json", str(out / "r.json"), "--plot",
-                     str(out / "r.png"))
+                     str(out / "r.png"), timeout=900)
     return proc, out
 
 
 @pytest.mark.long
+@SMOKE
 def test_smoke_runs_every_workload_and_matches_xla(smoke):
     proc, _ = smoke
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -70,6 +78,7 @@ def test_smoke_runs_every_workload_and_matches_xla(smoke):
 
 
 @pytest.mark.long
+@SMOKE
 def test_json_has_the_agreed_fields(smoke):
     proc, out = smoke
     doc = json.loads((out / "r.json").read_text())
@@ -110,6 +119,7 @@ def test_json_has_the_agreed_fields(smoke):
 
 
 @pytest.mark.long
+@SMOKE
 def test_plot_is_a_valid_png(smoke):
     _, out = smoke
     width, height, raw = read_png(out / "r.png")
