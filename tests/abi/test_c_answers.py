@@ -134,6 +134,44 @@ def test_queries_are_answered_in_c_with_the_python_answer_and_no_python_call(sco
     assert values["PJRT_Memory_Kind"][0] == b"device"
 
 
+def _shape_answers(driver, buffer):
+    """(dims, unpadded dims, dynamic dims, is_on_cpu) of ``buffer``, and the Python calls."""
+    calls = []
+    answers = []
+    for name, read in (
+            ("PJRT_Buffer_Dimensions", lambda a: list(a.dims[0:a.num_dims])),
+            ("PJRT_Buffer_UnpaddedDimensions", lambda a: list(a.unpadded_dims[0:a.num_dims])),
+            ("PJRT_Buffer_DynamicDimensionIndices",
+             lambda a: list(a.dynamic_dim_indices[0:a.num_dynamic_dims])),
+            ("PJRT_Buffer_IsOnCpu", lambda a: bool(a.is_on_cpu))):
+        args = driver.new_args(name, buffer=buffer)
+        with python_calls() as made:
+            error = driver.function(name)(args)
+        assert driver.take_error(error) is None
+        calls += made
+        answers.append(read(args))
+    return answers, calls
+
+
+@pytest.mark.parametrize("shape", [(2, 3), (), (5,), (1,) * 8, (1,) * 9])
+def test_shape_queries_are_answered_in_c_up_to_rank_8(scope, shape):
+    buffer, _ = scope.buffer_from_host(np.zeros(shape, np.float32))
+    with c_answers(True):
+        from_c, c_calls = _shape_answers(scope, buffer)
+    with c_answers(False):
+        from_python, python_calls_made = _shape_answers(scope, buffer)
+    assert from_c == from_python == [list(shape), list(shape), [], False]
+    assert python_calls_made
+    assert (c_calls == []) == (len(shape) <= 8), c_calls  # rank 9: Python answers
+
+
+def test_destroying_no_error_is_answered_in_c(scope):
+    with python_calls() as calls:
+        scope.function("PJRT_Error_Destroy")(scope.new_args("PJRT_Error_Destroy",
+                                                             error=ffi.NULL))
+    assert calls == []
+
+
 @pytest.mark.parametrize("name, field", [
     ("PJRT_Executable_NumReplicas", "executable"),
     ("PJRT_Buffer_Device", "buffer"),

@@ -352,3 +352,49 @@ def test_an_eager_loop_runs_in_c_and_matches_xla(scenario):
     assert result["calls"] == [], result
     assert result["served"] == 100, result
     assert result["close"], result
+
+
+def test_waiting_for_and_reading_results_enter_no_python(scenario):
+    # What a loop does with each result: block_until_ready (PJRT_Buffer_ReadyEvent, the NULL
+    # error of the completed event's PJRT_Error_Destroy) and np.asarray (the shape queries and
+    # PJRT_Buffer_ToHostBuffer), on C's outputs and on a Python buffer C may read. Each must be
+    # answered in C with the Python answers' values (C answers off: handles.set_c_answers).
+    result = scenario("""
+        f = jax.jit(lambda x: x * 2 + 1)
+        host = np.arange(12, dtype=np.float32).reshape(3, 4)
+        x = jax.device_put(host, dev)
+        warm(f, x)
+        calls = set()
+        def profile(frame, event, arg):
+            if event == "call" and "pjrtkit" in frame.f_code.co_filename:
+                calls.add(f"{frame.f_code.co_filename}:{frame.f_code.co_name}")
+        outputs, read = [], []
+        threading.setprofile(profile)
+        sys.setprofile(profile)
+        try:
+            for _ in range(50):
+                y = f(x)
+                y.block_until_ready()
+                read.append(np.asarray(y))
+                read.append(np.asarray(x))   # a Python buffer, readable by C since warm()
+                z = f(y)                     # C's output as an argument, then read
+                read.append(np.asarray(z))
+        finally:
+            sys.setprofile(None)
+            threading.setprofile(None)
+        expected = [host * 2 + 1, host, (host * 2 + 1) * 2 + 1] * 50
+        old = handles.set_c_answers(False)
+        try:
+            from_python = [np.asarray(f(x)), np.asarray(x), np.asarray(f(f(x)))]
+            dims = list(f(x).shape), f(x).dtype.name
+        finally:
+            handles.set_c_answers(old)
+        print(json.dumps({
+            "calls": sorted(calls)[:20],
+            "same": all(same(a, b) for a, b in zip(read, expected)) and len(read) == 150,
+            "python_same": all(same(a, b) for a, b in zip(from_python, expected[:3])),
+            "dims": dims}))
+    """)
+    assert result["calls"] == [], result
+    assert result["same"] and result["python_same"], result
+    assert result["dims"] == [[3, 4], "float32"], result

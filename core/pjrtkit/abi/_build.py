@@ -143,6 +143,10 @@ def _c_answer_source() -> str:
 # Answered (when possible) by hand-written C in pjrtkit_fast_paths.h and
 # pjrtkit_native_execute.h.
 _FAST_PATH_ANSWERS = frozenset({"PJRT_Buffer_Destroy", "PJRT_Buffer_IsDeleted",
+                                "PJRT_Buffer_ReadyEvent", "PJRT_Error_Destroy",
+                                "PJRT_Buffer_Dimensions", "PJRT_Buffer_UnpaddedDimensions",
+                                "PJRT_Buffer_DynamicDimensionIndices", "PJRT_Buffer_IsOnCpu",
+                                "PJRT_Buffer_ToHostBuffer",
                                 "PJRT_Client_BufferFromHostBuffer",
                                 "PJRT_Client_UpdateGlobalProcessInfo"})
 # Entry points written by hand in pjrtkit_fast_paths.h instead of generated.
@@ -240,6 +244,11 @@ def _guarded_entry_points() -> str:
         skip = _skip_if_finalizing(fn, ret)
         if fn in _answered_in_c():
             # Answered before the GIL is taken; only the fallback enters Python.
+            if ret == "void":
+                lines.append(f"static void pjrtkit_guarded_{fn}({fn}_Args* args) {{ "
+                             f"if (pjrtkit_answer_{fn}(args)) return; {skip}{_GUARD_ENTER} "
+                             f"pjrtkit_{fn}(args); {_GUARD_LEAVE} }}")
+                continue
             lines.append(f"static {ret} pjrtkit_guarded_{fn}({fn}_Args* args) {{ "
                          f"if (pjrtkit_answer_{fn}(args)) return NULL; {skip}{_GUARD_ENTER} "
                          f"{ret} result = pjrtkit_{fn}(args); {_GUARD_LEAVE} return result; }}")

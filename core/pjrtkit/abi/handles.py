@@ -336,6 +336,9 @@ class TopologyRef(Ref):
 
 # ---- Refs that C destroys ---------------------------------------------------------------------
 
+_C_MAX_RANK = 8  # pjrtkit_buffer.dims
+
+
 class BufferRef(Ref):
     __slots__ = ("client", "recycle")
     KIND = lib.PJRTKIT_KIND_BUFFER
@@ -370,9 +373,18 @@ class BufferRef(Ref):
         else:
             c.deferrable_destroy = 0 <= size <= _DEFERRED_DESTROY_BYTES
         try:  # what the C execute path compares an argument's shape by (abi/native.shape_key)
-            c.shape_key = shape_key(obj.shape)
+            shape = obj.shape
+            c.shape_key = shape_key(shape)
         except Exception:  # noqa: BLE001 - no shape known: C never takes it as an argument
             c.shape_key = -1
+            c.rank = -1
+        else:  # C answers the shape queries (PJRT_Buffer_Dimensions...) from these
+            if len(shape) <= _C_MAX_RANK:
+                c.rank = len(shape)
+                if shape:
+                    c.dims[0:len(shape)] = shape
+            else:
+                c.rank = -1
 
 
 class EventRef(Ref):

@@ -337,6 +337,131 @@ static int pjrtkit_answer_PJRT_Buffer_IsDeleted(PJRT_Buffer_IsDeleted_Args* args
     return 1;
 }
 
+/* PJRT_Buffer_ReadyEvent in C while C may read the contents: such a buffer is ready without
+ * error (C's outputs are complete when made; a Python buffer is made readable only once ready
+ * without error), so the answer is the completed event. jaxlib asks it at every
+ * block_until_ready; Python answered it by adopting the C path's output (about 20 us). */
+static int pjrtkit_answer_PJRT_Buffer_ReadyEvent(PJRT_Buffer_ReadyEvent_Args* args) {
+    if (!pjrtkit_c_answers || args == NULL
+        || args->struct_size < PJRTKIT_FIELD_END(PJRT_Buffer_ReadyEvent_Args, event))
+        return 0;
+    const pjrtkit_buffer* b = (const pjrtkit_buffer*)args->buffer;
+    if (b == NULL || b->head.kind != PJRTKIT_KIND_BUFFER
+        || __atomic_load_n(&((pjrtkit_buffer*)b)->storage, __ATOMIC_ACQUIRE) == NULL) return 0;
+    args->event = (PJRT_Event*)&pjrtkit_completed_event;
+    return 1;
+}
+
+/* The shape queries of every live buffer whose struct carries its dims (rank >= 0: the C
+ * path's outputs, and Python's buffers of rank <= 8; handles.BufferRef.fill): jaxlib asks
+ * them at every transfer to the host. pjrtkit never pads, and its shapes are static. */
+static const pjrtkit_buffer* pjrtkit_shaped_buffer(PJRT_Buffer* buffer) {
+    const pjrtkit_buffer* b = (const pjrtkit_buffer*)buffer;
+    if (b == NULL || b->head.kind != PJRTKIT_KIND_BUFFER || b->rank < 0 || b->rank > 8)
+        return NULL;
+    return b;
+}
+
+static int pjrtkit_answer_PJRT_Buffer_Dimensions(PJRT_Buffer_Dimensions_Args* args) {
+    if (!pjrtkit_c_answers || args == NULL
+        || args->struct_size < PJRTKIT_FIELD_END(PJRT_Buffer_Dimensions_Args, num_dims))
+        return 0;
+    const pjrtkit_buffer* b = pjrtkit_shaped_buffer(args->buffer);
+    if (b == NULL) return 0;
+    args->dims = b->dims;
+    args->num_dims = (size_t)b->rank;
+    return 1;
+}
+
+static int pjrtkit_answer_PJRT_Buffer_UnpaddedDimensions(
+        PJRT_Buffer_UnpaddedDimensions_Args* args) {
+    if (!pjrtkit_c_answers || args == NULL
+        || args->struct_size < PJRTKIT_FIELD_END(PJRT_Buffer_UnpaddedDimensions_Args, num_dims))
+        return 0;
+    const pjrtkit_buffer* b = pjrtkit_shaped_buffer(args->buffer);
+    if (b == NULL) return 0;
+    args->unpadded_dims = b->dims;
+    args->num_dims = (size_t)b->rank;
+    return 1;
+}
+
+static const size_t pjrtkit_no_dynamic_dims[1] = { 0 };
+
+static int pjrtkit_answer_PJRT_Buffer_DynamicDimensionIndices(
+        PJRT_Buffer_DynamicDimensionIndices_Args* args) {
+    typedef PJRT_Buffer_DynamicDimensionIndices_Args A;
+    if (!pjrtkit_c_answers || args == NULL
+        || args->struct_size < PJRTKIT_FIELD_END(A, num_dynamic_dims)) return 0;
+    if (pjrtkit_shaped_buffer(args->buffer) == NULL) return 0;
+    args->dynamic_dim_indices = pjrtkit_no_dynamic_dims;
+    args->num_dynamic_dims = 0;
+    return 1;
+}
+
+/* pjrtkit's buffers are device memory to jaxlib (runtime.buffer.Buffer.is_on_cpu). */
+static int pjrtkit_answer_PJRT_Buffer_IsOnCpu(PJRT_Buffer_IsOnCpu_Args* args) {
+    if (!pjrtkit_c_answers || args == NULL
+        || args->struct_size < PJRTKIT_FIELD_END(PJRT_Buffer_IsOnCpu_Args, is_on_cpu))
+        return 0;
+    if (pjrtkit_shaped_buffer(args->buffer) == NULL) return 0;
+    args->is_on_cpu = false;
+    return 1;
+}
+
+/* PJRT_Buffer_ToHostBuffer in row-major order (no host layout, or row-major without tiles)
+ * of a buffer C may read: its
+ * storage holds the logical contents row-major (what runtime.buffer.Buffer.to_host copies),
+ * so the copy is one memcpy, done before returning, and the event is the completed one. The
+ * storage is referenced meanwhile, so a concurrent delete cannot free it. */
+static int pjrtkit_row_major(const PJRT_Buffer_MemoryLayout* layout, int64_t rank) {
+    if (layout == NULL) return 1;
+    if (layout->struct_size < PJRTKIT_FIELD_END(PJRT_Buffer_MemoryLayout, type)
+        || layout->type != PJRT_Buffer_MemoryLayout_Type_Tiled) return 0;
+    const PJRT_Buffer_MemoryLayout_Tiled* t = &layout->tiled;
+    if (t->num_tiles != 0 || t->minor_to_major_size != (size_t)rank
+        || (rank > 0 && t->minor_to_major == NULL)) return 0;
+    for (int64_t i = 0; i < rank; i++)
+        if (t->minor_to_major[i] != rank - 1 - i) return 0;
+    return 1;
+}
+
+static int pjrtkit_answer_PJRT_Buffer_ToHostBuffer(PJRT_Buffer_ToHostBuffer_Args* args) {
+    if (!pjrtkit_c_answers || args == NULL
+        || args->struct_size < PJRTKIT_FIELD_END(PJRT_Buffer_ToHostBuffer_Args, event))
+        return 0;
+    pjrtkit_buffer* b = (pjrtkit_buffer*)pjrtkit_shaped_buffer(args->src);
+    if (b == NULL || b->on_device_size_in_bytes < 0 || !pjrtkit_row_major(args->host_layout,
+                                                                          b->rank)) return 0;
+    size_t nbytes = (size_t)b->on_device_size_in_bytes;
+    if (args->dst == NULL) {
+        if (__atomic_load_n(&b->storage, __ATOMIC_ACQUIRE) == NULL) return 0;
+        args->dst_size = nbytes;
+        return 1;
+    }
+    if (args->dst_size < nbytes) return 0;  /* Python reports it */
+    pthread_mutex_lock(&pjrtkit_storage_mutex);
+    pjrtkit_storage* s = b->storage;
+    if (s != NULL) __atomic_add_fetch(&s->refs, 1, __ATOMIC_RELAXED);
+    pthread_mutex_unlock(&pjrtkit_storage_mutex);
+    if (s == NULL) return 0;
+    if (s->nbytes != (int64_t)nbytes) {
+        pjrtkit_native_release_inputs(&s, 1);
+        return 0;
+    }
+    if (nbytes > 0) memcpy(args->dst, s->data, nbytes);
+    pjrtkit_native_release_inputs(&s, 1);
+    args->event = (PJRT_Event*)&pjrtkit_completed_event;
+    return 1;
+}
+
+/* PJRT_Error_Destroy of no error: nothing to do. jaxlib destroys the (NULL) error of every
+ * completed event it waited on, once per block_until_ready. */
+static int pjrtkit_answer_PJRT_Error_Destroy(PJRT_Error_Destroy_Args* args) {
+    if (!pjrtkit_c_answers || args == NULL
+        || args->struct_size < PJRTKIT_FIELD_END(PJRT_Error_Destroy_Args, error)) return 0;
+    return args->error == NULL;
+}
+
 /* A shape as the one int64 the C path compares (pjrtkit_buffer.shape_key); the Python side
  * computes the same (abi/handles.shape_key). */
 int64_t pjrtkit_shape_key(int64_t rank, const int64_t* dims) {
