@@ -58,6 +58,9 @@ class _IndexLayout:
             shape[j] = self.batch_shape[j]
             line = np.arange(self.batch_shape[j], dtype=np.int64) * strides[d_op]
             base = base + line.reshape(shape)
+        # indices (..., K, ...) -> (batch..., K): the index vector dim moved last
+        self.to_vector_last = None if self.implicit_vector else (
+            *[d for d in range(rank) if d != index_vector_dim], index_vector_dim)
         self.full_shape = (*self.batch_shape, *window_sizes)
         self.base = np.broadcast_to(base, self.full_shape)
         # Start indices may move a window within [0, operand - window] along each mapped dim.
@@ -71,10 +74,16 @@ class _IndexLayout:
         if self.implicit_vector:
             s = indices[..., None]
         else:
-            s = np.moveaxis(indices, self.index_vector_dim, -1)
+            s = indices.transpose(self.to_vector_last)
         if s.dtype.kind == "u" and s.dtype.itemsize == 8:
             s = np.minimum(s, _INT64_MAX)
         return s.astype(np.int64, copy=False)
+
+    def clamped_starts(self, indices):
+        """``starts`` clamped so that every window is in bounds (gather's rule), a new array."""
+        s = self.starts(indices)
+        s = np.maximum(s, 0)  # a new array: the indices stay as they were
+        return np.minimum(s, self.start_limit, out=s)
 
     def flat(self, starts):
         offset = starts @ self.start_strides if len(self.start_map) else np.zeros(
@@ -109,13 +118,11 @@ def gather_rule(op, ctx):
     if tuple(layout.full_shape[p] for p in perm) != out_t.shape:
         raise ctx.unimplemented(op, f"gather result shape {out_t.shape} does not match the "
                                     f"computed {layout.full_shape} (permuted by {perm})")
-    limit = layout.start_limit
     if out_t.size == 0:
         return lambda operand, indices: (np.zeros(out_t.shape, out_t.dtype),)
 
     def gather_kernel(operand, indices):
-        starts = np.clip(layout.starts(indices), 0, limit)
-        flat = layout.flat(starts)
+        flat = layout.flat(layout.clamped_starts(indices))
         return (np.take(operand.reshape(-1), flat).transpose(perm),)
 
     return gather_kernel
@@ -163,20 +170,24 @@ def scatter_rule(op, ctx):
     ufunc = body_ufunc(body, out_t.dtype) if body is not None else None
 
     def targets(indices):
-        """Flat operand index of every update element, and which ones are applied."""
+        """Flat operand index of every update element, and which ones are applied (None:
+        all of them)."""
         starts = layout.starts(indices)
+        if not len(limit):
+            return layout.flat(starts), None
         # XLA drops a whole update window if any part of it would fall outside the operand.
-        ok = np.all((starts >= 0) & (starts <= limit), axis=-1) if len(limit) else np.ones(
-            layout.batch_shape, bool)
-        flat = layout.flat(np.where(ok[..., None], starts, 0) if len(limit) else starts)
-        mask = np.broadcast_to(ok.reshape(ok.shape + window_ones), layout.full_shape)
-        return flat, mask
+        inside = (starts >= 0) & (starts <= limit)
+        if inside.all():
+            return layout.flat(starts), None
+        ok = inside.all(axis=-1)
+        flat = layout.flat(np.where(ok[..., None], starts, 0))
+        return flat, np.broadcast_to(ok.reshape(ok.shape + window_ones), layout.full_shape)
 
     def scatter_kernel(*args):
         operands, indices, updates = args[:n], args[n], args[n + 1:2 * n + 1]
         captures = args[2 * n + 1:]
         flat, mask = targets(indices)
-        all_in = bool(mask.all())
+        all_in = mask is None or bool(mask.all())
         idx = flat.reshape(-1) if all_in else flat[mask]
         ups = [np.asarray(u).transpose(upd_perm) for u in updates]
         ups = [u.reshape(-1) if all_in else u[mask] for u in ups]
