@@ -131,3 +131,34 @@ def test_the_parser_child_starts_and_warms_up_when_a_client_is_created(isolated)
     assert out.returncode == 0, out.stderr[-2000:]
     expected = "True True 2.0" if isolated == "1" else "False True 2.0"
     assert out.stdout.split("\n")[-2] == expected, out.stdout
+
+
+def test_work_asked_for_meanwhile_runs_once_on_the_requesting_thread_while_the_child_parses():
+    """``isolation.while_the_child_works``: the task runs once, on the thread of the next
+    request, while the child runs; a task that raises does not fail the parse. In a fresh
+    interpreter, so that the child is started for this test."""
+    script = textwrap.dedent("""
+        import threading
+        from pjrtkit.stablehlo import isolation
+        from pjrtkit.stablehlo.loader import load_program
+        from pjrtkit.testing.programs import portable_artifact
+        import numpy as np
+        def f(x):
+            return x * 2.0 + 1.0
+        code = portable_artifact(f, np.ones(3, np.float32))
+        seen = []
+        def task():
+            seen.append((threading.get_ident(), isolation._PARSER._child.poll()))
+        def broken():
+            raise RuntimeError("a plugin's warm-up failed")
+        isolation.while_the_child_works(broken)
+        isolation.while_the_child_works(task)
+        program = load_program(code, isolated=True)
+        load_program(code, isolated=True)
+        print(len(seen), seen[0][0] == threading.get_ident(), seen[0][1] is None,
+              len(program.functions) > 0)
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["1", "True", "True", "True"], (out.stdout, out.stderr[-2000:])

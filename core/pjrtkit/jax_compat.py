@@ -280,10 +280,49 @@ def stablehlo_version_range() -> tuple[str, str]:
 
 
 def make_ir_context():
-    """An MLIR context with every dialect JAX's programs use registered."""
-    from jax.interpreters import mlir
+    """An MLIR context with every dialect JAX's programs use registered: the dialects JAX's own
+    ``mlir.make_ir_context`` registers, from jaxlib alone. Importing ``jax`` costs the parser
+    child about 0.4 s of its start (``stablehlo/isolation.py``), and a user's first compile
+    waits for that start; JAX's own function is the fallback where jaxlib moved a piece."""
+    try:
+        return _jaxlib_ir_context()
+    except (ImportError, AttributeError):
+        from jax.interpreters import mlir
 
-    return mlir.make_ir_context()
+        return mlir.make_ir_context()
+
+
+def _jaxlib_ir_context():
+    """JAX's ``make_ir_context`` (jax-v0.10.2 to 0.12) without importing jax: JAX's upstream
+    dialect registry (``_jax_mlir_ext.register_dialects``), loaded into a context that does not
+    load every linked dialect first, then sdy, mpmd, mhlo, chlo and stablehlo. Multithreading
+    off: a parse does not use MLIR's thread pool (JAX shares one global pool instead)."""
+    from jaxlib.mlir import ir
+    from jaxlib.mlir._mlir_libs import _jax_mlir_ext
+    from jaxlib.mlir.dialects import chlo, mhlo, sdy, stablehlo
+
+    class _Context(ir.Context):
+        def __init__(self):
+            # ir.Context.__init__ would load every dialect linked into jaxlib, as JAX avoids.
+            super(ir.Context, self).__init__()
+
+    registry = ir.DialectRegistry()
+    _jax_mlir_ext.register_dialects(registry)
+    context = _Context()
+    context.append_dialect_registry(registry)
+    context.load_all_available_dialects()
+    context.enable_multithreading(False)
+    sdy.register_dialect(context)
+    try:
+        from jaxlib.mlir.dialects import mpmd
+    except ImportError:  # jaxlib without the MPMD dialect
+        pass
+    else:
+        mpmd.register_dialect(context)
+    mhlo.register_mhlo_dialect(context)
+    chlo.register_dialect(context)
+    stablehlo.register_dialect(context)
+    return context
 
 
 def serialize_portable_artifact(module_text: str, target_version: str | None = None) -> bytes:

@@ -10,9 +10,10 @@ on that path. If the child dies, the program is reported as INVALID_ARGUMENT nam
 signal, and the next compile starts a fresh child.
 
 One child per process, started when the runtime creates a client (``start_parser``; it warms
-up, importing JAX's MLIR layer for about half a second, while the user's program gets to its
-first compile) or at the first compile, and kept; requests are serialized (the loader
-serializes parses anyway). A parse that outlasts ``PJRTKIT_PARSER_TIMEOUT_S`` (default 600) is
+up, importing jaxlib's MLIR layer for about a quarter of a second, while the user's program
+gets to its first compile) or at the first compile, and kept; requests are serialized (the
+loader serializes parses anyway). The thread that waits for the child's first answers runs what
+plugins asked to do meanwhile (``while_the_child_works``: the cpu plugin's Numba imports). A parse that outlasts ``PJRTKIT_PARSER_TIMEOUT_S`` (default 600) is
 stopped. ``PJRTKIT_ISOLATED_PARSER=0`` parses in-process instead (a damaged program can then
 abort or hang).
 """
@@ -30,6 +31,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 
 from pjrtkit.errors import ErrorCode, Internal, InvalidArgument, PjrtError
 from pjrtkit.stablehlo.ir import Program
@@ -103,6 +105,7 @@ class ParserProcess:
             child = self._running_child()
             try:
                 write_message(child.stdin, pickle.dumps(request, protocol=pickle.HIGHEST_PROTOCOL))
+                _run_meanwhile()
                 reply = self._read_reply(child)
             except (BrokenPipeError, OSError):
                 reply = None
@@ -195,6 +198,35 @@ def _drain(stream, tail) -> None:
 
 _PARSER = ParserProcess()
 atexit.register(_PARSER.close)
+
+# Work to do once, on the thread of the next request, while the child works on it.
+_meanwhile: list[Callable[[], None]] = []
+_meanwhile_lock = threading.Lock()
+
+
+def while_the_child_works(task: Callable[[], None]) -> None:
+    """Run ``task()`` once, on the thread that sends the next request to the child, between
+    sending it and reading the answer: a plugin's one-time imports then overlap the child's
+    start and the parse instead of following them (the first compile of a process waits for
+    both). Nothing is kept when programs are parsed in-process (``PJRTKIT_ISOLATED_PARSER=0``):
+    the plugin then does the work where it needs it, as without this. An exception from
+    ``task`` is dropped (the plugin meets it again where it needs the work done)."""
+    if ENABLED:
+        with _meanwhile_lock:
+            _meanwhile.append(task)
+
+
+def _run_meanwhile() -> None:
+    if not _meanwhile:
+        return
+    with _meanwhile_lock:
+        tasks = _meanwhile[:]
+        del _meanwhile[:]
+    for task in tasks:
+        try:
+            task()
+        except Exception:  # noqa: BLE001 - the plugin meets it again where it needs the work
+            pass
 
 
 def start_parser() -> None:

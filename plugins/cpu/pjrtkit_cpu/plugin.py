@@ -6,6 +6,7 @@ import numpy as np
 from pjrtkit import hookimpl
 from pjrtkit.collectives.lockstep import LockstepProgram, usable_cores, with_collectives_on_top
 from pjrtkit.lowering.plan import build_plan
+from pjrtkit.stablehlo import isolation
 from pjrtkit.stablehlo.cost import estimate_cost
 from pjrtkit.stablehlo.ir import walk_ops
 from pjrtkit.stablehlo.simplify import drop_dead_ops, drop_identity_converts
@@ -15,7 +16,7 @@ from pjrtkit_cpu import __version__, blas
 from pjrtkit_cpu import fusion
 from pjrtkit_cpu.contraction import contract_program, reciprocal_program
 from pjrtkit_cpu.dot_layout import swap_transposed_dots
-from pjrtkit_cpu.fusion import maybe_fuse
+from pjrtkit_cpu.fusion import cache, maybe_fuse
 from pjrtkit_cpu.fusion.whole import WholeProgram, fuse_whole_program, whole_program_of
 from pjrtkit_cpu.scan_projection import project_scan_inputs
 from pjrtkit_cpu.topology import DEVICE_KIND, cpu_topology, device_count, parse_topology_name
@@ -33,6 +34,9 @@ def pjrtkit_platform():
 # -- topology -----------------------------------------------------------------------------------
 @hookimpl
 def pjrtkit_client_topology(options):
+    # Numba's imports (half a second) overlap the parser child's start and first parse: the
+    # first compile waited for one after the other.
+    isolation.while_the_child_works(cache.prepare_background_compiles)
     return cpu_topology("cpu", device_count(options))
 
 

@@ -6,7 +6,7 @@ Each kernel's source is written once to ``$PJRTKIT_CACHE_DIR/fused/`` (default
 process. Compilation (importing Numba itself, typing, LLVM) runs on one background thread; the
 caller gets a Future and keeps running the unfused kernels until it resolves. Identical sources
 share one Future within a process. Numba itself is imported on the caller's thread (see
-``_prepare_background_compiles``).
+``prepare_background_compiles``).
 
 Bounded. Numba never frees a compiled function's machine code (about 1 MiB of RSS per kernel,
 measured by ``make soak``). Constants are kernel arguments (``kernel.baked_literals``), so
@@ -126,7 +126,7 @@ def compile_async(source: str, signature: list[tuple[np.dtype, int, bool]],
             return skipped
         _compiles_started += 1
         if _executor is None:
-            _prepare_background_compiles()
+            prepare_background_compiles()
             _executor = concurrent.futures.ThreadPoolExecutor(
                 1, thread_name_prefix="pjrtkit-cpu-numba", initializer=reset_thread)
         _pending += 1
@@ -187,8 +187,10 @@ class BackgroundCompiled:
             self._fast = future.result()
 
 
-def _prepare_background_compiles() -> None:
-    """Load every shared library before the compile thread starts (once per process, ~0.15 s).
+def prepare_background_compiles() -> None:
+    """Load every shared library before the compile thread starts (once per process: about
+    half a second of imports; the plugin has it done while the parser child works on a
+    process's first program, ``plugin.pjrtkit_client_topology``).
 
     Loading a library (dlopen) on the compile thread while another thread walks the loaded
     libraries with a Python callback (threadpoolctl's dl_iterate_phdr, which the BLAS thread
