@@ -112,9 +112,17 @@ def _binary(name: str, lhs: Value, rhs: Value) -> tuple[Op, Value]:
     return Op(name, (lhs, rhs), (result,), {}), result
 
 
-def _pieces(value: Value, count: int, ops: list[Op]) -> list[Value | None]:
+def _pieces(value: Value, count: int, ops: list[Op],
+            made: dict | None = None) -> list[Value | None]:
     """``value`` as ``count`` float32 values holding bfloat16 numbers, largest first, whose sum
-    is ``value`` to ``8 * count`` significant bits (None: a piece known to be zero)."""
+    is ``value`` to ``8 * count`` significant bits (None: a piece known to be zero). ``made``:
+    the pieces made earlier in the same block, by (value, count), reused instead of made again
+    (they precede every later op of the block)."""
+    if made is not None:
+        known = made.get((value, count))
+        if known is None:
+            known = made[(value, count)] = _pieces(value, count, ops)
+        return known
     if value.type.dtype == BF16:  # exact in one piece; the others would be zeros
         op, wide = _unary("stablehlo.convert", value, F32)
         ops.append(op)
@@ -135,12 +143,14 @@ def _pieces(value: Value, count: int, ops: list[Op]) -> list[Value | None]:
     return pieces
 
 
-def tpu_contraction(op: Op, passes: int) -> list[Op]:
-    """The ops that compute ``op`` as a TPU does in ``passes`` bfloat16 passes."""
+def tpu_contraction(op: Op, passes: int, made: dict | None = None) -> list[Op]:
+    """The ops that compute ``op`` as a TPU does in ``passes`` bfloat16 passes. ``made``: the
+    pieces earlier contractions of the same block made (``_pieces``), updated: an operand two
+    contractions share is rounded once (a weight's forward and backward dots)."""
     count = _PIECES[passes]
     ops: list[Op] = []
-    lhs = _pieces(op.operands[0], count, ops)
-    rhs = _pieces(op.operands[1], count, ops)
+    lhs = _pieces(op.operands[0], count, ops, made)
+    rhs = _pieces(op.operands[1], count, ops, made)
     attributes = {k: v for k, v in op.attributes.items()
                   if k not in ("precision_config", "algorithm")}
     # Products of pieces whose ranks add up to < count, smallest (highest rank sum) first.
@@ -169,6 +179,7 @@ def _rewritten_region(region: Region) -> Region | None:
     blocks, changed = [], False
     for block in region.blocks:
         new_ops: list[Op] = []
+        made: dict = {}  # pieces made in this block, by (value, count)
         for op in block.ops:
             regions = [_rewritten_region(inner) for inner in op.regions]
             if any(r is not None for r in regions):
@@ -180,7 +191,7 @@ def _rewritten_region(region: Region) -> Region | None:
             if passes is None:
                 new_ops.append(op)
                 continue
-            new_ops.extend(tpu_contraction(op, passes))
+            new_ops.extend(tpu_contraction(op, passes, made))
             changed = True
         blocks.append(dataclasses.replace(block, ops=new_ops))
     return Region(blocks) if changed else None

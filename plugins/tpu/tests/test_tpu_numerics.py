@@ -133,6 +133,43 @@ def test_float32_by_bfloat16_is_a_tpu_pass_too():
     assert sum(op.name == "stablehlo.dot_general" for op in tpu_contraction(mixed, 3)) == 2
 
 
+def test_an_operand_two_contractions_share_is_rounded_once():
+    """A weight's forward and backward dots (``x @ w``, and ``g`` contracted with ``w``'s
+    second dimension, as JAX's transpose rule writes it) read one rounding of ``w`` per
+    piece: the 8-device step rounded its (512, 512) weight twice on every device. The results
+    are those of rounding it at each dot (XLA's TPU's numbers)."""
+    from pjrtkit_tpu.precision import with_tpu_precision
+
+    rng = np.random.default_rng(3)
+    x, g = (rng.standard_normal((16, 64)).astype(np.float32) for _ in range(2))
+    w = rng.standard_normal((64, 64)).astype(np.float32)
+
+    def f(x, g, w):
+        backward = lax.dot_general(g, w, (((1,), (1,)), ((), ())))
+        return x @ w, backward, lax.dot(x, w, precision=lax.Precision.HIGH)
+
+    program = with_tpu_precision(lower_program(f, x, g, w))
+    ops = [op for function in program.functions.values() for block in function.body.blocks
+           for op in block.ops]
+    rounded = [op.operands[0] for op in ops if op.name == "stablehlo.reduce_precision"]
+    # DEFAULT: x, g and w once each (w for both dots); HIGH (two pieces): x, x - hi(x), w,
+    # w - hi(w): x and w are rounded again there, as the first piece of another count.
+    assert len(rounded) == 3 + 4, [str(v) for v in rounded]
+    assert len({id(v) for v in rounded}) == 5
+    # Against the rounding done by hand: bf16(x) @ bf16(w), bf16(g) @ bf16(w).T.
+    import ml_dtypes
+
+    def bf(a):
+        return a.astype(ml_dtypes.bfloat16).astype(np.float32)
+
+    from pjrtkit.lowering.plan import build_plan
+    from pjrtkit.reference import REFERENCE
+
+    forward, backward, _ = build_plan(program, REFERENCE)(x, g, w)
+    np.testing.assert_allclose(forward, bf(x) @ bf(w), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(backward, bf(g) @ bf(w).T, rtol=1e-5, atol=1e-5)
+
+
 @pytest.fixture(scope="module")
 def libtpu_vector_unit():
     require_libtpu()
