@@ -13,9 +13,10 @@ One child per process, started when the runtime creates a client (``start_parser
 up, importing jaxlib's MLIR layer for about a quarter of a second, while the user's program
 gets to its first compile) or at the first compile, and kept; requests are serialized (the
 loader serializes parses anyway). The thread that waits for the child's first answers runs what
-plugins asked to do meanwhile (``while_the_child_works``: the cpu plugin's Numba imports). A parse that outlasts ``PJRTKIT_PARSER_TIMEOUT_S`` (default 600) is
-stopped. ``PJRTKIT_ISOLATED_PARSER=0`` parses in-process instead (a damaged program can then
-abort or hang).
+plugins asked to do meanwhile (``while_the_child_works``: the cpu plugin's Numba imports). A
+parse that outlasts ``PJRTKIT_PARSER_TIMEOUT_S`` (default 600) is stopped.
+``PJRTKIT_ISOLATED_PARSER=0`` parses in-process instead (a damaged program can then abort or
+hang).
 """
 from __future__ import annotations
 
