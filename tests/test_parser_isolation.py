@@ -153,6 +153,7 @@ def test_work_asked_for_meanwhile_runs_once_on_the_requesting_thread_while_the_c
             raise RuntimeError("a plugin's warm-up failed")
         isolation.while_the_child_works(broken)
         isolation.while_the_child_works(task)
+        isolation.while_the_child_works(task)  # asked again before the request: run once
         program = load_program(code, isolated=True)
         load_program(code, isolated=True)
         print(len(seen), seen[0][0] == threading.get_ident(), seen[0][1] is None,

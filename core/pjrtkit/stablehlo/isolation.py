@@ -211,10 +211,12 @@ def while_the_child_works(task: Callable[[], None]) -> None:
     start and the parse instead of following them (the first compile of a process waits for
     both). Nothing is kept when programs are parsed in-process (``PJRTKIT_ISOLATED_PARSER=0``):
     the plugin then does the work where it needs it, as without this. An exception from
-    ``task`` is dropped (the plugin meets it again where it needs the work done)."""
+    ``task`` is dropped (the plugin meets it again where it needs the work done). A task
+    waiting already is not queued twice (a plugin asks at every client it makes)."""
     if ENABLED:
         with _meanwhile_lock:
-            _meanwhile.append(task)
+            if task not in _meanwhile:
+                _meanwhile.append(task)
 
 
 def _run_meanwhile() -> None:
