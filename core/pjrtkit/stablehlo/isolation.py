@@ -106,8 +106,10 @@ class ParserProcess:
             child = self._running_child()
             try:
                 write_message(child.stdin, pickle.dumps(request, protocol=pickle.HIGHEST_PROTOCOL))
-                _run_meanwhile()
-                reply = self._read_reply(child)
+                try:
+                    _run_meanwhile()
+                finally:  # the answer is read even if a task was interrupted: the next
+                    reply = self._read_reply(child)  # request must not read this one's
             except (BrokenPipeError, OSError):
                 reply = None
             if reply is None:
