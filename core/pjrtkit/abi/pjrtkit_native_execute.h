@@ -362,27 +362,28 @@ static const pjrtkit_buffer* pjrtkit_shaped_buffer(PJRT_Buffer* buffer) {
     return b;
 }
 
-static int pjrtkit_answer_PJRT_Buffer_Dimensions(PJRT_Buffer_Dimensions_Args* args) {
-    if (!pjrtkit_c_answers || args == NULL
-        || args->struct_size < PJRTKIT_FIELD_END(PJRT_Buffer_Dimensions_Args, num_dims))
-        return 0;
-    const pjrtkit_buffer* b = pjrtkit_shaped_buffer(args->buffer);
+/* Both dims queries, once the caller's struct holds the outputs (checked before `buffer` is
+ * read): 1 with `*dims`/`*num_dims` written when C knows them. */
+static int pjrtkit_answer_dims(PJRT_Buffer* buffer, const int64_t** dims, size_t* num_dims) {
+    if (!pjrtkit_c_answers) return 0;
+    const pjrtkit_buffer* b = pjrtkit_shaped_buffer(buffer);
     if (b == NULL) return 0;
-    args->dims = b->dims;
-    args->num_dims = (size_t)b->rank;
+    *dims = b->dims;
+    *num_dims = (size_t)b->rank;
     return 1;
+}
+
+static int pjrtkit_answer_PJRT_Buffer_Dimensions(PJRT_Buffer_Dimensions_Args* args) {
+    return args != NULL
+        && args->struct_size >= PJRTKIT_FIELD_END(PJRT_Buffer_Dimensions_Args, num_dims)
+        && pjrtkit_answer_dims(args->buffer, &args->dims, &args->num_dims);
 }
 
 static int pjrtkit_answer_PJRT_Buffer_UnpaddedDimensions(
         PJRT_Buffer_UnpaddedDimensions_Args* args) {
-    if (!pjrtkit_c_answers || args == NULL
-        || args->struct_size < PJRTKIT_FIELD_END(PJRT_Buffer_UnpaddedDimensions_Args, num_dims))
-        return 0;
-    const pjrtkit_buffer* b = pjrtkit_shaped_buffer(args->buffer);
-    if (b == NULL) return 0;
-    args->unpadded_dims = b->dims;
-    args->num_dims = (size_t)b->rank;
-    return 1;
+    return args != NULL
+        && args->struct_size >= PJRTKIT_FIELD_END(PJRT_Buffer_UnpaddedDimensions_Args, num_dims)
+        && pjrtkit_answer_dims(args->buffer, &args->unpadded_dims, &args->num_dims);
 }
 
 static const size_t pjrtkit_no_dynamic_dims[1] = { 0 };
