@@ -416,8 +416,9 @@ static int pjrtkit_answer_PJRT_Buffer_IsOnCpu(PJRT_Buffer_IsOnCpu_Args* args) {
  * storage is referenced meanwhile, so a concurrent delete cannot free it. */
 static int pjrtkit_row_major(const PJRT_Buffer_MemoryLayout* layout, int64_t rank) {
     if (layout == NULL) return 1;
-    if (layout->struct_size < PJRTKIT_FIELD_END(PJRT_Buffer_MemoryLayout, type)
-        || layout->type != PJRT_Buffer_MemoryLayout_Type_Tiled) return 0;
+    /* Read whole, never by its struct_size: jaxlib leaves that (and its members') unset, so
+     * it holds whatever its stack held (abi/layouts.require_dense). */
+    if (layout->type != PJRT_Buffer_MemoryLayout_Type_Tiled) return 0;
     const PJRT_Buffer_MemoryLayout_Tiled* t = &layout->tiled;
     if (t->num_tiles != 0 || t->minor_to_major_size != (size_t)rank
         || (rank > 0 && t->minor_to_major == NULL)) return 0;
