@@ -20,8 +20,11 @@ PJRTKIT = [sys.executable, "-m", "pjrtkit.cli"]
 
 
 def _env(**extra) -> dict[str, str]:
+    # (PYTEST_ADDOPTS too: the child pytests' output is read, and --durations of the outer run
+    # would list the check names these tests look for)
     env = {k: v for k, v in os.environ.items()
-           if k not in ("JAX_PLATFORMS", "PJRTKIT_BACKENDS", "PJRTKIT_CPU_DEVICES")}
+           if k not in ("JAX_PLATFORMS", "PJRTKIT_BACKENDS", "PJRTKIT_CPU_DEVICES",
+                        "PYTEST_ADDOPTS")}
     env.update(extra)
     return env
 

@@ -1,6 +1,7 @@
-"""Programs over N in {1, 2, 4, 8} devices (sharded jit over several meshes and PartitionSpecs,
-shard_map with each collective, pmap with every lax.p* collective) match XLA's CPU backend with
-the same device count in the same process, each device holding only its shard (issue 10).
+"""Programs over N in {1, 2, 4, 8} devices (2 and 8 marked long: make test-long) (sharded jit
+over several meshes and PartitionSpecs, shard_map with each collective, pmap with every lax.p*
+collective) match XLA's CPU backend with the same device count in the same process, each device
+holding only its shard (issue 10).
 Each N runs in its own interpreter (``many_device_programs.py N``): JAX fixes its device count
 at start-up. Also: a data-parallel training step over 4 devices step by step, and a device
 whose kernel fails failing its whole launch without leaving a thread waiting."""
@@ -19,7 +20,11 @@ from many_device_programs import OWN_CHECKS, PROGRAMS  # noqa: E402 - the script
 # starts child interpreters, and each worker given some of its tests would start them all again.
 pytestmark = pytest.mark.xdist_group("test_many_devices")
 
-DEVICE_COUNTS = (1, 2, 4, 8)
+# make test runs the 1- and 4-device children; make test-long (which CI runs) the 2- and 8-device
+# ones: each child runs every program (tens of seconds of CPU on two cores).
+DEVICE_COUNT_TIERS = ((1, 4), (2, 8))
+LONG_COUNTS = (2, 8)
+DEVICE_COUNTS = tuple(sorted(n for tier in DEVICE_COUNT_TIERS for n in tier))
 
 
 def _environment() -> dict:
@@ -27,19 +32,15 @@ def _environment() -> dict:
             if k not in ("JAX_PLATFORMS", "PJRTKIT_BACKENDS", "PJRTKIT_CPU_DEVICES", "XLA_FLAGS")}
 
 
-@pytest.fixture(scope="module")
-def outcomes() -> dict[int, dict[str, str]]:
-    # All device counts at once, one interpreter each, two at a time (the machine has 2 cores).
+def _run_children(counts: tuple[int, ...]) -> dict[int, dict[str, str]]:
+    """Each device count's outcomes, one interpreter each, all at once (a tier is two: the
+    machine has 2 cores)."""
+    running = [(n, subprocess.Popen(
+        [sys.executable, os.path.join(HERE, "many_device_programs.py"), str(n)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_environment()))
+        for n in counts]
     found = {}
-    pending = list(DEVICE_COUNTS)
-    running = []
-    while pending or running:
-        while pending and len(running) < 2:
-            n = pending.pop(0)
-            running.append((n, subprocess.Popen(
-                [sys.executable, os.path.join(HERE, "many_device_programs.py"), str(n)],
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_environment())))
-        n, child = running.pop(0)
+    for n, child in running:
         out, err = child.communicate(timeout=600)
         assert child.returncode == 0, f"N={n}: {err[-3000:]}"
         records = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
@@ -47,10 +48,24 @@ def outcomes() -> dict[int, dict[str, str]]:
     return found
 
 
-@pytest.mark.parametrize("n", DEVICE_COUNTS)
+@pytest.fixture(scope="module")
+def outcomes():
+    """Device count -> {program: outcome}, a tier's children run when one of its counts is
+    first asked for (so make test starts only the tier it runs)."""
+    found: dict[int, dict[str, str]] = {}
+
+    def of(n: int) -> dict[str, str]:
+        if n not in found:
+            found.update(_run_children(next(t for t in DEVICE_COUNT_TIERS if n in t)))
+        return found[n]
+    return of
+
+
+@pytest.mark.parametrize("n", [pytest.param(n, marks=pytest.mark.long) if n in LONG_COUNTS
+                               else n for n in DEVICE_COUNTS])
 @pytest.mark.parametrize("name", [*PROGRAMS, *OWN_CHECKS])
 def test_program_matches_xla_cpu_on_n_devices(outcomes, n, name):
-    outcome = outcomes[n].get(name, "program did not run")
+    outcome = outcomes(n).get(name, "program did not run")
     assert outcome == "ok", outcome
 
 
