@@ -78,8 +78,8 @@ TEST_WORKERS ?= 2
 # (CONFORMANCE_NARROW_ARGS): the tpu suite takes minutes and the GPU plugins' JAX layer runs on
 # Triton's interpreter. `make conformance` (its own CI step) runs every plugin whole.
 # Tests marked `long` (whole example trainings, the faulty-backend conformance run, the benchmark
-# smoke run, short soak and fuzz campaigns, the 2- and 8-device program runs) are left to
-# `make test-long`, which CI runs.
+# smoke run, short soak and fuzz campaigns, the 2- and 8-device program runs, the hanging-backend
+# and lost-process runs) are left to `make test-long`, which CI runs.
 # `--dist loadgroup`: a module marked with an xdist_group runs on one worker (its module fixture
 # starts child interpreters once).
 PYTEST_RUN = $(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup

@@ -187,6 +187,7 @@ def with_hanging_backends(site) -> dict[str, Started]:
             "jax": Started(site, ["-c", JAX_PROGRAM])}
 
 
+@pytest.mark.long  # waits out the start timeout (20 s) twice: make test-long, which CI runs
 def test_pjrtkit_list_reports_each_broken_backend_with_its_reason(with_hanging_backends):
     listing = with_hanging_backends["list"]
     out = listing.result()
@@ -211,6 +212,7 @@ def test_pjrtkit_list_reports_each_broken_backend_with_its_reason(with_hanging_b
         assert out.stderr.count(f"pjrtkit backend {name!r}") == 1, out.stderr
 
 
+@pytest.mark.long
 def test_jax_and_the_cpu_backend_work_beside_broken_backends(with_hanging_backends):
     out = with_hanging_backends["jax"].result()
     assert out.returncode == 0, out.stderr[-3000:]

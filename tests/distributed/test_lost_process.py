@@ -32,6 +32,7 @@ def _run(platform, out):
     return codes, killed_at, ended, results
 
 
+@pytest.mark.long  # three JAX processes, one killed: make test-long, which CI runs
 def test_the_survivors_error_names_the_lost_process(tmp_path):
     codes, killed_at, ended, results = _run("pjrtkit_cpu", tmp_path)
     assert codes[-1] == -9  # the victim
