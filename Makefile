@@ -144,10 +144,11 @@ gpu-compile-report: $(STAMP)
 
 # The GPU device check (tools/pjrtkit_tools/gpu_device_check; README, "The GPU device check").
 # GPU_EMULATE=0, on the GPU test machine: the machine's python3 (DEVICE_CHECK_PYTHON) with the
-# carried wheels on PYTHONPATH, results in $(OUT), within 300 s. GPU_EMULATE=1 (the default),
-# here: the same stages emulated, in this set's venv (`make JAX=0.11 PYTHON=... gpu-device-check`
-# is the baseline), results in build/gpu-device-check/out, within 30 minutes; the kernels it
-# launches are recorded for gpu-device-carry.
+# carried wheels on PYTHONPATH, results in $(OUT), within 360 s (the vendor stage, cuBLAS, last).
+# GPU_EMULATE=1 (the default), here: the same stages emulated, in this set's venv
+# (`make JAX=0.11 PYTHON=... gpu-device-check` is the baseline), results in
+# build/gpu-device-check/out, within 30 minutes; the kernels it launches are recorded for
+# gpu-device-carry.
 DEVICE_CHECK_PYTHON ?= python3
 GPU_CARRY ?= .gpu-check
 GPU_CARRY_TRITON ?= 3.6.0

@@ -7,7 +7,10 @@ Stages, each writing its results under the output folder as it finishes (``__mai
 the machine's own Triton), ``conformance`` (``pjrtkit conformance cuda`` in parallel shards),
 ``training`` (the examples' MLP, CNN and transformer steps against XLA's cuda, or cpu when
 emulated), ``bench`` (``python -m benchmarks --suite gpu`` against the same reference, with
-autotuning on a GPU), ``pallas`` (a Pallas Triton kernel on pjrtkit_cuda against XLA).
+autotuning on a GPU), ``pallas`` (a Pallas Triton kernel on pjrtkit_cuda against XLA),
+``vendor`` (the cuBLAS path, ``PJRTKIT_GPU_VENDOR_LIBRARIES=require``: a probe, the
+conformance checks holding dots against the Triton path's outcomes and, on a GPU, the matmul
+benchmarks against XLA).
 ``carry`` prepares what travels to the machine (wheels, the kernel records, Triton's cache) and
 prints the device tool's command line.
 """

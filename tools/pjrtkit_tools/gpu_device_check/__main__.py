@@ -1,8 +1,8 @@
 """The GPU device check (package docstring): every stage, one deadline, results under ``--out``.
 
     python -m pjrtkit_tools.gpu_device_check --out DIR [--emulate] [--budget-s S]
-        [--stages device,conformance,training,bench,pallas] [--carry DIR] [--baseline PATH]
-        [--work DIR] [--conformance-shards N]
+        [--stages device,conformance,training,bench,pallas,vendor] [--carry DIR]
+        [--baseline PATH] [--work DIR] [--conformance-shards N]
 
 On a GPU (no ``--emulate``): ``PJRTKIT_GPU_EMULATE=0``, XLA's ``cuda`` is the reference, the
 kernels recorded by the emulated run (``--carry``, from ``make gpu-device-carry``) are compiled
@@ -15,8 +15,11 @@ compared with; committed as ``docs/gpu-device-check-baseline.json``).
 Files under ``--out`` (at most eight, as the device tool brings back): ``summary.md`` (rewritten
 after every stage), ``log.txt`` (every stage's output), ``conformance.json``,
 ``conformance.md``, ``bench.json``, ``checks.json`` (stage by stage: the machine, training,
-Pallas, times), ``kernels.json`` (kernels compiled and Triton cache hits), and on a GPU
-``tuned_configs.json``; emulated, ``baseline.json``. Exit status 0 when every stage ran and
+Pallas, the cuBLAS path's probe, conformance and matmul benchmarks, times), ``kernels.json``
+(kernels compiled and Triton cache hits), and on a GPU ``tuned_configs.json``; emulated,
+``baseline.json``. Every stage but ``vendor`` runs with
+``PJRTKIT_GPU_VENDOR_LIBRARIES=off`` (the Triton kernels), ``vendor`` with ``require``
+(cuBLAS). Exit status 0 when every stage ran and
 passed, 1 otherwise.
 """
 from __future__ import annotations
@@ -29,12 +32,14 @@ from pathlib import Path
 
 from pjrtkit_tools.gpu_device_check import stages
 
-STAGES = ("device", "conformance", "training", "bench", "pallas")
+# vendor last: the cuBLAS path, never run on a GPU before, cannot take the others' time.
+STAGES = ("device", "conformance", "training", "bench", "pallas", "vendor")
 # Seconds each stage may take at most (the stages share one deadline, --budget-s).
-GPU_CAPS = {"device": 20, "conformance": 70, "training": 30, "bench": 165, "pallas": 15}
+GPU_CAPS = {"device": 20, "conformance": 70, "training": 30, "bench": 165, "pallas": 15,
+            "vendor": 60}
 EMULATED_CAPS = {"device": 0, "conformance": 900, "training": 550, "bench": 250,
-                 "pallas": 100}
-DEFAULT_BUDGET = {False: 300, True: 1800}
+                 "pallas": 100, "vendor": 300}
+DEFAULT_BUDGET = {False: 360, True: 1800}
 WORK = {False: "/tmp/pjrtkit-gpu-check", True: "build/gpu-device-check"}
 
 
@@ -45,7 +50,7 @@ def parse_args(argv):
     parser.add_argument("--emulate", action="store_true",
                         help="Triton's interpreter and XLA's cpu (the baseline, no GPU)")
     parser.add_argument("--budget-s", type=float, help="seconds for every stage together "
-                        "(default 300 on a GPU, 1800 emulated)")
+                        "(default 360 on a GPU, 1800 emulated)")
     parser.add_argument("--stages", default=",".join(STAGES))
     parser.add_argument("--carry", default=".gpu-check",
                         help="the carried folder (kernel records, Triton cache)")
@@ -79,7 +84,8 @@ def main(argv=None) -> int:
     run.log(f"gpu device check: {'emulated' if emulate else 'GPU'}; stages "
             f"{', '.join(args.stages)}; budget {budget:.0f} s; work {work}")
     functions = {"device": stages.device, "conformance": stages.conformance,
-                 "training": stages.training, "bench": stages.bench, "pallas": stages.pallas}
+                 "training": stages.training, "bench": stages.bench, "pallas": stages.pallas,
+                 "vendor": stages.vendor}
     for name in args.stages:
         left = run.seconds_left()
         if left < 5:

@@ -53,7 +53,9 @@ RUN_COMMAND = (
     "--target /tmp/site {folder}/wheels/*.whl && export PYTHONPATH=/tmp/site || exit; "
     "if command -v make >/dev/null; then make gpu-device-check GPU_EMULATE=0; "
     "else python3 -m pjrtkit_tools.gpu_device_check --out \"$OUT\" --carry {folder}; fi")
-RUN_TIMEOUT_S = 360
+# The device tool's timeout: the check's GPU budget (__main__.DEFAULT_BUDGET, 360 s) and a
+# minute for the wheels' install and the interpreter's start.
+RUN_TIMEOUT_S = 420
 
 
 def pinned(constraints: Path, name: str) -> str:

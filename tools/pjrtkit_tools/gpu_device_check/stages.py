@@ -30,6 +30,25 @@ CHUNKS_PER_WORKER = 3
 # seconds of its share for it.
 PROFILED = 3
 PROFILE_SHARE_S = 25
+# The vendor-library path (cuBLAS through nvmath-python) is the vendor stage's alone: the other
+# stages run with it off, so they measure the Triton kernels as before (and the bench stage
+# autotunes them) even where nvmath-python is installed; the vendor stage runs with ``require``.
+VENDOR_VARIABLE = "PJRTKIT_GPU_VENDOR_LIBRARIES"
+# The conformance checks the vendor stage runs (id prefixes): the families whose programs hold
+# a dot_general, after the core's expansions (fft as a DFT matmul, complex as pairs of reals,
+# linear algebra). Run emulated with ``require``, the compile of every check holding a float
+# dot cuBLAS takes is refused: at 93b3a3b, 96 of these 118 (the rest, such as integer dots
+# and LU, keep the Triton kernels) and none outside them.
+VENDOR_CHECKS = ("jax.dot.", "jax.complex.matmul[", "jax.fft.", "jax.linalg.", "jax.autodiff.",
+                 "jax.program.", "jax.structure.pytree_in_out[",
+                 "jax.random.typed_key_multivariate_normal[")
+# The GPU suite's matmul workloads (float8 runs as a float16 dot with a float32 result).
+VENDOR_WORKLOADS = ("matmul_f32", "matmul_bf16", "matmul_f8")
+# Of the vendor stage's share: at most this for its probe (``vendor_check``), and this much
+# kept for the matmul benchmarks after its conformance checks.
+VENDOR_PROBE_S = 20
+VENDOR_BENCH_S = 25
+VENDOR_CHUNKS_PER_WORKER = 2
 
 
 @dataclasses.dataclass
@@ -71,6 +90,7 @@ class Run:
                    PJRTKIT_GPU_KERNEL_LOG=str(self.kernel_log),
                    XLA_PYTHON_CLIENT_PREALLOCATE="false",
                    JAX_DEFAULT_MATMUL_PRECISION="highest", PYTHONUNBUFFERED="1")
+        env[VENDOR_VARIABLE] = "off"  # the vendor stage sets require
         env.setdefault("PJRTKIT_CACHE_DIR", str(self.work / "pjrtkit-cache"))
         env.pop("TRITON_INTERPRET", None)
         if not self.emulate:
@@ -296,6 +316,194 @@ def pallas(run: Run, limit: float) -> dict:
     return {"status": "ok" if ok else "failed", "kernels": report}
 
 
+def vendor(run: Run, limit: float) -> dict:
+    """The cuBLAS path (``PJRTKIT_GPU_VENDOR_LIBRARIES=require``): a probe of a few dots in one
+    process (``vendor_check``: nvmath-python, cuBLAS's version, gemms counted), then the
+    conformance checks of ``VENDOR_CHECKS`` compared with the Triton path's outcomes, then,
+    on a GPU, the GPU suite's matmul workloads against XLA. Emulated, ``require`` must refuse
+    every float dot cuBLAS would take with FAILED_PRECONDITION naming the cause and leave
+    every other outcome as the Triton path's; the checks it refused are recorded in the
+    baseline as the ones the GPU runs through cuBLAS. On a GPU, a probe that did not run
+    cuBLAS ends the stage with its exact error."""
+    start = time.monotonic()
+    extra = {VENDOR_VARIABLE: "require"}
+    status, output = run.call([sys.executable, "-m",
+                               "pjrtkit_tools.gpu_device_check.vendor_check"],
+                              min(VENDOR_PROBE_S, limit), extra)
+    probe = last_json(output) or {
+        "error": "stopped at the stage's time limit" if status is None
+        else f"no report (exit {status}): {output[-1500:]}"}
+    result: dict[str, Any] = {"mode": "require", "probe": probe}
+    problems = probe_problems(probe, run.emulate)
+    if problems and not run.emulate:
+        result.update(status="failed", why="the probe did not run cuBLAS: " + problems[0],
+                      problems=problems,
+                      conformance={"status": "not run", "why": "the probe failed"},
+                      bench={"status": "not run", "why": "the probe failed"})
+        return result
+
+    from pjrtkit_tools.gpu_device_check.conformance_shards import all_check_ids, run_sharded
+
+    ids = vendor_check_ids(all_check_ids())
+    workers = 2 if run.emulate else run.shards
+    left = limit - (time.monotonic() - start)
+    deadline = left if run.emulate else max(5.0, left - VENDOR_BENCH_S)
+    json_path = run.work / "vendor-conformance.json"
+    shards = run_sharded("cuda", VENDOR_CHUNKS_PER_WORKER * workers, deadline, json_path,
+                         run.work / "vendor-conformance.md", run.log, env=dict(run.env, **extra),
+                         check_ids=ids, workers=workers)
+    triton, source = run.results.get("conformance", {}).get("outcomes"), "this run"
+    baseline = read_json(run.baseline)
+    if not triton:
+        triton = baseline.get("conformance", {}).get("outcomes", {})
+        source = f"the baseline {run.baseline} ({baseline.get('git_commit')})"
+    expected = (baseline.get("vendor") or {}).get("conformance", {}).get("library_checks")
+    compared = compare_vendor_outcomes(read_json(json_path).get("checks", []), triton,
+                                       run.emulate, expected)
+    compared.update(selected=len(ids), summary=shards["summary"], not_run=shards["not_run"],
+                    seconds=shards["seconds"], shards=shards["shards"], workers=workers,
+                    triton_outcomes_from=source)
+    result["conformance"] = compared
+    problems += compared["problems"]
+    if shards["not_run"]:
+        problems.append(f"{len(shards['not_run'])} checks not run (the stage's time limit)")
+
+    if run.emulate:
+        result["bench"] = {"status": "not run", "why": "needs a GPU (cuBLAS cannot run on the "
+                           "emulated driver)"}
+    else:
+        result["bench"] = vendor_bench(run, limit - (time.monotonic() - start), extra)
+        if result["bench"]["status"] != "ok":
+            problems.append(f"matmul benchmarks: {result['bench'].get('why')}")
+    result.update(status="failed" if problems else "ok",
+                  why=problems[0] if problems else None, problems=problems)
+    return result
+
+
+def vendor_check_ids(ids: list[str]) -> list[str]:
+    """The checks of ``ids`` the vendor stage runs (``VENDOR_CHECKS``), in suite order."""
+    return [i for i in ids if i.startswith(VENDOR_CHECKS)]
+
+
+def probe_problems(probe: dict, emulate: bool) -> list[str]:
+    """What is wrong with ``vendor_check``'s report: on a GPU, every dot the library takes
+    must have run through it (gemms counted) and matched NumPy's product, the others must
+    have run without it; emulated, ``require`` must have refused the first with
+    FAILED_PRECONDITION and still run the others."""
+    if probe.get("error"):
+        return [probe["error"][:1500]]
+    nvmath = probe.get("nvmath", {})
+    missing = nvmath.get("import_error") or nvmath.get("cublas_import_error")
+    problems = [f"nvmath-python: {missing}"] if missing and not emulate else []
+    for name, row in (probe.get("cases") or {}).items():
+        library = row.get("library_expected")
+        if library and emulate:
+            if not is_require_refusal(row.get("error", "")):
+                problems.append(f"{name}: not refused with FAILED_PRECONDITION under require "
+                                f"({row.get('error') or 'it ran'})")
+        elif row.get("error"):
+            problems.append(f"{name}: {row['error']}")
+        elif not row.get("match"):
+            problems.append(f"{name}: max rel diff {row.get('max_rel_diff')} from NumPy")
+        elif library and not row.get("library_gemms"):
+            problems.append(f"{name}: ran, but not through cuBLAS (no gemm counted)")
+        elif not library and row.get("library_gemms"):
+            problems.append(f"{name}: went through cuBLAS, which does not take it")
+    if not probe.get("cases"):
+        problems.append("no cases ran")
+    return problems
+
+
+def is_require_refusal(text: str) -> bool:
+    return "FAILED_PRECONDITION" in text and f"{VENDOR_VARIABLE}=require" in text
+
+
+def refusal_cause(text: str) -> str:
+    """What ``require``'s refusal names as missing (after "on device N: ")."""
+    match = re.search(r"on device \d+: (.*)", text, re.S)
+    return (match.group(1) if match else text).strip()[:300]
+
+
+def compare_vendor_outcomes(checks: list[dict], triton: dict[str, str], emulate: bool,
+                            expected: list[str] | None = None) -> dict:
+    """The vendor run's conformance ``checks`` (the JSON report's entries) against the Triton
+    path's ``triton`` outcomes (id -> outcome). Emulated, a FAIL that is ``require``'s
+    refusal is expected (``library_checks``: the checks whose float dots cuBLAS takes; the
+    causes named); any other difference is a problem. On a GPU, a check that passes on the
+    Triton path must pass; ``expected`` (the baseline's ``library_checks``) tells which of
+    those ran their dots through cuBLAS (under ``require`` a check holding such a dot runs
+    it through cuBLAS or fails)."""
+    library, causes, differs, problems = [], set(), {}, []
+    for check in checks:
+        cid, outcome, actual = check["id"], check["outcome"], str(check.get("actual") or "")
+        if outcome == "FAIL" and is_require_refusal(actual):
+            library.append(cid)
+            causes.add(refusal_cause(actual))
+            if emulate:
+                continue
+        before = triton.get(cid)
+        if outcome != before:
+            differs[cid] = {"triton": before, "library": outcome,
+                            "detail": str(check.get("detail") or "")[:200],
+                            "actual": actual[:600]}
+    result: dict[str, Any] = {"differs": differs}
+    if emulate:
+        result["library_checks"] = library
+        result["refusal_causes"] = sorted(causes)
+        if not library:
+            problems.append("require refused no check: no dot reached the library")
+        problems += [f"{cid}: {d['triton']} on the Triton path, {d['library']} under require"
+                     for cid, d in differs.items()]
+    else:
+        if library:
+            result["refused"] = library
+            result["refusal_causes"] = sorted(causes)
+        outcomes = {c["id"]: c["outcome"] for c in checks}
+        if expected is not None:
+            ran = [cid for cid in expected if cid in outcomes]
+            result["library_checks_expected"] = len(expected)
+            result["library_checks_passed"] = sum(outcomes[cid] == "PASS" for cid in ran)
+            result["library_checks_not_passed"] = [cid for cid in ran if outcomes[cid] != "PASS"]
+        regressions = [cid for cid, d in differs.items() if d["triton"] == "PASS"]
+        result["passed_triton_not_library"] = regressions
+        problems += [f"{cid}: PASS on the Triton path, {differs[cid]['library']} through "
+                     f"cuBLAS ({differs[cid]['actual'][:200]})" for cid in regressions]
+    result["problems"] = problems
+    return result
+
+
+def vendor_bench(run: Run, limit: float, extra: dict) -> dict:
+    """The GPU suite's ``VENDOR_WORKLOADS`` through cuBLAS against XLA, with the bench
+    stage's ratio for each (the Triton path, this run) beside."""
+    path = run.work / "vendor-bench.json"
+    path.unlink(missing_ok=True)
+    command = [sys.executable, "-m", "benchmarks", "--suite", "gpu", "--backend", BACKEND,
+               "--reference", run.reference, "--quick", "--repeats", "5", "--only",
+               ",".join(VENDOR_WORKLOADS), "--json", str(path)]
+    status, _ = run.call(command, limit, extra)
+    triton = {w["name"]: w.get("ratio")
+              for w in run.results.get("bench", {}).get("workloads", [])}
+    rows = [{**{k: w.get(k) for k in ("name", "pjrtkit_s", "xla_s", "ratio", "target", "met",
+                                      "correct", "error", "mismatch")},
+             "triton_ratio": triton.get(w.get("name"))}
+            for w in read_json(path).get("workloads", [])]
+    done = {r["name"] for r in rows}
+    missing = [name for name in VENDOR_WORKLOADS if name not in done]
+    ok = status == 0 and not missing
+    return {"status": "ok" if ok else "failed",
+            "why": None if ok else ("stopped at the stage's time limit" if status is None
+                                    else "a workload raised or differed from XLA"),
+            "workloads": rows, "not_run": missing, "reference": run.reference}
+
+
+def last_json(output: str) -> dict:
+    lines = [line for line in output.splitlines() if line.startswith("{")]
+    try:
+        return json.loads(lines[-1]) if lines else {}
+    except json.JSONDecodeError:
+        return {}
+
+
 # ---- files ---------------------------------------------------------------------------------
 
 def read_json(path: Path) -> dict:
@@ -341,7 +549,7 @@ def write_baseline(run: Run) -> None:
            "conformance": {k: run.results.get("conformance", {}).get(k)
                            for k in ("summary", "not_run", "failed", "outcomes", "seconds")},
            "training": run.results.get("training"), "bench": run.results.get("bench"),
-           "pallas": run.results.get("pallas"),
+           "pallas": run.results.get("pallas"), "vendor": run.results.get("vendor"),
            "kernels": read_json(run.out / "kernels.json"),
            "stages": {k: {"status": v.get("status"), "seconds": v.get("seconds")}
                       for k, v in run.results.items()}}

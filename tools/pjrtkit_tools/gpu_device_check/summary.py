@@ -82,7 +82,77 @@ def markdown(run) -> str:
                 lines.append(f"- {name}: reference {row.get('reference')}; compiled "
                              f"{_pallas(row.get('compiled'))}; interpret "
                              f"{_pallas(row.get('interpret'))}")
+    lines += _vendor(r.get("vendor"))
     return "\n".join(lines) + "\n"
+
+
+def _cell(text, limit: int = 300) -> str:
+    """``text`` on one line, for a markdown table's cell."""
+    return " ".join(str(text or "").split())[:limit].replace("|", "\\|")
+
+
+def _vendor(v) -> list[str]:
+    """The vendor stage: cuBLAS through nvmath-python under ``require``."""
+    if not v or v.get("status") == "not run":
+        return []
+    lines = ["", "## Vendor libraries (cuBLAS through nvmath-python, "
+             "`PJRTKIT_GPU_VENDOR_LIBRARIES=require`)", ""]
+    probe = v.get("probe") or {}
+    if probe.get("error"):
+        lines.append(f"Probe: {_cell(probe['error'], 1500)}")
+    else:
+        nvmath = probe.get("nvmath") or {}
+        errors = [nvmath[k] for k in ("import_error", "cublas_import_error") if nvmath.get(k)]
+        lines.append(f"Probe (`vendor_check`): nvmath-python {nvmath.get('version', '-')}"
+                     + "".join(f" ({e[:600]})" for e in errors)
+                     + f"; cuBLAS {probe.get('cublas_version', '-')}; libcublas "
+                     f"{', '.join(probe.get('libcublas') or []) or '-'}; "
+                     f"{probe.get('library_gemms', 0)} gemms through cuBLAS")
+        lines += ["", "| dot | ran | max rel diff from NumPy | gemms through cuBLAS | error |",
+                  "|---|---|---|---|---|"]
+        for name, row in (probe.get("cases") or {}).items():
+            lines.append(f"| {name} | {'no' if row.get('error') else 'yes'} | "
+                         f"{row.get('max_rel_diff', '-')} | {row.get('library_gemms')} | "
+                         f"{_cell(row.get('error'))} |")
+    if v.get("problems"):
+        lines += [""] + [f"- problem: {_cell(p, 400)}" for p in v["problems"][:20]]
+    c = v.get("conformance") or {}
+    if c.get("summary"):
+        counts = ", ".join(f"{k.upper()} {n}" for k, n in c["summary"].items())
+        lines += ["", f"Conformance, the {c.get('selected')} checks holding dots: {counts} in "
+                  f"{c.get('seconds')} s (the Triton path's outcomes: "
+                  f"{c.get('triton_outcomes_from')}).", ""]
+        causes = "; ".join(c.get("refusal_causes") or [])[:400]
+        if "library_checks" in c:
+            lines.append(f"- refused by `require` (their float dots are cuBLAS's): "
+                         f"{len(c['library_checks'])}; the cause named: {causes}")
+        if "library_checks_expected" in c:
+            lines.append(f"- of the {c['library_checks_expected']} checks whose dots the "
+                         f"baseline found cuBLAS takes, {c['library_checks_passed']} PASS "
+                         f"through cuBLAS")
+        if c.get("refused"):
+            lines.append(f"- refused by `require` on the GPU: {len(c['refused'])}; the cause "
+                         f"named: {causes}")
+        for cid, d in list((c.get("differs") or {}).items())[:30]:
+            lines.append(f"- {cid}: Triton path {d['triton']}, cuBLAS path {d['library']}: "
+                         f"{_cell(d['actual'])}")
+        if c.get("not_run"):
+            lines.append(f"- not run (the time limit): {len(c['not_run'])} checks")
+    b = v.get("bench") or {}
+    if b.get("workloads"):
+        lines += ["", f"Matmul benchmarks through cuBLAS (pjrtkit_cuda / XLA "
+                  f"{b.get('reference')}; the Triton path's ratio from the bench stage):", "",
+                  "| workload | pjrtkit (cuBLAS) | xla | ratio | Triton path | status |",
+                  "|---|---|---|---|---|---|"]
+        for w in b["workloads"]:
+            ratio = "-" if w["ratio"] is None else f"{w['ratio']:.2f}x"
+            triton = "-" if w.get("triton_ratio") is None else f"{w['triton_ratio']:.2f}x"
+            status = "ok" if w["correct"] else ("ERROR" if w["error"] else "MISMATCH")
+            lines.append(f"| {w['name']} | {_seconds(w['pjrtkit_s'])} | {_seconds(w['xla_s'])} "
+                         f"| {ratio} | {triton} | {status} |")
+    elif b.get("status"):
+        lines.append(f"\nMatmul benchmarks: {b['status']} ({b.get('why')})")
+    return lines
 
 
 def _profile(profile) -> list[str]:
