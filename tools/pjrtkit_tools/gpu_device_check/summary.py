@@ -98,16 +98,16 @@ def _vendor(v) -> list[str]:
     lines = ["", "## Vendor libraries (cuBLAS through nvmath-python, "
              "`PJRTKIT_GPU_VENDOR_LIBRARIES=require`)", ""]
     probe = v.get("probe") or {}
+    nvmath = probe.get("nvmath") or {}
+    errors = [nvmath[k] for k in ("import_error", "cublas_import_error") if nvmath.get(k)]
+    lines.append(f"Probe (`vendor_check`): nvmath-python {nvmath.get('version', '-')}"
+                 + "".join(f" ({e[:600]})" for e in errors)
+                 + f"; cuBLAS {probe.get('cublas_version', '-')}; libcublas "
+                 f"{', '.join(probe.get('libcublas') or []) or '-'}; "
+                 f"{probe.get('library_gemms', 0)} gemms through cuBLAS")
     if probe.get("error"):
-        lines.append(f"Probe: {_cell(probe['error'], 1500)}")
+        lines.append(f"\nThe probe raised: {_cell(probe['error'], 1500)}")
     else:
-        nvmath = probe.get("nvmath") or {}
-        errors = [nvmath[k] for k in ("import_error", "cublas_import_error") if nvmath.get(k)]
-        lines.append(f"Probe (`vendor_check`): nvmath-python {nvmath.get('version', '-')}"
-                     + "".join(f" ({e[:600]})" for e in errors)
-                     + f"; cuBLAS {probe.get('cublas_version', '-')}; libcublas "
-                     f"{', '.join(probe.get('libcublas') or []) or '-'}; "
-                     f"{probe.get('library_gemms', 0)} gemms through cuBLAS")
         lines += ["", "| dot | ran | max rel diff from NumPy | gemms through cuBLAS | error |",
                   "|---|---|---|---|---|"]
         for name, row in (probe.get("cases") or {}).items():

@@ -74,13 +74,17 @@ def mapped_libcublas() -> list[str]:
         return []
 
 
+# What is known so far: printed with the error if the probe raises before its report.
+REPORT: dict = {}
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--backend", default="pjrtkit_cuda")
     backend = parser.parse_args(argv).backend
-    report: dict = {"mode": os.environ.get("PJRTKIT_GPU_VENDOR_LIBRARIES", "auto"),
-                    "emulated": os.environ.get("PJRTKIT_GPU_EMULATE") == "1",
-                    "nvmath": nvmath_facts()}
+    report = REPORT
+    report.update(mode=os.environ.get("PJRTKIT_GPU_VENDOR_LIBRARIES", "auto"),
+                  emulated=os.environ.get("PJRTKIT_GPU_EMULATE") == "1", nvmath=nvmath_facts())
     import jax
 
     jax.config.update("jax_platforms", f"{backend},cpu")
@@ -142,6 +146,6 @@ if __name__ == "__main__":
     try:
         sys.exit(main())
     except Exception as exc:  # noqa: BLE001 - one JSON line whatever happened
-        print(json.dumps({"error": f"{type(exc).__name__}: {exc}",
-                          "traceback": traceback.format_exc()[-3000:]}))
+        print(json.dumps({**REPORT, "error": f"{type(exc).__name__}: {exc}",
+                          "traceback": traceback.format_exc()[-3000:]}, default=str))
         sys.exit(1)
