@@ -81,7 +81,8 @@ TEST_WORKERS ?= 2
 # smoke run, short soak and fuzz campaigns, the 2- and 8-device program runs, the hanging-backend
 # and lost-process runs) are left to `make test-long`, which CI runs.
 # `--dist loadgroup`: a module marked with an xdist_group runs on one worker (its module fixture
-# starts child interpreters once).
+# starts child interpreters once); it needs a pytest / pytest-xdist pair that still groups
+# (pytest 9.2 with xdist 3.8 does not: the constraints pin 9.1.1; tests/test_xdist_groups.py).
 PYTEST_RUN = $(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup
 test: $(STAMP)
 	$(MAKE) --no-print-directory lint
