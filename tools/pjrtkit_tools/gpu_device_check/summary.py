@@ -65,9 +65,7 @@ def markdown(run) -> str:
                   "| workload | pjrtkit | xla | ratio | bar | met | status |",
                   "|---|---|---|---|---|---|---|"]
         for w in b["workloads"]:
-            ratio = "-" if w["ratio"] is None else f"{w['ratio']:.2f}x"
-            bar = "-" if w["target"] is None else f"{w['target']:.2f}x"
-            status = "ok" if w["correct"] else ("ERROR" if w["error"] else "MISMATCH")
+            ratio, bar, status = _times(w["ratio"]), _times(w["target"]), _status(w)
             met = {True: "yes", False: "NO", None: "-"}[w["met"]]
             lines.append(f"| {w['name']} | {_seconds(w['pjrtkit_s'])} | {_seconds(w['xla_s'])} "
                          f"| {ratio} | {bar} | {met} | {status} |")
@@ -84,6 +82,16 @@ def markdown(run) -> str:
                              f"{_pallas(row.get('interpret'))}")
     lines += _vendor(r.get("vendor"))
     return "\n".join(lines) + "\n"
+
+
+def _times(ratio) -> str:
+    """A ratio (or bar) for a table: ``1.36x``, ``-`` when there is none."""
+    return "-" if ratio is None else f"{ratio:.2f}x"
+
+
+def _status(workload) -> str:
+    """A benchmark workload's outcome: ok, ERROR (it raised) or MISMATCH (wrong numbers)."""
+    return "ok" if workload["correct"] else ("ERROR" if workload["error"] else "MISMATCH")
 
 
 def _cell(text, limit: int = 300) -> str:
@@ -145,9 +153,7 @@ def _vendor(v) -> list[str]:
                   "| workload | pjrtkit (cuBLAS) | xla | ratio | Triton path | status |",
                   "|---|---|---|---|---|---|"]
         for w in b["workloads"]:
-            ratio = "-" if w["ratio"] is None else f"{w['ratio']:.2f}x"
-            triton = "-" if w.get("triton_ratio") is None else f"{w['triton_ratio']:.2f}x"
-            status = "ok" if w["correct"] else ("ERROR" if w["error"] else "MISMATCH")
+            ratio, triton, status = _times(w["ratio"]), _times(w.get("triton_ratio")), _status(w)
             lines.append(f"| {w['name']} | {_seconds(w['pjrtkit_s'])} | {_seconds(w['xla_s'])} "
                          f"| {ratio} | {triton} | {status} |")
     elif b.get("status"):
