@@ -78,8 +78,9 @@ TEST_WORKERS ?= 2
 # (CONFORMANCE_NARROW_ARGS): the tpu suite takes minutes and the GPU plugins' JAX layer runs on
 # Triton's interpreter. `make conformance` (its own CI step) runs every plugin whole.
 # Tests marked `long` (whole example trainings, the faulty-backend conformance run, the benchmark
-# smoke run, short soak and fuzz campaigns, the 2- and 8-device program runs, the hanging-backend
-# and lost-process runs) are left to `make test-long`, which CI runs.
+# smoke run, short soak and fuzz campaigns, the 2- and 8-device program runs, the semantics'
+# every-op-and-dtype reach check, the native loop with random bits in branches, the
+# hanging-backend and lost-process runs) are left to `make test-long`, which CI runs.
 # `--dist loadgroup`: a module marked with an xdist_group runs on one worker (its module fixture
 # starts child interpreters once); it needs a pytest / pytest-xdist pair that still groups
 # (pytest 9.2 with xdist 3.8 does not: the constraints pin 9.1.1; tests/test_xdist_groups.py).

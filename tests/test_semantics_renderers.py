@@ -254,6 +254,7 @@ def _typed(op) -> tuple[str, str]:
     return traits.name, op.operands[traits.typed_operand].type.dtype.name
 
 
+@pytest.mark.long  # every dtype's case built and run on XLA in one test: 45-50 s of a worker
 def test_the_programs_reach_every_op_and_dtype_the_semantics_define():
     """Every (op, dtype) of the semantics is applied to program arguments by some JAX program
     below (so every generator sees it), except the pairs JAX cannot write that way."""

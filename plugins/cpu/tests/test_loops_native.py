@@ -507,6 +507,7 @@ def test_scatters_in_the_body(check_native, rng, case):
     check_native(lambda m: lax.fori_loop(0, 4, step, m), m, whole=True)
 
 
+@pytest.mark.long  # Numba compiles one loop holding threefry and a normal sampler: 25-30 s
 def test_random_bits_and_calls_inside_branches(check_native, rng):
     # threefry (shifts, bitcasts from uint32 to float32) in a called function inside a cond
     # branch inside the loop: the calls in branches are inlined, the bitcasts emitted natively
