@@ -38,6 +38,7 @@ def _same_bits(fn, *args):
         assert len(ours) == len(ref)
         for a, b in zip(ours, ref):
             assert a.dtype == b.dtype and a.shape == b.shape
+            a, b = a.reshape(-1), b.reshape(-1)  # a 0-d array has no byte view
             differ = int(np.sum(a.view(np.uint8).reshape(a.size, -1)
                                 != b.view(np.uint8).reshape(b.size, -1)) if a.size else 0)
             assert differ == 0, f"{differ} bytes differ from XLA"
@@ -59,6 +60,20 @@ def test_multiply_adds_match_xla_bit_for_bit(rng, form, dtype):
     # 1000 elements: under the fusion threshold, so the per-op path runs them.
     args = [rng.standard_normal(1000).astype(jnp.dtype(dtype)) for _ in range(4)]
     _same_bits(FORMS[form], *args)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "float64"])
+@pytest.mark.parametrize("form", FORMS)
+def test_multiply_adds_of_scalars_match_xla_bit_for_bit(rng, form, dtype):
+    # rank 0: NumPy's products are scalars there, not arrays (c - a*b negated one in place
+    # and raised "return arrays must be of ArrayType": jnp.trapezoid, JAX's
+    # array_extensibility_test)
+    args = [np.asarray(rng.standard_normal(), dtype=jnp.dtype(dtype)) for _ in range(4)]
+    _same_bits(FORMS[form], *args)
+
+
+def test_trapezoid_matches_xla_bit_for_bit():
+    _same_bits(jnp.trapezoid, np.arange(5.0, dtype=np.float32))
 
 
 def test_the_per_op_path_has_a_multiply_add_op(rng):

@@ -70,8 +70,8 @@ def multiply_add(op, ctx):
 
     def multiply_add_kernel(a, b, c):
         product = np.multiply(a, b, dtype=wide)
-        if negate_product:
-            np.negative(product, out=product)
+        if negate_product:  # in place, but a rank-0 product is a NumPy scalar, not an array
+            product = np.negative(product, out=product if product.ndim else None)
         result = combine(product, c, out=product if product.ndim else None, dtype=wide)
         return (np.asarray(result).astype(dtype, copy=False),)
 
