@@ -293,19 +293,15 @@ def profile_workloads(run: Run, names: list[str], limit: float) -> dict:
     if run.emulate:
         command.append("--smoke")
     status, output = run.call(command, limit)
-    lines = [line for line in output.splitlines() if line.startswith("{")]
-    if not lines:
-        return {"error": "stopped at the stage's time limit" if status is None
-                else f"no report (exit {status})"}
-    return json.loads(lines[-1])
+    return last_json(output) or {"error": "stopped at the stage's time limit" if status is None
+                                 else f"no report (exit {status})"}
 
 
 def pallas(run: Run, limit: float) -> dict:
     status, output = run.call([sys.executable, "-m",
                                "pjrtkit_tools.gpu_device_check.pallas_check", "--reference",
                                run.reference], limit)
-    lines = [line for line in output.splitlines() if line.startswith("{")]
-    report = json.loads(lines[-1]) if lines else {}
+    report = last_json(output)
     if run.emulate:  # compiled Triton IR cannot run on the interpreter: UNIMPLEMENTED, by design
         kernels = [v for v in report.values() if isinstance(v, dict)]
         ok = bool(kernels) and all(
@@ -497,6 +493,7 @@ def vendor_bench(run: Run, limit: float, extra: dict) -> dict:
 
 
 def last_json(output: str) -> dict:
+    """The last JSON line a stage's child printed (its report), or {} when there is none."""
     lines = [line for line in output.splitlines() if line.startswith("{")]
     try:
         return json.loads(lines[-1]) if lines else {}
