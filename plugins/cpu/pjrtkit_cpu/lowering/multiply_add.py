@@ -69,10 +69,12 @@ def multiply_add(op, ctx):
     combine = np.subtract if negate_addend else np.add
 
     def multiply_add_kernel(a, b, c):
-        product = np.multiply(a, b, dtype=wide)
-        if negate_product:  # in place, but a rank-0 product is a NumPy scalar, not an array
-            product = np.negative(product, out=product if product.ndim else None)
-        result = combine(product, c, out=product if product.ndim else None, dtype=wide)
+        # an array even at rank 0 (NumPy's product of 0-d arrays is a scalar), so the rest
+        # works in place on it
+        product = np.asarray(np.multiply(a, b, dtype=wide))
+        if negate_product:
+            np.negative(product, out=product)
+        result = combine(product, c, out=product, dtype=wide)
         return (np.asarray(result).astype(dtype, copy=False),)
 
     return multiply_add_kernel
