@@ -361,3 +361,21 @@ def test_checkify_check_with_runtime_errors_raises_at_execution_as_on_xla_cpu(de
         from jax._src import dispatch  # the failed runtime tokens would raise again at exit
 
         dispatch.runtime_tokens.clear()
+
+
+def test_a_token_output_is_a_token_buffer_with_no_host_value_as_on_xla_cpu(devices):
+    # An executable's !stablehlo.token output is PJRT_Buffer_Type_TOKEN (XLA's answer), so
+    # jaxlib refuses a host copy with its own message; a uint8 token made it fail inside the
+    # plugin's copy instead. The token still flows through a program and orders its effects.
+    messages = []
+    for device in devices:
+        with jax.default_device(device):
+            token = jax.lax.create_token()
+            with pytest.raises(Exception) as raised:
+                token._buf._value  # noqa: B018 - the read is the test
+            messages.append(str(raised.value))
+            arr, out = jax.jit(lambda a, t: (a + 1, t))(jnp.ones(3), token)
+            assert type(out) is type(token) and out is not token  # a Token, not an array
+            np.testing.assert_array_equal(np.asarray(arr), np.full(3, 2.0))
+    assert messages[0] == messages[1]
+    assert "Cannot convert a token-shape buffer to a numpy array." in messages[0]

@@ -5,7 +5,7 @@ import numpy as np
 
 from pjrtkit.abi._cffi import lib
 from pjrtkit.errors import InvalidArgument, Unimplemented
-from pjrtkit.semantics.dtypes import BY_PJRT
+from pjrtkit.semantics.dtypes import BY_PJRT, TOKEN
 
 
 def _build() -> tuple[dict[int, np.dtype], dict[np.dtype, int], dict[int, str]]:
@@ -17,7 +17,9 @@ def _build() -> tuple[dict[int, np.dtype], dict[np.dtype, int], dict[int, str]]:
     for short, dtype in BY_PJRT.items():  # the types this ml_dtypes has (pjrtkit.semantics)
         code = getattr(lib, f"PJRT_Buffer_Type_{short}")
         to_dtype[code] = dtype
-    return to_dtype, {dt: code for code, dt in to_dtype.items()}, names
+    to_code = {dt: code for code, dt in to_dtype.items()}
+    to_code[TOKEN] = lib.PJRT_Buffer_Type_TOKEN  # an execution's token output; never from host
+    return to_dtype, to_code, names
 
 
 _TO_DTYPE, _TO_CODE, _CODE_NAMES = _build()

@@ -12,6 +12,7 @@ import numpy as np
 
 from pjrtkit.errors import FailedPrecondition, Internal, InvalidArgument, PjrtError
 from pjrtkit.runtime.event import Event
+from pjrtkit.semantics.dtypes import TOKEN
 
 
 def count_allocations(requests) -> None:
@@ -166,11 +167,17 @@ class Buffer:
                                      f"{self.device.debug_string} cannot be {use}: it was "
                                      f"deleted or donated")
 
+    def check_has_values(self, use: str) -> None:
+        if self.dtype == TOKEN:
+            raise InvalidArgument(f"a token buffer on {self.device.debug_string} cannot be {use}: "
+                                  f"a token orders effects and has no values")
+
     # -- transfers --------------------------------------------------------------------------
     def to_host(self, dst, minor_to_major: tuple[int, ...] | None = None) -> Event:
         """Copy the contents into ``dst`` (a writable buffer of exactly nbytes) once ready, in
         the layout ``minor_to_major`` (None: row-major)."""
         self.check_usable("read")
+        self.check_has_values("copied to host")
         view = memoryview(dst).cast("B")
         if view.nbytes != self.nbytes:
             raise InvalidArgument(f"destination has {view.nbytes} bytes, buffer "
@@ -188,6 +195,7 @@ class Buffer:
         (row-major unless it was made with another), into ``dst`` (a writable buffer of
         ``size`` bytes) once ready."""
         self.check_usable("read")
+        self.check_has_values("copied to host")
         if offset < 0 or size < 0 or offset + size > self.nbytes:
             raise InvalidArgument(f"raw copy of bytes [{offset}, {offset + size}) is outside "
                                   f"the {self.nbytes} bytes of buffer "

@@ -14,6 +14,7 @@ from pjrtkit.runtime import serialized_executable
 from pjrtkit.runtime.buffer import Buffer, count_allocations
 from pjrtkit.runtime.compile_options import parse_compile_options
 from pjrtkit.runtime.event import Event, when_all
+from pjrtkit.semantics.dtypes import TOKEN
 from pjrtkit.stablehlo.ir import Program, TensorType
 from pjrtkit.stablehlo import isolation
 from pjrtkit.stablehlo.entry_layouts import entry_layouts, layout_attributes, row_major
@@ -97,8 +98,7 @@ class Executable:
         self.num_replicas = options.num_replicas
         self.num_partitions = options.num_partitions
         outputs = [t for t in main.result_types]
-        self.output_dtypes = [t.dtype if isinstance(t, TensorType) else np.dtype(np.uint8)
-                              for t in outputs]
+        self.output_dtypes = [t.dtype if isinstance(t, TensorType) else TOKEN for t in outputs]
         self.output_shapes = [t.shape if isinstance(t, TensorType) else (0,) for t in outputs]
         self.num_outputs = len(outputs)
         self.output_memory_kinds = [

@@ -128,6 +128,11 @@ FLUSHES_DENORMALS = frozenset(f.dtype for f in TABLE if f.flushes_denormals)
 # Types with whole-byte values that NumPy computes on natively (no ml_dtypes arithmetic).
 NUMPY_NATIVE = frozenset({BOOL, *(INTS - NARROW_INTS), FLOAT16, FLOAT32, FLOAT64, *COMPLEXES})
 
+# The element type of a ``!stablehlo.token`` value's buffer (PJRT_Buffer_Type_TOKEN): not a type
+# of values (none of the sets above has it), a marker distinct from every real dtype (a one-field
+# structure); a token buffer has shape (0,) and no bytes, and no host copy (jaxlib refuses one).
+TOKEN = np.dtype([("token", np.bool_)])
+
 # Every dtype pjrtkit knows, in one order (bool, integers, floats, complex; by name).
 ALL = (BOOL, *sorted(INTS, key=str), *sorted(FLOATS, key=str), *sorted(COMPLEXES, key=str))
 
