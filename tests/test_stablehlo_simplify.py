@@ -6,12 +6,14 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from pjrtkit.lowering.plan import build_plan
 from pjrtkit.stablehlo.ir import walk_ops
 from pjrtkit.stablehlo.loader import load_program
 from pjrtkit.reference import REFERENCE
-from pjrtkit.stablehlo.simplify import drop_dead_ops, drop_identity_converts
+from pjrtkit.stablehlo.simplify import (drop_dead_ops, drop_identity_converts,
+                                        drop_scheduling_hints)
 from pjrtkit.testing.programs import lower_program
 
 
@@ -120,3 +122,40 @@ def test_a_program_without_dead_ops_is_returned_as_it_is():
     program = lower_program(lambda x, y: (x * y + 1, jnp.tanh(x)), np.ones(3, np.float32),
                             np.ones(3, np.float32))
     assert drop_dead_ops(program) is program
+
+
+def _scheduled(x):
+    # jax.experimental.control_deps orders c before b before a for XLA's scheduler, in the
+    # entry function and inside a loop body.
+    schedule = pytest.importorskip("jax.experimental.control_deps",
+                                   reason="jax 0.10 only (gone from 0.11)").schedule
+
+    a, b, c = jnp.sin(x @ x), jnp.cos(x + 1), jnp.exp(x * 0.5)
+    schedule([c, b, a])
+
+    def step(carry, _):
+        d, e = carry * 2, carry - 1
+        schedule([e, d])
+        return d + e, None
+
+    return jax.lax.scan(step, a + b + c, None, length=2)[0]
+
+
+def test_scheduling_hints_go_everywhere_and_results_stay():
+    x = np.linspace(-1, 1, 9, dtype=np.float32).reshape(3, 3)
+    program = lower_program(_scheduled, x)
+    hints = [op for op in walk_ops(program) if op.name == "stablehlo.custom_call"
+             and op.attributes.get("call_target_name") == "control_dep"]
+    assert len(hints) == 3  # two in main, one in the loop body
+    simplified = drop_scheduling_hints(program)
+    assert "stablehlo.custom_call" not in _names(simplified)
+    assert drop_scheduling_hints(simplified) is simplified
+    with jax.default_device(jax.devices("cpu")[0]):
+        expected = np.asarray(jax.jit(_scheduled)(x))  # XLA's CPU backend honours the hints
+    (got,) = _run(simplified, x)
+    np.testing.assert_allclose(got, expected, rtol=2e-6)
+
+
+def test_a_program_without_scheduling_hints_is_returned_as_it_is():
+    program = lower_program(lambda x: jnp.sin(x) + 1, np.ones(3, np.float32))
+    assert drop_scheduling_hints(program) is program

@@ -2,6 +2,8 @@
 lives on after each. Each scenario runs in a fresh interpreter, because JAX fixes its set of
 platforms at the first backend use (the ``run_python`` fixture, conftest.py)."""
 
+import pytest
+
 
 def test_installing_the_plugin_does_not_change_the_default_backend(run_python):
     out = run_python("""
@@ -160,3 +162,25 @@ def test_aot_compile_against_a_topology_then_load_and_run_on_the_live_client(run
     """, JAX_PLATFORMS="pjrtkit_cpu")
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines() == ["3.0", "2", "True", "[1.0, 3.0, 5.0, 7.0]"]
+
+
+def test_a_program_with_scheduling_hints_runs_as_on_xla_cpu(run_python):
+    # jax.experimental.control_deps (jax 0.10) emits custom_call @control_dep: an order for
+    # XLA's scheduler that changes no value; the core drops it before any plugin sees it.
+    pytest.importorskip("jax.experimental.control_deps", reason="jax 0.10 only (gone from 0.11)")
+    out = run_python("""
+        import jax, jax.numpy as jnp, numpy as np
+        from jax.experimental.control_deps import schedule
+        def f(x):
+            a, b, c = jnp.sin(x @ x), jnp.cos(x + 1), jnp.exp(x * 0.5)
+            schedule([c, b, a])
+            return a + b + c
+        x = np.linspace(-1, 1, 16, dtype=np.float32).reshape(4, 4)
+        assert 'control_dep' in jax.jit(f).lower(x).as_text()
+        ours = jax.jit(f)(jax.device_put(x, jax.devices("pjrtkit_cpu")[0]))
+        xla = jax.jit(f)(jax.device_put(x, jax.devices("cpu")[0]))
+        np.testing.assert_allclose(np.asarray(ours), np.asarray(xla), rtol=2e-6)
+        print(list(ours.devices())[0].platform)
+    """, JAX_PLATFORMS="pjrtkit_cpu,cpu")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["pjrtkit_cpu"]

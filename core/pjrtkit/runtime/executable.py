@@ -20,6 +20,7 @@ from pjrtkit.stablehlo import isolation
 from pjrtkit.stablehlo.entry_layouts import entry_layouts, layout_attributes, row_major
 from pjrtkit.stablehlo.loader import load_program
 from pjrtkit.stablehlo.partition import partitioned_program
+from pjrtkit.stablehlo.simplify import drop_scheduling_hints
 from pjrtkit.types import CompiledProgram, CompileOptions
 
 # A program whose estimated work is below this runs inline on the caller's thread (when the
@@ -56,6 +57,7 @@ def load_and_compile(backend, code: bytes, fmt: str, compile_options: bytes, dev
     else:
         program = load_program(code, num_partitions=options.num_partitions,
                                num_replicas=options.num_replicas, isolated=isolation.ENABLED)
+    program = drop_scheduling_hints(program)
     specs = device_specs_for(options)
     compiled = backend.compile(program=program, options=options, devices=specs)
     if not isinstance(compiled, CompiledProgram):

@@ -1,6 +1,7 @@
 """Simplifications a plugin may run on a loaded program before it plans it: rewrites that
 change no result, only what a code generator sees (each a ``Program -> Program`` that returns
-its input itself when there is nothing to do)."""
+its input itself when there is nothing to do). ``drop_scheduling_hints`` is the one the core
+runs on every program before the plugin sees it."""
 from __future__ import annotations
 
 import dataclasses
@@ -123,6 +124,44 @@ def _drop_dead(region: Region, uses: dict[int, int]) -> Region:
                 continue
             kept.append(op)
         blocks.append(Block(block.arguments, kept[::-1]) if changed else block)
+    if all(new is old for new, old in zip(blocks, region.blocks)):
+        return region
+    return Region(blocks)
+
+
+# Custom calls that order the schedule and nothing else: no results, no effect on any value.
+# ``jax.experimental.control_deps.control_dep(a, b)`` emits ``control_dep`` (b after a) for
+# XLA's scheduler, to overlap an asynchronous collective with math.
+SCHEDULING_CUSTOM_CALLS = frozenset({"control_dep"})
+
+
+def drop_scheduling_hints(program: Program) -> Program:
+    """``program`` without its ``SCHEDULING_CUSTOM_CALLS``. Every value is still computed
+    after the values it reads; a pjrtkit plugin runs a program's ops in an order data
+    dependences allow, and a hint about which of two independent ops goes first changes no
+    result (XLA honours it for speed only)."""
+    return with_function_bodies(program, _drop_hints)
+
+
+def _scheduling_hint(op) -> bool:
+    return (op.name == "stablehlo.custom_call" and not op.results
+            and op.attributes.get("call_target_name") in SCHEDULING_CUSTOM_CALLS)
+
+
+def _drop_hints(region: Region) -> Region:
+    blocks = []
+    for block in region.blocks:
+        ops = []
+        for op in block.ops:
+            if _scheduling_hint(op):
+                continue
+            if op.regions:
+                regions = tuple(_drop_hints(r) for r in op.regions)
+                if any(new is not old for new, old in zip(regions, op.regions)):
+                    op = dataclasses.replace(op, regions=regions)
+            ops.append(op)
+        same = len(ops) == len(block.ops) and all(a is b for a, b in zip(ops, block.ops))
+        blocks.append(block if same else Block(block.arguments, ops))
     if all(new is old for new, old in zip(blocks, region.blocks)):
         return region
     return Region(blocks)
