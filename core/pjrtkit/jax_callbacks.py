@@ -37,7 +37,9 @@ def _callback_name(primitive, params: Mapping[str, Any]) -> str:
     function = getattr(function, "callback_func", function)  # JAX's flattening wrapper
     label = getattr(function, "__qualname__", None) or type(function).__name__
     api = {"pure_callback": "jax.pure_callback", "io_callback": "jax.experimental.io_callback",
-           "debug_callback": "jax.debug.callback"}.get(primitive.name, primitive.name)
+           "debug_callback": "jax.debug.callback",
+           "buffer_callback": "jax.experimental.buffer_callback"}.get(primitive.name,
+                                                                     primitive.name)
     return f"{api}({label})"
 
 
@@ -160,8 +162,9 @@ def _host_function(primitive, impl: Callable[..., Any], params: Mapping[str, Any
 _RETURNING = frozenset({"pure_callback", "io_callback"})
 
 # Primitives whose host function works on NumPy arrays alone (no JAX device placement): checkify's
-# ``check`` raises the error its operands encode.
-_HOST_ONLY = frozenset({"check"})
+# ``check`` raises the error its operands encode; ``buffer_callback`` hands its callable the
+# host arrays themselves.
+_HOST_ONLY = frozenset({"check", "buffer_callback"})
 
 
 def _single_device(axis_context):
@@ -263,7 +266,9 @@ def host_callback_lowering(primitive, impl: Callable[..., Any], *, has_side_effe
                                 token_ranks + [len(a.shape) for a in ctx.avals_out]])
         op = mlir.custom_call(target, result_types=result_types,
                               operands=operands, backend_config=entry.key,
-                              has_side_effect=has_side_effect or bool(ordered), **layouts)
+                              has_side_effect=(has_side_effect or bool(ordered)
+                                               or bool(params.get("has_side_effect"))),
+                              **layouts)
         if devices > 1:
             mlir.set_sharding(ctx.module_context, op,
                               _multi_device_sharding(ctx, params, ordered=bool(ordered)))
@@ -300,6 +305,80 @@ def check_lowering(platform: str, like_platform: str | None) -> Callable:
     return rule
 
 
+class HostBuffer:
+    """What a ``jax.experimental.buffer_callback`` callable gets for each argument and result on
+    a platform like cpu (jaxlib's ``Buffer`` there): a host array, read-only for an argument,
+    written in place for a result; NumPy reads it through ``__array__`` or DLPack."""
+
+    __slots__ = ("_array",)
+
+    def __init__(self, array: np.ndarray):
+        self._array = array
+
+    shape = property(lambda self: self._array.shape)
+    dtype = property(lambda self: self._array.dtype)
+    ndim = property(lambda self: self._array.ndim)
+    writeable = property(lambda self: bool(self._array.flags.writeable))
+
+    def __array__(self, dtype=None, copy=None):
+        if copy or (dtype is not None and np.dtype(dtype) != self._array.dtype):
+            return np.array(self._array, dtype=dtype, copy=True)
+        return self._array
+
+    def __dlpack__(self, **kwargs):
+        return self._array.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self):
+        return self._array.__dlpack_device__()
+
+    def __repr__(self) -> str:
+        return f"HostBuffer({self.dtype}{list(self.shape)}, writeable={self.writeable})"
+
+
+class HostExecutionContext:
+    """The ``ctx`` a buffer callback gets on a platform like cpu: the execute stage, and no
+    GPU stream (jaxlib's CPU context raises the same way)."""
+
+    __slots__ = ()
+
+    @property
+    def stage(self):
+        from jax._src.lib import ffi as ffi_lib
+
+        return ffi_lib.ExecutionStage.EXECUTE
+
+    @property
+    def stream(self):
+        from jax.errors import JaxRuntimeError
+
+        raise JaxRuntimeError("INVALID_ARGUMENT: XLA FFI GPU context is not available: a "
+                              "pjrtkit platform like cpu runs buffer callbacks on host arrays")
+
+
+def buffer_callback_impl(*arrays, callback, result_avals, in_tree, out_tree,
+                         input_output_aliases=(), **_):
+    """JAX's ``buffer_callback`` on host arrays: fresh result arrays (an aliased result starts
+    as a copy of its argument, which the callable then sees as that argument, read-only, as
+    XLA hands one buffer to both), the callable fills them in place and returns nothing."""
+    from jax._src import tree_util
+
+    results = [np.zeros(a.shape, a.dtype) for a in result_avals]
+    arguments = []
+    for array in arrays:
+        view = np.asarray(array).view()
+        view.flags.writeable = False
+        arguments.append(view)
+    for i, o in input_output_aliases:
+        results[o] = np.array(arrays[i], dtype=result_avals[o].dtype, copy=True)
+        arguments[i] = results[o].view()
+        arguments[i].flags.writeable = False
+    args, kwargs = tree_util.tree_unflatten(in_tree, [HostBuffer(a) for a in arguments])
+    outs = tree_util.tree_unflatten(out_tree, [HostBuffer(r) for r in results])
+    if callback(HostExecutionContext(), outs, *args, **kwargs) is not None:
+        raise ValueError("buffer_callback callback must not return any values.")
+    return results
+
+
 def callback_lowerings(platform: str, like_platform: str | None) -> dict[Any, Callable]:
     """The rules for every callback primitive of this JAX version on ``platform``, keyed by
     primitive."""
@@ -310,7 +389,7 @@ def callback_lowerings(platform: str, like_platform: str | None) -> dict[Any, Ca
         return host_callback_lowering(primitive, impl, has_side_effect=has_side_effect,
                                       platform=platform, like_platform=like_platform)
 
-    return {
+    rules = {
         jax_callback.pure_callback_p: rule(
             jax_callback.pure_callback_p, jax_callback.pure_callback_impl, False),
         jax_callback.io_callback_p: rule(
@@ -321,3 +400,12 @@ def callback_lowerings(platform: str, like_platform: str | None) -> dict[Any, Ca
             debugging.debug_print_p, debugging.debug_print_impl, True),
         checkify.check_p: check_lowering(platform, like_platform),
     }
+    if like_platform == "cpu":
+        # On JAX's gpu platforms a buffer callback gets device buffers and a stream; a
+        # platform like cpu hands host arrays, as XLA's CPU backend does (tpu: none at all).
+        from jax._src import buffer_callback
+
+        rules[buffer_callback.buffer_callback_p] = rule(
+            buffer_callback.buffer_callback_p, buffer_callback_impl,
+            False)  # its has_side_effect parameter marks the custom call, per call
+    return rules

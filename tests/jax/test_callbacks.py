@@ -261,7 +261,13 @@ def test_every_callback_primitive_of_this_jax_has_a_rule():
     from pjrtkit import jax_callbacks
 
     names = sorted(p.name for p in jax_callbacks.callback_lowerings("pjrtkit_cpu", "cpu"))
-    assert names == ["check", "debug_callback", "debug_print", "io_callback", "pure_callback"]
+    assert names == ["buffer_callback", "check", "debug_callback", "debug_print", "io_callback",
+                     "pure_callback"]
+    # buffer callbacks get device buffers and a stream on JAX's gpu, none on tpu: only a
+    # platform like cpu, whose buffers are host arrays, gets the rule.
+    for like in ("tpu", "cuda", None):
+        assert "buffer_callback" not in {
+            p.name for p in jax_callbacks.callback_lowerings("pjrtkit_x", like)}
 
 
 def test_without_the_cpu_platform_callbacks_get_arrays_on_the_pjrtkit_device(run_python):
@@ -379,3 +385,67 @@ def test_a_token_output_is_a_token_buffer_with_no_host_value_as_on_xla_cpu(devic
             np.testing.assert_array_equal(np.asarray(arr), np.full(3, 2.0))
     assert messages[0] == messages[1]
     assert "Cannot convert a token-shape buffer to a numpy array." in messages[0]
+
+
+def test_buffer_callback_fills_results_in_place_as_on_xla_cpu(devices):
+    from jax.experimental import buffer_callback
+
+    seen = {d.platform: [] for d in devices}
+
+    def callback(ctx, out, pair, *, scale):
+        assert ctx.stage == buffer_callback.ExecutionStage.EXECUTE
+        x, y = pair
+        seen[current].append((x.writeable, out[0].writeable, x.shape, str(x.dtype)))
+        np.asarray(out[0])[...] = np.asarray(x) * np.asarray(scale) + np.from_dlpack(y)
+        np.asarray(out[1])[...] = np.asarray(x).sum(axis=0)
+
+    x, y, scale = _data(5), _data(6), np.float32(0.5)
+    fun = buffer_callback.buffer_callback(
+        callback, (jax.ShapeDtypeStruct(x.shape, x.dtype), jax.ShapeDtypeStruct((3,), x.dtype)))
+    row = buffer_callback.buffer_callback(  # vmapped: one call per row
+        lambda ctx, out, a: np.copyto(np.asarray(out), np.asarray(a)[::-1]),
+        jax.ShapeDtypeStruct((3,), x.dtype), vmap_method="sequential")
+    outputs = []
+    for device in devices:
+        current = device.platform
+        a, b, s = (jax.device_put(v, device) for v in (x, y, scale))
+        results = jax.jit(lambda a, b, s: (*fun((a, b), scale=s), jax.vmap(row)(a)))(a, b, s)
+        assert all(r.devices() == {device} for r in results)
+        outputs.append([np.asarray(r) for r in results])
+    for ours, xla in zip(*outputs):
+        np.testing.assert_array_equal(ours, xla)
+    np.testing.assert_allclose(outputs[0][0], x * scale + y, rtol=1e-6)
+    np.testing.assert_array_equal(outputs[0][2], x[:, ::-1])
+    assert seen[devices[0].platform] == seen[devices[1].platform] == [
+        (False, True, (4, 3), "float32")]
+
+
+def test_buffer_callback_aliases_a_result_to_its_argument_and_reports_errors(devices):
+    from jax.experimental import buffer_callback
+
+    def add_one_in_place(ctx, out, arg):
+        assert np.asarray(arg).ctypes.data == np.asarray(out).ctypes.data  # one buffer
+        np.asarray(out)[...] += 1
+
+    fun = buffer_callback.buffer_callback(add_one_in_place, jax.ShapeDtypeStruct((4, 3),
+                                          np.float32), input_output_aliases={0: 0})
+    data = _data(7)
+    for device in devices:
+        x = jax.device_put(data, device)
+        np.testing.assert_array_equal(np.asarray(jax.jit(fun)(x)), data + 1)
+        np.testing.assert_array_equal(np.asarray(x), data)  # the caller's array is unchanged
+
+    def returns(ctx, out, arg):
+        return 1
+
+    def raises(ctx, out, arg):
+        raise KeyError("no such row")
+
+    x = jax.device_put(data, devices[0])
+    for bad, message in ((returns, "must not return any values"), (raises, "no such row")):
+        failing = buffer_callback.buffer_callback(bad, jax.ShapeDtypeStruct((4, 3), np.float32))
+        with pytest.raises(jax.errors.JaxRuntimeError, match=message) as raised:
+            jax.block_until_ready(jax.jit(failing)(x))
+        assert "INTERNAL" in str(raised.value) and "buffer_callback" in str(raised.value)
+    # The process lives on; the next execution succeeds (and is JAX's last runtime token).
+    np.testing.assert_array_equal(np.asarray(jax.jit(fun)(x)), data + 1)

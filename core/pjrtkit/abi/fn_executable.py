@@ -316,6 +316,12 @@ def _run_inline(ref: LoadedExecutableRef, buffers: list, outputs_ptr: Any, event
     if done is None:
         return False
     outputs, event = done
+    error = event.error()
+    if error is not None:
+        # It ran, and failed, on the caller's thread: the call's own error, as XLA's CPU
+        # client reports a failure it sees before returning (JAX raises it at the call and
+        # keeps no failed runtime token to raise again at exit).
+        raise error
     handles = ref.output_handles
     for o, buffer in enumerate(outputs):
         outputs_ptr[o] = handles.new(o, buffer)
