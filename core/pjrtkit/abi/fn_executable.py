@@ -316,7 +316,7 @@ def _run_inline(ref: LoadedExecutableRef, buffers: list, outputs_ptr: Any, event
     if done is None:
         return False
     outputs, event = done
-    error = event.error()
+    error = event._error  # noqa: SLF001 - the runtime's Event; no method call on the hot path
     if error is not None:
         # It ran, and failed, on the caller's thread: the call's own error, as XLA's CPU
         # client reports a failure it sees before returning (JAX raises it at the call and
