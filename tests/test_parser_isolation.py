@@ -163,3 +163,34 @@ def test_work_asked_for_meanwhile_runs_once_on_the_requesting_thread_while_the_c
                          timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["1", "True", "True", "True"], (out.stdout, out.stderr[-2000:])
+
+
+@pytest.mark.parametrize("devices", ["1", "4"])
+def test_a_client_of_several_devices_has_the_child_ready_the_partitioner(devices):
+    """With several devices the child readies XLA's partitioner in the background (one warm
+    request, answered at once, from a thread of its own: the plugin's meanwhile work is left
+    to the first compile's request); a sharded program then partitions as before. One device
+    asks for nothing."""
+    script = textwrap.dedent("""
+        import threading
+        import jax, numpy as np
+        from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+        from pjrtkit.stablehlo import isolation
+        devices = jax.devices("pjrtkit_cpu")
+        for thread in threading.enumerate():
+            if thread.name == "pjrtkit-warm-partitioner":
+                thread.join(120)
+        seen = []
+        isolation.while_the_child_works(lambda: seen.append(threading.current_thread().name))
+        mesh = Mesh(np.array(devices), ("x",))
+        x = jax.device_put(np.arange(8.0, dtype=np.float32), NamedSharding(mesh, P("x")))
+        total = jax.jit(lambda v: (v * 2).sum())(x)
+        print(isolation._warmed[0], len(seen) == 1 and seen[0] != "pjrtkit-warm-partitioner",
+              float(total))
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=300, env={**os.environ, "JAX_PLATFORMS": "pjrtkit_cpu",
+                                           "PJRTKIT_CPU_DEVICES": devices,
+                                           "PJRTKIT_ISOLATED_PARSER": "1"})
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split("\n")[-2] == f"{devices} True 56.0", (out.stdout, out.stderr[-2000:])

@@ -99,15 +99,17 @@ class ParserProcess:
     def parse(self, code: bytes | str) -> Program:
         return self.request(code)
 
-    def request(self, request):
+    def request(self, request, *, meanwhile: bool = True):
         """Send one request (program bytes or text to parse, or a ``PartitionRequest``) and
-        return the child's answer, raising the error it reports."""
+        return the child's answer, raising the error it reports. ``meanwhile``: this thread
+        runs the tasks plugins queued (``while_the_child_works``) before reading it."""
         with self._lock:
             child = self._running_child()
             try:
                 write_message(child.stdin, pickle.dumps(request, protocol=pickle.HIGHEST_PROTOCOL))
                 try:
-                    _run_meanwhile()
+                    if meanwhile:
+                        _run_meanwhile()
                 finally:  # the answer is read even if a task was interrupted: the next
                     reply = self._read_reply(child)  # request must not read this one's
             except (BrokenPipeError, OSError):
@@ -234,11 +236,43 @@ def _run_meanwhile() -> None:
             pass
 
 
-def start_parser() -> None:
+def start_parser(*, partitions_for: int = 1) -> None:
     """Start the parser child ahead of the first compile (nothing when parsing in-process or
-    when it runs already)."""
-    if ENABLED:
-        _PARSER.start()
+    when it runs already). ``partitions_for`` > 1 (a client of that many devices): the child
+    also readies XLA's partitioner for that many devices in the background, so that the first
+    sharded program's compile does not wait for it (``WarmPartitionerRequest``)."""
+    if not ENABLED:
+        return
+    _PARSER.start()
+    if partitions_for > 1:
+        with _warmed_lock:
+            if partitions_for <= _warmed[0]:
+                return
+            _warmed[0] = partitions_for
+        # The request waits for the child's start-up: on a thread of its own, never the
+        # client's (its reply comes as soon as the child reads it; the work goes on there).
+        threading.Thread(target=_warm_partitioner, args=(partitions_for,), daemon=True,
+                         name="pjrtkit-warm-partitioner").start()
+
+
+_warmed = [1]  # the most devices a warm-up was asked for
+_warmed_lock = threading.Lock()
+
+
+@dataclasses.dataclass(frozen=True)
+class WarmPartitionerRequest:
+    """Ask the child to ready XLA's partitioner (``jaxlib.xla_client`` and a private XLA:CPU
+    client of ``num_devices`` devices: a third of a second of imports the first partition
+    otherwise waits for) on a background thread, and answer at once."""
+
+    num_devices: int
+
+
+def _warm_partitioner(num_devices: int) -> None:
+    try:
+        _PARSER.request(WarmPartitionerRequest(num_devices), meanwhile=False)
+    except Exception:  # noqa: BLE001 - the first partition meets whatever this would have
+        pass
 
 
 def parse_isolated(code: bytes | str) -> Program:

@@ -9,10 +9,11 @@ import os
 import pickle
 import signal
 import sys
+import threading
 
 from pjrtkit.stablehlo.isolation import (BytecodeTextRequest, ModuleAttributesRequest,
-                                         PartitionRequest, error_reply, read_message,
-                                         write_message)
+                                         PartitionRequest, WarmPartitionerRequest, error_reply,
+                                         read_message, write_message)
 from pjrtkit.stablehlo.loader import parse_program, warm_up
 from pjrtkit.stablehlo.mlir_text import bytecode_text, with_module_attributes
 from pjrtkit.stablehlo.partition import partition_and_parse
@@ -25,11 +26,24 @@ def answer(request):
         return bytecode_text(request.bytecode, request.dialect_module)
     if isinstance(request, ModuleAttributesRequest):
         return with_module_attributes(request.code, dict(request.attributes))
+    if isinstance(request, WarmPartitionerRequest):
+        threading.Thread(target=_warm_partitioner, args=(request.num_devices,), daemon=True,
+                         name="pjrtkit-warm-partitioner").start()
+        return None
     if isinstance(request, PartitionRequest):
         return partition_and_parse(request.code, request.compile_options,
                                    num_replicas=request.num_replicas,
                                    num_partitions=request.num_partitions)
     return parse_program(request)
+
+
+def _warm_partitioner(num_devices: int) -> None:
+    from pjrtkit import jax_compat
+
+    try:
+        jax_compat.private_xla_cpu_client(num_devices)
+    except Exception:  # noqa: BLE001 - the first partition reports whatever this would have
+        pass
 
 
 def main() -> None:
