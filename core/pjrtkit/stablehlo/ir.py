@@ -133,16 +133,19 @@ class Program:
 
 def walk_ops(program: Program):
     """Every op of every function of ``program``, nested regions included."""
-
-    def walk_region(region: Region):
-        for block in region.blocks:
-            for op in block.ops:
-                yield op
-                for inner in op.regions:
-                    yield from walk_region(inner)
-
     for function in program.functions.values():
-        yield from walk_region(function.body)
+        yield from _walk_region(function.body)
+
+
+# Recursive helpers are module functions, not closures: a closure that calls itself is a
+# reference cycle (function -> cell -> function) that only the garbage collector frees, made
+# at every compile (JAX's core_test checks that a jit call leaves no cycles).
+def _walk_region(region: Region):
+    for block in region.blocks:
+        for op in block.ops:
+            yield op
+            for inner in op.regions:
+                yield from _walk_region(inner)
 
 
 def with_function_bodies(program: Program, rewrite: Callable[[Region], Region]) -> Program:
@@ -182,21 +185,20 @@ def free_values(op: Op) -> tuple[Value, ...]:
     """Values defined outside ``op``'s regions that the regions read (at any depth), in order
     of first use: what a kernel of ``op`` must receive besides its operands."""
     found: dict[int, Value] = {}
-    defined: set[int] = set()
-
-    def walk(regions) -> None:
-        for region in regions:
-            for block in region.blocks:
-                defined.update(v.id for v in block.arguments)
-                for inner in block.ops:
-                    for v in inner.operands:
-                        if v.id not in defined:
-                            found.setdefault(v.id, v)
-                    walk(inner.regions)
-                    defined.update(v.id for v in inner.results)
-
-    walk(op.regions)
+    _free_in(op.regions, found, set())
     return tuple(found.values())
+
+
+def _free_in(regions, found: dict[int, Value], defined: set[int]) -> None:
+    for region in regions:
+        for block in region.blocks:
+            defined.update(v.id for v in block.arguments)
+            for inner in block.ops:
+                for v in inner.operands:
+                    if v.id not in defined:
+                        found.setdefault(v.id, v)
+                _free_in(inner.regions, found, defined)
+                defined.update(v.id for v in inner.results)
 
 
 def free_uses(op: Op) -> set[int]:
