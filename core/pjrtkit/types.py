@@ -23,13 +23,18 @@ class PlatformInfo:
     branch the backend takes, or None for the default branch (``pjrtkit.jax_platform_like``).
     ``device_mesh_like`` (``"tpu"`` or None): ``jax.experimental.mesh_utils.create_device_mesh``
     arranges the devices by their coords and core_on_chip as it does that platform's
-    (``pjrtkit.jax_compat.extend_device_mesh``); None: in device-list order."""
+    (``pjrtkit.jax_compat.extend_device_mesh``); None: in device-list order.
+    ``host_payloads``: the plugin's payload of an array in a device's default memory is that
+    host array itself (``pjrtkit_transfer_to_device`` keeps the NumPy array it is given), so
+    the core's C layer may answer ``PJRT_Client_BufferFromHostBuffer`` into those memories
+    from the client's start, without entering Python (``abi/native.open_host_memories``)."""
 
     name: str
     version: str
     device_kind: str
     like_platform: str | None = None
     device_mesh_like: str | None = None
+    host_payloads: bool = False
 
 
 @dataclasses.dataclass(frozen=True)

@@ -193,7 +193,8 @@ def test_reading_a_readable_buffer_row_major_is_answered_in_c_whatever_the_layou
     from pjrtkit.abi import native
     from pjrtkit_cpu.fusion.whole import dense_address
     host = np.arange(6, dtype=np.float32).reshape(2, 3)
-    buffer, _ = scope.buffer_from_host(host)
+    with c_answers(False):  # a buffer Python made, made readable to C
+        buffer, _ = scope.buffer_from_host(host)
     native.make_readable(ffi.from_handle(ffi.cast("pjrtkit_head*", buffer).ref), dense_address)
     assert ffi.cast("pjrtkit_buffer*", buffer).storage != ffi.NULL
     layout, keep = _row_major_layout(2, struct_size)
@@ -283,11 +284,22 @@ def _bytes_in_use(driver) -> int:
 
 
 def _new_buffer(driver, array):
+    """A buffer Python makes (C answers off: the cpu client's host transfers are C's)."""
+    with c_answers(False):
+        return _host_transfer(driver, array)
+
+
+def _host_transfer(driver, array, calls=None):
+    """PJRT_Client_BufferFromHostBuffer of ``array``; ``calls``: a list that gets the Python
+    calls of the transfer itself (``python_calls``)."""
     args = driver.new_args("PJRT_Client_BufferFromHostBuffer", client=driver.client,
                            data=ffi.cast("void*", array.ctypes.data), type=lib.PJRT_Buffer_Type_F32,
                            dims=ffi.new("int64_t[]", list(array.shape)), num_dims=array.ndim,
                            host_buffer_semantics=0, device=driver.device())
-    driver.invoke("PJRT_Client_BufferFromHostBuffer", args)
+    with python_calls() as seen:
+        driver.invoke("PJRT_Client_BufferFromHostBuffer", args)
+    if calls is not None:
+        calls.extend(seen)
     scope_event = args.done_with_host_buffer
     driver.call("PJRT_Event_Destroy", event=scope_event)
     return args.buffer
@@ -360,7 +372,8 @@ def test_destroyed_output_handles_are_reused_for_later_outputs_with_fresh_conten
         loaded = driver.compile(_double_plus_one, np.ones(3, np.float32))
         pointers = []
         for i in range(10):
-            x, _ = driver.buffer_from_host(np.full(3, i, np.float32))
+            with c_answers(False):  # an input of Python's: the execution is Python's too
+                x, _ = driver.buffer_from_host(np.full(3, i, np.float32))
             args = driver.execute_args(loaded, [[x]], 1)
             driver.invoke("PJRT_LoadedExecutable_Execute", args)
             out = args.output_lists[0][0]
@@ -385,3 +398,28 @@ def test_python_and_c_key_a_shape_alike():
         dims = ffi.new("int64_t[]", list(shape) or [0])
         assert shape_key(shape) == lib.pjrtkit_shape_key(len(shape), dims), shape
     assert len({shape_key(s) for s in [(2, 3), (3, 2), (6,), (6, 1), (1, 6)]}) == 5
+
+
+def test_a_cpu_client_answers_host_transfers_in_c_from_its_start():
+    """pjrtkit_cpu's payloads are host arrays (``PlatformInfo.host_payloads``): its devices'
+    memories are open to C when the client is made, before any native plan is installed (the
+    transfers of an eager loop's first calls), and the buffer C makes serves Python's paths."""
+    with AbiDriver.from_backend(load_backend("cpu")) as fresh, fresh.scope():
+        base = _bytes_in_use(fresh)
+        host = np.arange(6, dtype=np.float32).reshape(2, 3)
+        calls = []
+        buffer = _host_transfer(fresh, host, calls)
+        assert calls == [], calls
+        assert ffi.cast("pjrtkit_buffer*", buffer).native == 1
+        assert _bytes_in_use(fresh) == base + host.nbytes
+        np.testing.assert_array_equal(fresh.to_host(buffer), host)
+        loaded = fresh.compile(_double_plus_one, host)
+        (outputs,), (event,) = fresh.execute(loaded, [[buffer]], 1)
+        # Python adopted C's buffer and ran the program inline (pjrtkit_adopt_buffers): done
+        # on return, as the buffers Python makes allow; not queued to the device's worker.
+        assert event == COMPLETED_EVENT
+        assert fresh.await_event(event) is None
+        np.testing.assert_array_equal(fresh.to_host(outputs[0]), host * 2 + 1)
+        fresh.call("PJRT_Buffer_Destroy", buffer=buffer)
+        fresh.call("PJRT_Buffer_Destroy", buffer=outputs[0])
+        assert _bytes_in_use(fresh) == base

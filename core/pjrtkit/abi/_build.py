@@ -188,6 +188,7 @@ def _callback_prototypes(static: bool) -> str:
     lines.append(f"{storage}PJRT_Error* pjrtkit_execute_inline(void*, void**, size_t, "
                  f"PJRT_Buffer**, PJRT_Event**, PJRT_Buffer**, size_t, int*);")
     lines.append(f"{storage}int pjrtkit_prepare_native(void*, PJRT_Buffer* const*, size_t);")
+    lines.append(f"{storage}int pjrtkit_adopt_buffers(PJRT_Buffer* const*, size_t);")
     return "\n".join(lines)
 
 

@@ -55,7 +55,9 @@ def client_create(slot: int, args: Any) -> None:
                         backend.name, backend.platform_name, type(exc).__name__, exc)
         raise
     native.install_ledgers(client)  # memory counts the C execute path shares (abi/native.py)
-    a.set("client", CLIENTS.new(ClientRef(client, backend)))
+    ref = ClientRef(client, backend)
+    native.open_host_memories(ref)  # host transfers answered in C (PlatformInfo.host_payloads)
+    a.set("client", CLIENTS.new(ref))
 
 
 @pjrt_function("PJRT_Client_Destroy", never_fails=True)

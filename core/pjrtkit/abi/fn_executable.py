@@ -363,6 +363,28 @@ def prepare_native(loaded: Any, buffers: Any, num_args: int) -> int:
 _BUFFER_PTR = ffi.typeof("pjrtkit_buffer*")
 
 
+@ffi.def_extern(name="pjrtkit_adopt_buffers")
+def adopt_buffers(buffers: Any, count: int) -> int:
+    """Called by C before the inline execute path (pjrtkit_fast_paths.h) when some arguments
+    are buffers C made that have no Python object yet (a host transfer answered in C, an
+    output of the C execute path): adopt them (``native.adopt``). 1 when every argument has
+    one now, so C may hand the call to ``execute_inline_from_c``; 0: the general path serves
+    it (and reports whatever is wrong)."""
+    try:
+        for i in range(count):
+            c = ffi.cast(_BUFFER_PTR, buffers[i])
+            if c == NULL or c.head.kind != _BUFFER_KIND:
+                return 0
+            if c.head.ref == NULL:
+                if c.native != 1:
+                    return 0
+                native.adopt(buffers[i])
+        return 1
+    except BaseException as exc:  # noqa: BLE001 - nothing may escape into C
+        note_failure("PJRT_LoadedExecutable_Execute", exc, fatal_if_returned=False)
+        return 0
+
+
 @ffi.def_extern(name="pjrtkit_execute_inline")
 def execute_inline_from_c(loaded: Any, refs: Any, num_args: int, outputs_ptr: Any,
                           events_ptr: Any, destroyed: Any, num_destroyed: int,

@@ -301,12 +301,31 @@ def _try_install(ref: LoadedExecutableRef, state: NativeState) -> None:
     ref.c.native = c  # from now on C serves the calls it can
     # The plugin runs kernels on host payloads there: C may make the host transfers into these
     # memories too (PJRT_Client_BufferFromHostBuffer; adopt gives them the plugin's payload).
-    for (_, _, _, ledger, memory_ptr), (_, _, _, memory) in zip(outputs, plan.outputs):
-        devices = getattr(memory, "devices", ())
-        if len(devices) == 1 and devices[0] is plan.device:
-            c_memory = ffi.cast("pjrtkit_memory*", memory_ptr)
-            c_memory.device = c.device
-            lib.pjrtkit_memory_open(c_memory, ledger)
+    for _dtype, _shape, _nbytes, memory in plan.outputs:
+        _open_memory(ref.client, memory, plan.device)
+
+
+def open_host_memories(client_ref) -> None:
+    """For a plugin whose payloads are host arrays (``PlatformInfo.host_payloads``): C may make
+    the host transfers into every addressable device's default memory from now on, as it may
+    into a memory an installed native plan writes (``_try_install``)."""
+    backend = client_ref.backend
+    if not getattr(getattr(backend, "platform", None), "host_payloads", False):
+        return
+    for device in client_ref.obj.addressable_devices:
+        _open_memory(client_ref, device.default_memory, device)
+
+
+def _open_memory(client_ref, memory, device) -> None:
+    """C may make buffers in ``memory``, attached to ``device`` alone, counted in its C
+    ledger (nothing when it has none or serves several devices)."""
+    ledger = getattr(getattr(memory, "ledger", None), "c", None)
+    devices = getattr(memory, "devices", ())
+    if ledger is None or len(devices) != 1 or devices[0] is not device:
+        return
+    c_memory = ffi.cast("pjrtkit_memory*", client_ref.memory_ptr(memory))
+    c_memory.device = client_ref.device_ptr(device)
+    lib.pjrtkit_memory_open(c_memory, ledger)
 
 
 def _describe(value: Any, dtype: np.dtype, shape: tuple[int, ...], nbytes: int) -> None:

@@ -63,7 +63,9 @@ static void pjrtkit_drain_if_needed(void) {
 
 #define PJRTKIT_INLINE_MAX_ARGS 64
 
-/* 1 when the call has the shape execute_inline serves, with the inputs' Refs in `refs`. */
+/* 1 when the call has the shape execute_inline serves, with the inputs' Refs in `refs`; 2 when
+ * it has but some inputs are buffers C made that Python has not adopted yet (no Ref: a host
+ * transfer or an output of the C path), which Python adopts first (pjrtkit_adopt_buffers). */
 static int pjrtkit_inline_candidate(PJRT_LoadedExecutable_Execute_Args* args, void** refs) {
     typedef PJRT_LoadedExecutable_Execute_Args A;
     if (!pjrtkit_c_answers || args == NULL
@@ -78,13 +80,17 @@ static int pjrtkit_inline_candidate(PJRT_LoadedExecutable_Execute_Args* args, vo
     const PJRT_ExecuteOptions* o = args->options;
     if (o != NULL && (o->struct_size < PJRTKIT_FIELD_END(PJRT_ExecuteOptions, num_recv_ops)
                       || o->num_send_ops != 0 || o->num_recv_ops != 0)) return 0;
+    int adopt = 0;
     for (size_t i = 0; i < args->num_args; i++) {
         const pjrtkit_head* b = (const pjrtkit_head*)args->argument_lists[0][i];
-        /* (no Ref: an output of the C path Python has not adopted; the general path does) */
-        if (b == NULL || b->kind != PJRTKIT_KIND_BUFFER || b->ref == NULL) return 0;
+        if (b == NULL || b->kind != PJRTKIT_KIND_BUFFER) return 0;
+        if (b->ref == NULL) {
+            if (((const pjrtkit_buffer*)b)->native != 1) return 0;
+            adopt = 1;
+        }
         refs[i] = b->ref;
     }
-    return 1;
+    return adopt ? 2 : 1;
 }
 
 /* After the C execute path declined a call of an executable that has a native plan, with the
@@ -141,6 +147,13 @@ static PJRT_Error* pjrtkit_guarded_PJRT_LoadedExecutable_Execute(
             declined = 0;
             candidate = 0;
         }
+    }
+    if (candidate == 2) {  /* with the GIL: Python adopts C's buffers, then they have Refs */
+        const pjrtkit_head* e = (const pjrtkit_head*)args->executable;
+        candidate = e->ref != NULL
+            && pjrtkit_adopt_buffers(args->argument_lists[0], args->num_args)
+            ? pjrtkit_inline_candidate(args, refs) : 0;
+        if (candidate != 1) candidate = 0;
     }
     if (candidate) {
         /* The queued destroys go along (one crossing into Python instead of two). */

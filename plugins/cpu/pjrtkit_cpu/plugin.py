@@ -26,9 +26,11 @@ PLATFORM = "pjrtkit_cpu"
 
 @hookimpl
 def pjrtkit_platform():
-    # Host memory and XLA's CPU numerics: lax.platform_dependent takes its cpu branch.
+    # Host memory and XLA's CPU numerics: lax.platform_dependent takes its cpu branch. A
+    # payload is the host array itself (pjrtkit_transfer_to_device below): transfers in may
+    # be answered in C from the start.
     return PlatformInfo(name=PLATFORM, version=f"pjrtkit-cpu {__version__}",
-                        device_kind=DEVICE_KIND, like_platform="cpu")
+                        device_kind=DEVICE_KIND, like_platform="cpu", host_payloads=True)
 
 
 # -- topology -----------------------------------------------------------------------------------
