@@ -77,11 +77,11 @@ class Pool:
     """The objects the cases draw handles from, made once per child through the ABI."""
 
     def __init__(self, backend_name: str = "cpu"):
-        from pjrtkit.abi._cffi import ffi
+        from pjrtkit.abi._cffi import ffi, lib
         from pjrtkit.discovery import load_backend
         from pjrtkit.conformance.abi_driver import AbiDriver
 
-        self.ffi = ffi
+        self.ffi, self.lib = ffi, lib
         self.driver = d = AbiDriver.from_backend(load_backend(backend_name))
         d.initialize()
         self.arena = ffi.new("char[]", ARENA_BYTES)
@@ -145,11 +145,26 @@ class Pool:
 
     def destroy(self, handle: Any, kind: str) -> Any:
         """Destroy ``handle`` but keep its struct mapped; returns the now dead pointer."""
-        head = self.ffi.cast("pjrtkit_head*", handle)
-        if head.ref != self.ffi.NULL:
-            self._kept.append(self.ffi.from_handle(head.ref))
+        self.keep_mapped(handle)
         self.release(handle, kind)
         return handle
+
+    def keep_mapped(self, handle: Any) -> None:
+        """Keep ``handle``'s struct mapped after its destroy (the module docstring). A buffer C
+        made that Python has no object for yet (a host transfer or an output of the C execute
+        path) is adopted first: C frees the struct of a buffer it still owns at its destroy,
+        and a pointer to freed memory is the garbage address this harness does not draw."""
+        ffi = self.ffi
+        if handle == ffi.NULL:
+            return
+        head = ffi.cast("pjrtkit_head*", handle)
+        if head.ref == ffi.NULL and head.kind == self.lib.PJRTKIT_KIND_BUFFER \
+                and ffi.cast("pjrtkit_buffer*", handle).native == 1:
+            from pjrtkit.abi import native
+
+            native.adopt(handle)
+        if head.ref != ffi.NULL:
+            self._kept.append(ffi.from_handle(head.ref))
 
     # -- drawing ---------------------------------------------------------------------------
     def handle(self, draw, st, type_name: str) -> Any:
@@ -444,8 +459,8 @@ def lifetimes_case(pool: Pool, draw, st, record) -> str:
             b = pick(buffers)
             if b != ffi.NULL:
                 head = ffi.cast("pjrtkit_head*", b)
-                if step == "destroy_buffer" and head.ref != ffi.NULL and head.kind != 0:
-                    pool._kept.append(ffi.from_handle(head.ref))  # noqa: SLF001 - our pool
+                if step == "destroy_buffer" and head.kind != 0:
+                    pool.keep_mapped(b)
             name = "PJRT_Buffer_Destroy" if step == "destroy_buffer" else "PJRT_Buffer_Delete"
             error = d.take_error(d.function(name)(d.new_args(name, buffer=b)))
         elif step == "read_buffer":
