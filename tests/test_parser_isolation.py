@@ -167,21 +167,23 @@ def test_work_asked_for_meanwhile_runs_once_on_the_requesting_thread_while_the_c
 
 @pytest.mark.parametrize("devices", ["1", "4"])
 def test_a_client_of_several_devices_has_the_child_ready_the_partitioner(devices):
-    """With several devices the child readies XLA's partitioner in the background (one warm
-    request, answered at once, from a thread of its own: the plugin's meanwhile work is left
-    to the first compile's request); a sharded program then partitions as before. One device
-    asks for nothing."""
+    """With several devices the child readies XLA's partitioner in the background at the
+    client's first compile, not before (one warm request, answered at once, from a thread of
+    its own: the plugin's meanwhile work is left to the compile's own request); a sharded
+    program then partitions as before. One device asks for nothing."""
     script = textwrap.dedent("""
         import threading
         import jax, numpy as np
         from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
         from pjrtkit.stablehlo import isolation
         devices = jax.devices("pjrtkit_cpu")
+        assert isolation._warmed[0] == 1  # a client alone asks for nothing
+        seen = []
+        isolation.while_the_child_works(lambda: seen.append(threading.current_thread().name))
+        jax.jit(lambda v: v + 1)(jax.device_put(np.ones(3, np.float32), devices[0]))
         for thread in threading.enumerate():
             if thread.name == "pjrtkit-warm-partitioner":
                 thread.join(120)
-        seen = []
-        isolation.while_the_child_works(lambda: seen.append(threading.current_thread().name))
         mesh = Mesh(np.array(devices), ("x",))
         x = jax.device_put(np.arange(8.0, dtype=np.float32), NamedSharding(mesh, P("x")))
         total = jax.jit(lambda v: (v * 2).sum())(x)

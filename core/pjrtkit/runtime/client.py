@@ -75,9 +75,8 @@ class Client:
         self.executor = Executor(self.platform_name)
         self._topology_description = None
         # The program parser's child warms up while the user's program gets to its first
-        # compile (half a second of imports that the first compile would otherwise wait for),
-        # and with several devices readies XLA's partitioner too (a third of a second more).
-        isolation.start_parser(partitions_for=len(self.addressable_devices))
+        # compile (half a second of imports that the first compile would otherwise wait for).
+        isolation.start_parser()
 
     # -- devices ---------------------------------------------------------------------------------
     def lookup_device(self, device_id: int) -> Device:
@@ -174,6 +173,9 @@ class Client:
         return [self.lookup_device(i) for row in options.device_assignment for i in row]
 
     def compile(self, code: bytes, fmt: str, compile_options: bytes) -> LoadedExecutable:
+        # A client of several devices that compiles: the child readies XLA's partitioner
+        # meanwhile (a third of a second the first sharded compile would wait for; once).
+        isolation.warm_partitioner(len(self.addressable_devices))
         holder = {}
 
         def specs_for(options):

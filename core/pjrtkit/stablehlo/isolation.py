@@ -236,23 +236,28 @@ def _run_meanwhile() -> None:
             pass
 
 
-def start_parser(*, partitions_for: int = 1) -> None:
+def start_parser() -> None:
     """Start the parser child ahead of the first compile (nothing when parsing in-process or
-    when it runs already). ``partitions_for`` > 1 (a client of that many devices): the child
-    also readies XLA's partitioner for that many devices in the background, so that the first
-    sharded program's compile does not wait for it (``WarmPartitionerRequest``)."""
-    if not ENABLED:
+    when it runs already)."""
+    if ENABLED:
+        _PARSER.start()
+
+
+def warm_partitioner(num_devices: int) -> None:
+    """Have the child ready XLA's partitioner for ``num_devices`` devices in the background
+    (``WarmPartitionerRequest``), once per device count, so that the first sharded program's
+    compile does not wait for it. The runtime asks at a client's first compile (a client that
+    never compiles, a backend JAX started and the program does not use, pays nothing)."""
+    if not ENABLED or num_devices <= 1:
         return
-    _PARSER.start()
-    if partitions_for > 1:
-        with _warmed_lock:
-            if partitions_for <= _warmed[0]:
-                return
-            _warmed[0] = partitions_for
-        # The request waits for the child's start-up: on a thread of its own, never the
-        # client's (its reply comes as soon as the child reads it; the work goes on there).
-        threading.Thread(target=_warm_partitioner, args=(partitions_for,), daemon=True,
-                         name="pjrtkit-warm-partitioner").start()
+    with _warmed_lock:
+        if num_devices <= _warmed[0]:
+            return
+        _warmed[0] = num_devices
+    # The request waits for the child's start-up: on a thread of its own, never the
+    # compiling one (its reply comes as soon as the child reads it; the work goes on there).
+    threading.Thread(target=_warm_partitioner, args=(num_devices,), daemon=True,
+                     name="pjrtkit-warm-partitioner").start()
 
 
 _warmed = [1]  # the most devices a warm-up was asked for
