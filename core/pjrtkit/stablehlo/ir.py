@@ -134,18 +134,19 @@ class Program:
 def walk_ops(program: Program):
     """Every op of every function of ``program``, nested regions included."""
     for function in program.functions.values():
-        yield from _walk_region(function.body)
+        yield from walk_region(function.body)
 
 
 # Recursive helpers are module functions, not closures: a closure that calls itself is a
 # reference cycle (function -> cell -> function) that only the garbage collector frees, made
 # at every compile (JAX's core_test checks that a jit call leaves no cycles).
-def _walk_region(region: Region):
+def walk_region(region: Region):
+    """Every op of ``region``, nested regions included, each before the ops of its regions."""
     for block in region.blocks:
         for op in block.ops:
             yield op
             for inner in op.regions:
-                yield from _walk_region(inner)
+                yield from walk_region(inner)
 
 
 def with_function_bodies(program: Program, rewrite: Callable[[Region], Region]) -> Program:

@@ -58,8 +58,18 @@ def _rewrite(region: Region, renamed: dict[int, Value]) -> Region:
                     new is not old for new, old in zip(regions, op.regions)):
                 op = dataclasses.replace(op, operands=operands, regions=regions)
             ops.append(op)
-        same = len(ops) == len(block.ops) and all(a is b for a, b in zip(ops, block.ops))
-        blocks.append(block if same else Block(block.arguments, ops))
+        blocks.append(_block_with(block, ops))
+    return _region_with(region, blocks)
+
+
+def _block_with(block: Block, ops: list) -> Block:
+    """``block`` with ``ops`` (``block`` itself when they are its own)."""
+    same = len(ops) == len(block.ops) and all(a is b for a, b in zip(ops, block.ops))
+    return block if same else Block(block.arguments, ops)
+
+
+def _region_with(region: Region, blocks: list) -> Region:
+    """``region`` with ``blocks`` (``region`` itself when they are its own)."""
     if all(new is old for new, old in zip(blocks, region.blocks)):
         return region
     return Region(blocks)
@@ -160,8 +170,5 @@ def _drop_hints(region: Region) -> Region:
                 if any(new is not old for new, old in zip(regions, op.regions)):
                     op = dataclasses.replace(op, regions=regions)
             ops.append(op)
-        same = len(ops) == len(block.ops) and all(a is b for a, b in zip(ops, block.ops))
-        blocks.append(block if same else Block(block.arguments, ops))
-    if all(new is old for new, old in zip(blocks, region.blocks)):
-        return region
-    return Region(blocks)
+        blocks.append(_block_with(block, ops))
+    return _region_with(region, blocks)

@@ -49,7 +49,7 @@ import numpy as np
 
 from pjrtkit.semantics import dtypes as D
 from pjrtkit.stablehlo.ir import (Block, Op, Program, Region, TensorType, Value, fresh_value,
-                                  with_function_bodies)
+                                  walk_region, with_function_bodies)
 
 MULTIPLY_ADD = "pjrtkit_cpu.multiply_add"
 
@@ -124,7 +124,7 @@ def _called_inside_regions(program: Program) -> set[str]:
         for block in function.body.blocks:
             for op in block.ops:
                 for region in op.regions:
-                    found |= _calls(_walk(region))
+                    found |= _calls(walk_region(region))
     pending = list(found)
     while pending:
         function = program.functions.get(pending.pop())
@@ -153,7 +153,7 @@ def contract_block(block: Block) -> Block:
         for value in op.operands:
             uses[value.id] = uses.get(value.id, 0) + 1
         for region in op.regions:  # reads inside regions count too
-            for inner in _walk(region):
+            for inner in walk_region(region):
                 for value in inner.operands:
                     uses[value.id] = uses.get(value.id, 0) + 1
     constant = _constant_values(block)
@@ -227,14 +227,6 @@ def _reassociated(op: Op | None) -> bool:
 
 def _contractible(value) -> bool:
     return isinstance(value.type, TensorType) and value.type.dtype in contracted_dtypes()
-
-
-def _walk(region: Region):
-    for block in region.blocks:
-        for op in block.ops:
-            yield op
-            for inner in op.regions:
-                yield from _walk(inner)
 
 
 def reciprocal_program(program: Program) -> Program:

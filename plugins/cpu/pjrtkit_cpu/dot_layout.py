@@ -28,7 +28,7 @@ import dataclasses
 
 from pjrtkit.stablehlo.attributes import DotDimensionNumbers
 from pjrtkit.stablehlo.ir import (Block, Op, Program, Region, TensorType, fresh_value,
-                                  with_function_bodies)
+                                  walk_region, with_function_bodies)
 
 DOT = "stablehlo.dot_general"
 TRANSPOSE = "stablehlo.transpose"
@@ -62,7 +62,7 @@ def _block(block: Block) -> Block:
         for value in op.operands:
             uses.setdefault(value.id, []).append(op)
         for region in op.regions:  # a value read inside a region counts as a use
-            for inner in _walk(region):
+            for inner in walk_region(region):
                 for value in inner.operands:
                     uses.setdefault(value.id, []).append(inner)
     dots = {op.results[0].id: op for op in ops if op.name == DOT and len(op.results) == 1}
@@ -104,14 +104,6 @@ def _block(block: Block) -> Block:
         if new is not None:
             out.append(new)
     return Block(block.arguments, out)
-
-
-def _walk(region: Region):
-    for block in region.blocks:
-        for op in block.ops:
-            yield op
-            for inner in op.regions:
-                yield from _walk(inner)
 
 
 def _swapped(dot: Op, transpose: Op, results) -> Op | None:
