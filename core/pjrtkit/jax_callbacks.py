@@ -321,7 +321,11 @@ class HostBuffer:
     writeable = property(lambda self: bool(self._array.flags.writeable))
 
     def __array__(self, dtype=None, copy=None):
-        if copy or (dtype is not None and np.dtype(dtype) != self._array.dtype):
+        converts = dtype is not None and np.dtype(dtype) != self._array.dtype
+        if copy is False and converts:
+            raise ValueError(f"a {self._array.dtype} buffer cannot be read as {np.dtype(dtype)} "
+                             f"without a copy (copy=False)")
+        if copy or converts:
             return np.array(self._array, dtype=dtype, copy=True)
         return self._array
 

@@ -449,3 +449,17 @@ def test_buffer_callback_aliases_a_result_to_its_argument_and_reports_errors(dev
         assert "INTERNAL" in str(raised.value) and "buffer_callback" in str(raised.value)
     # The process lives on; the next execution succeeds (and is JAX's last runtime token).
     np.testing.assert_array_equal(np.asarray(jax.jit(fun)(x)), data + 1)
+
+
+def test_a_buffer_callback_buffer_follows_numpy_array_protocol():
+    # NumPy's __array__ protocol: the buffer itself when nothing changes (writes land in it),
+    # a copy when asked or converted, and ValueError for a conversion under copy=False.
+    from pjrtkit.jax_callbacks import HostBuffer
+
+    data = np.arange(6, dtype=np.float32).reshape(2, 3)
+    buffer = HostBuffer(data)
+    assert np.asarray(buffer) is data and buffer.writeable and buffer.shape == (2, 3)
+    assert np.array(buffer, copy=True) is not data
+    assert np.asarray(buffer, dtype=np.float64).dtype == np.float64
+    with pytest.raises(ValueError, match="copy=False"):
+        np.asarray(buffer, dtype=np.float64, copy=False)
