@@ -296,9 +296,11 @@ class LoadedExecutable:
     def execute_inline(self, arguments: list) -> tuple[list, Event] | None:
         """The common case of ``execute``, cheaply: one device, no donation, a cheap program,
         every input ready without error, the worker idle. Runs the program now, on the
-        caller's thread, and returns (outputs, completion event), both already complete (with
-        the hook's error, if it raised). Returns None, having done nothing, whenever any of
-        those conditions does not hold: then ``execute`` (the general path) must be used.
+        caller's thread, and returns (outputs, completion event), both already complete. When
+        the program ran and failed, raises that execution's error (the call's own, as XLA's
+        CPU client reports a failure it sees before returning). Returns None, having done
+        nothing, whenever any of those conditions does not hold: then ``execute`` (the general
+        path) must be used.
 
         No holds are taken: the execution is over before this returns, and the payloads it
         reads are referenced here meanwhile, so a concurrent delete cannot take them away.
@@ -327,20 +329,13 @@ class LoadedExecutable:
             self._speed.record(perf_counter() - started)
             if len(results) != 1 or len(results[0]) != len(outputs):
                 raise _wrong_output_count(self.executable)
-        except Exception as exc:  # noqa: BLE001 - delivered through the outputs' events
+        except Exception as exc:  # noqa: BLE001 - the call's error (see the docstring)
             for memory, nbytes, _array in allocations:
                 memory.freed(nbytes)
-            return self._failed_inline(execution_error(self.executable, exc))
+            raise execution_error(self.executable, exc)  # noqa: B904 - exc is its context
         client = self.client
         return [Buffer.computed(client, dtype, shape, nbytes, device, memory, payload, _DONE)
                 for (dtype, shape, nbytes, memory), payload in zip(outputs, results[0])], _DONE
-
-    def _failed_inline(self, error: PjrtError) -> tuple[list, Event]:
-        device, _specs, outputs = self._inline[:3]
-        failed = Event.completed(error)
-        return [Buffer(self.client, dtype, shape, device, memory, ready=failed,
-                       accounting="empty")
-                for dtype, shape, _nbytes, memory in outputs], failed
 
     @property
     def is_deleted(self) -> bool:
