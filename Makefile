@@ -46,7 +46,7 @@ SETS := $(patsubst constraints-jax%.txt,%,$(wildcard constraints-jax*.txt))
 # shared GPU lowering (gpu/, pjrtkit-gpu) is not a plugin: it is installed before them.
 PLUGINS := cpu $(filter-out cpu,$(sort $(notdir $(patsubst %/,%,$(dir $(wildcard plugins/*/pyproject.toml))))))
 
-$(STAMP): pyproject.toml setup.py tools/pyproject.toml $(CONSTRAINTS) gpu/pyproject.toml $(wildcard plugins/*/pyproject.toml) core/pjrtkit/abi/_build.py $(wildcard core/pjrtkit/abi/*.h)
+$(STAMP): pyproject.toml setup.py tools/pyproject.toml $(CONSTRAINTS) gpu/pyproject.toml $(wildcard plugins/*/pyproject.toml) core/pjrtkit/abi/_build.py $(wildcard core/pjrtkit/abi/*.h) core/pjrtkit/elementwise_vm/_build.py core/pjrtkit/elementwise_vm/vm.c core/pjrtkit/elementwise_vm/spellings.py
 	@$(PYTHON) -c "" >/dev/null 2>&1 || { echo "cannot run $(PYTHON); run: make PYTHON=/path/to/python$(if $(JAX),3.12,3.11)$(if $(JAX), JAX=$(JAX))"; exit 1; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(if $(strip $(TRITON)),sed 's/^triton==.*/triton==$(TRITON)/' $(CONSTRAINTS) > $(PIP_CONSTRAINTS))
@@ -290,4 +290,4 @@ jax-tests-multiprocess: $(JT_STAMP)
 		--json build/jax-tests/multiprocess.json $(JAX_TESTS_ARGS)
 
 clean:
-	rm -rf .venv .venv-jax* build core/*.egg-info gpu/*.egg-info tools/*.egg-info plugins/*/*.egg-info core/pjrtkit/abi/_pjrt_cffi*
+	rm -rf .venv .venv-jax* build core/*.egg-info gpu/*.egg-info tools/*.egg-info plugins/*/*.egg-info core/pjrtkit/abi/_pjrt_cffi* core/pjrtkit/elementwise_vm/_vm_cffi*

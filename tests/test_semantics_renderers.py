@@ -1,6 +1,6 @@
 """The drift test: every elementwise op x dtype of ``pjrtkit.semantics``, rendered by each code
-generator (the NumPy rules, the cpu plugin's Numba emitter, the GPU plugins' Triton emitter
-under Triton's interpreter), agrees with XLA's CPU backend in the same process, or the
+generator (the NumPy rules, the cpu plugin's Numba emitter, the core's elementwise VM, the GPU
+plugins' Triton emitter under Triton's interpreter), agrees with XLA's CPU backend in the same process, or the
 generator declines it with a reason naming the op and the dtype.
 
 Per dtype, one JAX program applies every op the semantics define on that dtype (each to
@@ -366,6 +366,38 @@ def test_triton_emitter_renders_or_declines_naming_op_and_dtype(dtype):
     for k, payload in zip(rendered, results):
         _check(case, case.labels[k], driver.to_host(payload), case.expected[k],
                "Triton emitter")
+
+
+@pytest.mark.parametrize("dtype", DTYPE_NAMES)
+def test_elementwise_vm_renders_or_declines_naming_op_and_dtype(dtype):
+    """Each op alone as a VM program over the case's arguments (read whole; the bool one as
+    well), run by the compiled VM itself (its C entry, as the core's C execute path calls it)."""
+    from pjrtkit import elementwise_vm
+    from pjrtkit.elementwise_vm._vm_cffi import ffi, lib
+
+    case = case_of(dtype)
+    inputs = [elementwise_vm.Input(v.type.dtype, False, argument=i)
+              for i, v in enumerate(case.inputs)]
+    arguments = [np.ascontiguousarray(a) for a in case.args]
+    ran = 0
+    for k in case.usable:
+        op = case.ops[k]
+        try:
+            program = elementwise_vm.render(Block(tuple(case.inputs), [op]), inputs,
+                                            [op.results[0].id], case.args[0].size)
+        except elementwise_vm.Declined as exc:
+            why = str(exc)
+            assert any(name in why for name in (op.name, _typed(op)[0])) or any(
+                v.type.dtype.name in why for v in (*op.operands, *op.results)), why
+            continue
+        result = np.empty_like(np.asarray(case.expected[k]))
+        pointers = ffi.new("void*[]", [ffi.cast("void*", a.ctypes.data) for a in arguments])
+        out = ffi.new("void*[]", [ffi.cast("void*", result.ctypes.data)])
+        assert lib.pjrtkit_vm_run(pointers, out, ffi.cast("void*", program.context)) == 0
+        _check(case, case.labels[k], result, case.expected[k], "elementwise VM")
+        ran += 1
+    if dtype in ("float32", "float64", "int32", "int64", "uint8", "bool"):
+        assert ran >= len(case.usable) // 2, (ran, len(case.usable))
 
 
 def test_every_generator_has_one_rule_per_op_of_the_semantics():

@@ -42,7 +42,9 @@ _PROBE = _COUNT_ABI_ENTRIES + """
 
 
 def _probe(run_python, **env):
-    out = run_python(_PROBE, **env)
+    # the Python inline path, not the C execute path (which the elementwise VM would give
+    # this program from its second call: tests/jax/test_native_execute.py)
+    out = run_python(_PROBE, PJRTKIT_CPU_ELEMENTWISE_VM="0", **env)
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -123,7 +125,7 @@ _TIMED_PROBE = _COUNT_ABI_ENTRIES + """
 """
 
 def test_what_runs_inline_follows_measured_time_not_the_estimate(run_python):
-    out = run_python(_TIMED_PROBE)
+    out = run_python(_TIMED_PROBE, PJRTKIT_CPU_ELEMENTWISE_VM="0")  # (see _probe)
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout.strip().splitlines()[-1])
     # Measured instant: every call inline, although the estimate says otherwise.

@@ -227,10 +227,10 @@ def test_an_error_from_the_kernel_makes_python_run_the_program(scenario):
         runs = []
         FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
         failing = FN(lambda a, o, c: runs.append(1) or 7)
-        f = jax.jit(lambda x: x - 3)
         x = jax.device_put(np.arange(5, dtype=np.float32), dev)
-        for _ in range(4): f(x).block_until_ready()
-        cache.wait_all(300)
+        # the failing kernel replaces the one the plugin hands over (the elementwise VM's,
+        # at once) before the first execution asks for it
+        f = jax.jit(lambda x: x - 3).lower(x).compile()
         for r in loaded_refs():
             whole = r.obj.executable.compiled.executable.whole
             whole._native = NativeKernel(ctypes.cast(failing, ctypes.c_void_p).value,
@@ -398,3 +398,57 @@ def test_waiting_for_and_reading_results_enter_no_python(scenario):
     assert result["calls"] == [], result
     assert result["same"] and result["python_same"], result
     assert result["dims"] == [[3, 4], "float32"], result
+
+
+def test_small_elementwise_programs_run_in_c_from_their_second_call_with_nothing_compiled(
+        scenario):
+    # The elementwise VM (pjrtkit.elementwise_vm): the kernel is handed over at the first
+    # execution, so the second call of each program is served in C, and no Numba loop is
+    # compiled for them. Each program's C answer is XLA's, bit for bit (float
+    # transcendentals within the dtype's tolerance), on the edge values of its dtype.
+    result = scenario("""
+        from pjrtkit.testing.tolerances import tolerance
+        nan, inf = float("nan"), float("inf")
+        f32 = np.array([0.0, -0.0, 1.5, -2.5, nan, inf, -inf, 3e38, 1e-40, 7.0], np.float32)
+        f64 = f32.astype(np.float64) * 1.25
+        i8 = np.array([-128, -1, 0, 1, 127, 5, -7, 64, 3, -3], np.int8)
+        u32 = np.array([0, 1, 2**31, 2**32 - 1, 7, 31, 32, 33, 5, 9], np.uint32)
+        i64 = np.array([-2**63, -1, 0, 1, 2**63 - 1, 3, -3, 10, -10, 7], np.int64)
+        b = np.array([True, False] * 5)
+        programs = {
+            "f32 chain": (lambda x: jnp.maximum(x * 0.5 + 1, -x) - jnp.minimum(x, 0.0), f32),
+            "f32 tanh exp": (lambda x: jnp.tanh(x) + jnp.exp(x * 0.01), f32),
+            "f32 to i32": (lambda x: x.astype(jnp.int32), f32),
+            "f64 divide sqrt": (lambda x: jnp.sqrt(jnp.abs(x)) / (x - 1.25), f64),
+            "i8 wrap": (lambda x: x * 3 + 100 - (-x), i8),
+            # (lax, not jnp.where or //: those are calls, which the plan keeps apart)
+            "i8 divide": (lambda x: jax.lax.div(x, jnp.int8(-1)) + jax.lax.rem(x, jnp.int8(3)),
+                          i8),
+            "u32 shifts": (lambda x: (x << 3) ^ (x >> 1) | jax.lax.shift_right_logical(x, x), u32),
+            "i64 compare select": (lambda x: jax.lax.select(x > 0, x, -x), i64),
+            "bool logic": (lambda x: ~x & (x | ~x), b),
+            "f32 compare to f64": (lambda x: jax.lax.select(x >= 1, x, x * 0).astype(jnp.float64),
+                                   f32),
+        }
+        report = {"served": {}, "same": {}}
+        with jax.enable_x64(True):
+            for name, (fn, a) in programs.items():
+                f = jax.jit(fn)
+                x = jax.device_put(a, dev)
+                f(x).block_until_ready()  # the first execution: Python, which installs the plan
+                before = native_executions()
+                ours = np.asarray(f(x))
+                report["served"][name] = native_executions() - before
+                theirs = np.asarray(f(jax.device_put(a, cpu)))
+                if ours.dtype.kind == "f" and "tanh" in name:
+                    rtol, atol = tolerance(ours.dtype)
+                    ok = np.allclose(ours, theirs, rtol=rtol, atol=atol, equal_nan=True)
+                else:
+                    ok = ours.dtype == theirs.dtype and ours.tobytes() == theirs.tobytes()
+                report["same"][name] = bool(ok)
+        report["compiles"] = cache.cache_sizes()["fused_compiles_started"]
+        print(json.dumps(report))
+    """)
+    assert all(result["same"].values()), result["same"]
+    assert all(n == 1 for n in result["served"].values()), json.dumps(result["served"])
+    assert result["compiles"] == 0, result

@@ -13,23 +13,38 @@ pointers C passes) and compiles the module in the background with the disk cache
 fused loop: at once for a group of fusion size, after ``COMPILE_AFTER_CALLS`` executions for a
 small one (a program run once or twice, the common case in tests and notebooks, never costs a
 compile). Until then, and whenever C declines, the ordinary plan runs.
+
+Before any compile, the core's elementwise VM (``pjrtkit.elementwise_vm``, C loops built at
+install time) runs the group when it can read it (every input read whole or as one scalar,
+every op in its table): the kernel is handed over at once, through a ``KernelCell``, and the
+Numba loop replaces it in that cell when its compile lands. A small group the VM runs is never
+compiled: its executions no longer reach Python to count towards ``COMPILE_AFTER_CALLS``, and
+it needs no compile to be answered in C (the first executions of an eager loop of jnp ops: no
+Numba import, no compile competing for the GIL). The VM computes float32 transcendentals
+through libm in float64 (as the NumPy kernels do), slower per element than the Numba loop's
+vectorized ones, which is why groups of fusion size still compile.
+``PJRTKIT_CPU_ELEMENTWISE_VM=0`` turns the VM off (every whole program waits for its compile).
 """
 from __future__ import annotations
 
 import dataclasses
+import os
 import threading
 
 import numpy as np
 
+from pjrtkit import elementwise_vm
 from pjrtkit.stablehlo.ir import TERMINATORS, Block, Program, Region, TensorType
 from pjrtkit.types import NativeKernel
 
-from pjrtkit_cpu.fusion import groups as fusion_groups
+from pjrtkit_cpu.contraction import MULTIPLY_ADD, contract_block
+from pjrtkit_cpu.fusion import codegen, groups as fusion_groups
 from pjrtkit_cpu.fusion.kernel import WHOLE_PROGRAM, FusedKernel
 from pjrtkit_cpu.fusion.rewrite import FUSED_OP, fuse_block
 
 # Executions of a small whole program before its kernel is compiled.
 COMPILE_AFTER_CALLS = 3
+VM_ENABLED = os.environ.get("PJRTKIT_CPU_ELEMENTWISE_VM", "1") not in ("", "0")
 
 
 def fuse_whole_program(program: Program) -> Program:
@@ -78,10 +93,10 @@ class WholeProgram:
     or after ``COMPILE_AFTER_CALLS`` executions) and hands it over as a ``NativeKernel``."""
 
     __slots__ = ("_kernel", "_source", "_signature", "_context", "_keep", "_calls", "_native",
-                 "_lock", "_started")
+                 "_lock", "_started", "_cell")
 
     def __init__(self, kernel: FusedKernel, source: str, signature: list, context: np.ndarray,
-                 keep: tuple, compile_now: bool):
+                 keep: tuple, compile_now: bool, vm: elementwise_vm.Program | None = None):
         self._kernel = kernel
         self._source = source
         self._signature = signature
@@ -91,12 +106,19 @@ class WholeProgram:
         self._native: NativeKernel | None = None
         self._lock = threading.Lock()
         self._started = False
+        self._cell = None
+        if vm is not None:  # answered in C from the first execution the core serves
+            self._cell = elementwise_vm.KernelCell(elementwise_vm.ADDRESS, vm.context, vm)
+            self._native = NativeKernel(address=self._cell.address,
+                                        argument_address=dense_address,
+                                        context=self._cell.context, keepalive=self._cell)
         if compile_now:
             self._start()
 
     def called(self) -> None:
-        """One more execution (the plan's); starts the compile at the threshold."""
-        if not self._started:
+        """One more execution (the plan's); starts the compile at the threshold (never for a
+        small program the VM runs)."""
+        if not self._started and self._cell is None:
             self._calls += 1
             if self._calls >= COMPILE_AFTER_CALLS:
                 self._start()
@@ -113,6 +135,10 @@ class WholeProgram:
             return  # logged by the cache; the plan keeps running
         native = future.result().py_func.__globals__.get("native")
         if native is None:
+            return
+        if self._cell is not None:  # the compiled loop replaces the VM's program
+            self._cell.publish(int(native.address), int(self._context.ctypes.data),
+                               (native, self._context, self._keep))
             return
         self._native = NativeKernel(address=int(native.address),
                                     argument_address=dense_address,
@@ -188,4 +214,33 @@ def whole_program_of(plan) -> WholeProgram | None:
     source, signature = claimed
     size = int(np.prod(op.attributes["shape"], dtype=np.int64))
     return WholeProgram(kernel, source + extra, signature, context, tuple(constants),
-                        compile_now=size >= fusion_groups.MIN_ELEMENTS)
+                        compile_now=size >= fusion_groups.MIN_ELEMENTS,
+                        vm=vm_program(plan, op, ins, outs, size))
+
+
+def vm_program(plan, op, ins, outs, size: int) -> elementwise_vm.Program | None:
+    """The whole program's fused op as a program of the core's elementwise VM, or None when
+    the VM cannot run it (an input read with strides, an op or dtype outside its table) or is
+    not built. Multiply-adds are contracted first, as the Numba loop's LLVM contracts them."""
+    if elementwise_vm.ADDRESS is None or not VM_ENABLED:
+        return None
+    arg_index = {slot: i for i, slot in enumerate(plan.arg_slots)}
+    inputs = []
+    for slot, value, (kind, _aligned) in zip(ins, op.operands, op.attributes["input_kinds"]):
+        if kind not in ("full", "scalar"):
+            return None
+        scalar = kind == "scalar"
+        if slot in arg_index:
+            inputs.append(elementwise_vm.Input(value.type.dtype, scalar, argument=arg_index[slot]))
+        else:
+            inputs.append(elementwise_vm.Input(value.type.dtype, scalar,
+                                               constant=plan.constants[slot]))
+    block = op.regions[0].entry
+    returned = next(inner for inner in block.ops if inner.name in TERMINATORS).operands
+    out_index = {slot: j for j, slot in enumerate(outs)}
+    outputs = [returned[out_index[slot]].id for slot in plan.result_slots]
+    try:
+        return elementwise_vm.render(contract_block(block), inputs, outputs, size,
+                                     absorbed=codegen.ABSORBED, multiply_add=MULTIPLY_ADD)
+    except elementwise_vm.Declined:
+        return None
