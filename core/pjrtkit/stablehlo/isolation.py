@@ -12,8 +12,9 @@ signal, and the next compile starts a fresh child.
 One child per process, started when the runtime creates a client (``start_parser``; it warms
 up, importing jaxlib's MLIR layer for about a quarter of a second, while the user's program
 gets to its first compile) or at the first compile, and kept; requests are serialized (the
-loader serializes parses anyway). The thread that waits for the child's first answers runs what
-plugins asked to do meanwhile (``while_the_child_works``: the cpu plugin's Numba imports). A
+loader serializes parses anyway). The thread that waits for the child's answer to the first
+request of at least ``MEANWHILE_MIN_BYTES`` runs what plugins asked to do meanwhile
+(``while_the_child_works``: the cpu plugin's Numba imports). A
 parse that outlasts ``PJRTKIT_PARSER_TIMEOUT_S`` (default 600) is stopped.
 ``PJRTKIT_ISOLATED_PARSER=0`` parses in-process instead (a damaged program can then abort or
 hang).
@@ -44,6 +45,11 @@ ENABLED = os.environ.get("PJRTKIT_ISOLATED_PARSER", "1") != "0"
 PARSE_TIMEOUT_S = float(os.environ.get("PJRTKIT_PARSER_TIMEOUT_S", "600"))
 
 _HEADER = struct.Struct("<Q")
+
+# Programs smaller than this do not run the tasks plugins queued (``while_the_child_works``):
+# their parse is too short to hide them (an eager jnp op's program is 1-2 KiB; a training
+# step's is tens of KiB).
+MEANWHILE_MIN_BYTES = 16 << 10
 
 
 def write_message(stream, payload: bytes) -> None:
@@ -97,7 +103,9 @@ class ParserProcess:
                 pass
 
     def parse(self, code: bytes | str) -> Program:
-        return self.request(code)
+        # a small program parses in milliseconds: the queued tasks wait for a larger one (or
+        # for the plugin needing their work), rather than delaying the first small compile
+        return self.request(code, meanwhile=len(code) >= MEANWHILE_MIN_BYTES)
 
     def request(self, request, *, meanwhile: bool = True):
         """Send one request (program bytes or text to parse, or a ``PartitionRequest``) and
