@@ -452,3 +452,33 @@ def test_small_elementwise_programs_run_in_c_from_their_second_call_with_nothing
     assert all(result["same"].values()), result["same"]
     assert all(n == 1 for n in result["served"].values()), json.dumps(result["served"])
     assert result["compiles"] == 0, result
+
+
+def test_a_large_group_runs_on_the_vm_until_its_numba_loop_replaces_it(scenario):
+    # A group of fusion size is compiled at once; meanwhile the C path runs it on the VM
+    # (through the cell), and the compiled loop takes the cell over when it lands.
+    result = scenario("""
+        from pjrtkit import elementwise_vm
+        from pjrtkit.testing.tolerances import tolerance
+        f = jax.jit(lambda x: jnp.tanh(x) * 2 + 1)
+        a = np.linspace(-3, 3, 1 << 15, dtype=np.float32)
+        x = jax.device_put(a, dev)
+        f(x).block_until_ready()
+        cells = [r.obj.executable.compiled.executable.whole._cell for r in loaded_refs()]
+        first = cells[0].current_address
+        vm = np.asarray(f(x))
+        cache.wait_all(300)
+        f(x).block_until_ready()
+        before = native_executions()
+        numba = np.asarray(f(x))
+        served = native_executions() - before
+        theirs = np.asarray(f(jax.device_put(a, cpu)))
+        rtol, atol = tolerance(np.dtype(np.float32))
+        print(json.dumps({"first_is_vm": first == elementwise_vm.ADDRESS,
+                          "replaced": cells[0].current_address != elementwise_vm.ADDRESS,
+                          "served": served,
+                          "vm_ok": bool(np.allclose(vm, theirs, rtol=rtol, atol=atol)),
+                          "numba_ok": bool(np.allclose(numba, theirs, rtol=rtol, atol=atol))}))
+    """)
+    assert result == {"first_is_vm": True, "replaced": True, "served": 1, "vm_ok": True,
+                      "numba_ok": True}, result

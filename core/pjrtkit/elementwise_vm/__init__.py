@@ -54,6 +54,12 @@ class KernelCell:
     def context(self) -> int:
         return int(self._cell.ctypes.data)
 
+    @property
+    def current_address(self) -> int:
+        """The address of the kernel calls run now (the last one published)."""
+        with self._lock:
+            return int(self._kept[-1][0][0])
+
     def publish(self, address: int, context: int, keepalive=None) -> None:
         pair = np.array([address, context], np.uint64)
         with self._lock:
