@@ -4,7 +4,8 @@ Every program below fuses (at least 2**14 elements) and has a new op chain (one 
 each needs a new Numba kernel (a new constant alone does not: constants are kernel arguments,
 see test_fusion_constants.py; nor a new length of a flat loop, its bounds are arguments too:
 test_a_flat_loop_of_another_length_reuses_its_kernel below), the case where Numba's
-never-freed machine code would grow the process without end. Run in a fresh interpreter, with small bounds, so the counts are this test's alone.
+never-freed machine code would grow the process without end. Run in a fresh interpreter, with
+small bounds, so the counts are this test's alone.
 """
 import json
 import os
