@@ -82,12 +82,6 @@ def single_threaded(parallel: bool = False):
                 _set([default for _, default in controllers])
 
 
-def parallel_now() -> bool:
-    """Whether an execution runs kernels on several threads of its own now (a lockstep launch
-    over several devices): then no loop or contraction widens (see ``single_threaded``)."""
-    return _parallel > 0
-
-
 @contextlib.contextmanager
 def wide(flops: float, call_flops: float | None = None):
     """More BLAS threads, inside an execution, for a contraction of ``flops`` made of BLAS

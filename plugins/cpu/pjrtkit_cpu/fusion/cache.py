@@ -40,7 +40,7 @@ from pjrtkit.fp_state import reset_thread
 
 log = logging.getLogger(__name__)
 
-_FORMAT_VERSION = "2"  # bump when the generated code's conventions change
+_FORMAT_VERSION = "1"  # bump when the generated code's conventions change
 _lock = threading.Lock()
 _executor: concurrent.futures.ThreadPoolExecutor | None = None
 _futures: collections.OrderedDict[str, concurrent.futures.Future] = collections.OrderedDict()
@@ -101,8 +101,7 @@ def report_fallback(chain: str, exc: BaseException, outcome: str) -> None:
 def compile_async(source: str, signature: list[tuple[np.dtype, int, bool]],
                   chain: str = "a fused loop") -> concurrent.futures.Future:
     """A Future of the Numba dispatcher for ``kernel`` in ``source``, compiled for
-    ``signature``: one (dtype, ndim, readonly) per argument, C-contiguous arrays (ndim 0: a
-    scalar of that dtype, such as a loop bound). The
+    ``signature``: one (dtype, ndim, readonly) per argument, all C-contiguous arrays. The
     dispatcher never compiles again afterwards (a call with other types raises TypeError).
     ``chain`` names what the loop computes (its ops and shape) in the one warning a failed
     compile gives (``report_fallback``)."""
@@ -221,8 +220,8 @@ def _compile(key: str, source: str, signature, chain: str):
         from numba import from_dtype, types
 
         module = _import_source(key, source)
-        argtypes = [types.Array(from_dtype(dtype), ndim, "C", readonly=readonly) if ndim
-                    else from_dtype(dtype) for dtype, ndim, readonly in signature]
+        argtypes = [types.Array(from_dtype(dtype), ndim, "C", readonly=readonly)
+                    for dtype, ndim, readonly in signature]
         dispatcher = module.kernel
         dispatcher.compile(types.void(*argtypes))
         dispatcher.disable_compile()

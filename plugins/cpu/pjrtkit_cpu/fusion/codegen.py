@@ -114,10 +114,8 @@ def _row_reduce_call(reduction: Reduction, buffer: str) -> str:
 def generate(shape: tuple[int, ...], inputs: list[InputKind], body: list[str],
              results: list[str], input_locals: list[str],
              reductions: dict[str, Reduction] | None = None) -> str:
-    """The module source defining ``kernel(in0, ..., out0, ..., lo, hi)``; every array
-    argument is flat and C-contiguous (a broadcast input holds its ``aligned`` shape
-    flattened); ``lo``, ``hi``: the range of the outer loop to run, in ``outer_units`` (a
-    split of the loop over threads, ``parallel``).
+    """The module source defining ``kernel(in0, ..., out0, ...)``; every argument is a flat
+    C-contiguous array (a broadcast input holds its ``aligned`` shape flattened).
 
     ``body`` are the statements of all ops (in order), reading ``input_locals[i]`` for input i
     and leaving each output's value in ``results[j]``. An output whose name is a key of
@@ -133,7 +131,7 @@ def generate(shape: tuple[int, ...], inputs: list[InputKind], body: list[str],
     """
     reductions = reductions or {}
     args = [f"in{i}" for i in range(len(inputs))] + [f"out{j}" for j in range(len(results))]
-    lines = [f"def kernel({', '.join([*args, 'lo', 'hi'])}):"]
+    lines = [f"def kernel({', '.join(args)}):"]
     ind = "    "
     for i, kind in enumerate(inputs):
         if kind.kind == "scalar":
@@ -144,45 +142,31 @@ def generate(shape: tuple[int, ...], inputs: list[InputKind], body: list[str],
         for i in broadcasts:
             lines.append(f"{ind}{input_locals[i]} = in{i}[0]")
         broadcasts = []
-    if _flat_loop(shape, inputs, reductions):
-        lines.append(f"{ind}for k in range(lo, hi):")
+    if not broadcasts and not reductions:
+        lines.append(f"{ind}for k in range({int(np.prod(shape))}):")
         pad = ind * 2
         lines.extend(f"{pad}{input_locals[i]} = in{i}[k]" for i, k in enumerate(inputs)
                      if k.kind == "full")
         lines.extend(pad + line for line in body)
         lines.extend(f"{pad}out{j}[k] = {name}" for j, name in enumerate(results))
         return module.kernel_module(lines)
-    n = shape[-1]
+    rows, n = int(np.prod(shape[:-1])), shape[-1]
     sources = [("array", f"in{i}") for i in range(len(inputs))]
     targets = [[("array", f"out{j}")] for j in range(len(results))]
     tile = 0 if reductions else _tile(shape, inputs)
     if tile:
-        lines.append(f"{ind}for rb in range(lo, hi, {tile}):")
+        lines.append(f"{ind}for rb in range(0, {rows}, {tile}):")
         lines.append(f"{ind * 2}for cb in range(0, {n}, {tile}):")
-        lines.append(f"{ind * 3}for r in range(rb, min(rb + {tile}, hi)):")
+        lines.append(f"{ind * 3}for r in range(rb, min(rb + {tile}, {rows})):")
         setup, row = stage_row(shape, inputs, body, results, input_locals, reductions, sources,
                                targets, ind * 4, columns=f"range(cb, min(cb + {tile}, {n}))")
     else:
-        lines.append(f"{ind}for r in range(lo, hi):")
+        lines.append(f"{ind}for r in range({rows}):")
         setup, row = stage_row(shape, inputs, body, results, input_locals, reductions, sources,
                                targets, ind * 2)
     lines[-1:-1] = [ind + line for line in setup]
     lines.extend(row)
     return module.kernel_module(lines)
-
-
-def _flat_loop(shape: tuple[int, ...], inputs: list[InputKind], reductions) -> bool:
-    """Whether ``generate``'s kernel is one flat loop over elements (else a loop over rows)."""
-    return not reductions and (len(shape) == 1 or not any(
-        k.kind in ("broadcast", "strided") for k in inputs))
-
-
-def outer_units(shape: tuple[int, ...], inputs: list[InputKind], reductions=None) -> int:
-    """The length of ``generate``'s outer loop (its ``hi`` for the whole group): elements for
-    a flat loop, rows otherwise."""
-    if _flat_loop(shape, inputs, reductions or {}):
-        return int(np.prod(shape))
-    return int(np.prod(shape[:-1]))
 
 
 # Rows and columns of a tile of a group that reads an input transposed. Row by row, such an

@@ -6,7 +6,7 @@ import numpy as np
 
 from pjrtkit.stablehlo.ir import TERMINATORS, Op
 
-from pjrtkit_cpu.fusion import cache, codegen, parallel
+from pjrtkit_cpu.fusion import cache, codegen
 from pjrtkit_cpu.loopnest import optable
 from pjrtkit_cpu.loopnest.values import INT_DTYPES, literal
 
@@ -99,9 +99,6 @@ def baked_literals(op: Op) -> list[tuple[int, object]]:
     return [(i, value) for i, value in literals if i in divisors]
 
 
-# The loop-bound arguments (lo, hi) every generated kernel ends with, in a compile signature.
-LOOP_BOUNDS = [(np.dtype(np.int64), 0, False)] * 2
-
 # Attribute of a fused op that is the whole of its program (``fusion.whole``): its kernel is
 # compiled when ``fusion.whole.WholeProgram`` says, with a C entry point added.
 WHOLE_PROGRAM = "whole_program"
@@ -111,8 +108,7 @@ class FusedKernel(cache.BackgroundCompiled):
     """Calls the fused loop once compiled, the unfused plan of the region before (or if the
     compile failed, or an input cannot be passed as a contiguous array)."""
 
-    __slots__ = ("_fallback", "_prepare", "_outputs", "_shape", "_deferred", "_chain",
-                 "units", "_size")
+    __slots__ = ("_fallback", "_prepare", "_outputs", "_shape", "_deferred", "_chain")
     # _outputs: (dtype, shape, size) per result: the group's shape, or a reduced one
 
     def __init__(self, op: Op, fallback):
@@ -122,24 +118,18 @@ class FusedKernel(cache.BackgroundCompiled):
         self._outputs = tuple((v.type.dtype, v.type.shape, int(np.prod(v.type.shape)))
                               for v in op.results)
         size = int(np.prod(shape))
-        self._size = size
         self._prepare = tuple(_preparer(kind, aligned, size)
                               for kind, aligned in op.attributes["input_kinds"])
-        # the kernel's outer loop: kernel(inputs..., outputs..., 0, units) runs it whole
-        parts = stage_parts(op)
-        self.units = codegen.outer_units(shape, parts[0], parts[4])
         signature = [(v.type.dtype, 1, True) for v in op.operands]
         signature += [(dtype, 1, False) for dtype, _, _ in self._outputs]
-        signature += LOOP_BOUNDS
         self._chain = chain_name(op)
-        source = codegen.generate(shape, *parts)
         if op.attributes.get(WHOLE_PROGRAM):
             # Compiled by whoever claims it (fusion.whole.WholeProgram), else at the first call.
             self._fast = self.future = None
-            self._deferred = (source, signature)
+            self._deferred = (kernel_source(op), signature)
         else:
             self._deferred = None
-            self._compile_in_background(source, signature, self._chain)
+            self._compile_in_background(kernel_source(op), signature, self._chain)
 
     def claim(self) -> tuple[str, list] | None:
         """A whole program's kernel (``WHOLE_PROGRAM``) is compiled by the caller from now on
@@ -162,8 +152,7 @@ class FusedKernel(cache.BackgroundCompiled):
             STATS["unfused"] += 1
             return self._fallback(*args)
         outs = [np.empty(size, dtype) for dtype, _, size in self._outputs]
-        parallel.run(fast, [*[prepare(a) for prepare, a in zip(self._prepare, args)], *outs],
-                     self.units, self._size)
+        fast(*[prepare(a) for prepare, a in zip(self._prepare, args)], *outs)
         STATS["fused"] += 1
         return tuple(o.reshape(shape) for o, (_, shape, _) in zip(outs, self._outputs))
 

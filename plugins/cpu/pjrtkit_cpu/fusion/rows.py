@@ -35,9 +35,9 @@ import numpy as np
 from pjrtkit.stablehlo.ir import (TERMINATORS, Block, Op, Region, TensorType, Value,
                                   clone_ops, free_uses, fresh_value, topological_order)
 
-from pjrtkit_cpu.fusion import cache, codegen, parallel
+from pjrtkit_cpu.fusion import cache, codegen
 from pjrtkit_cpu.fusion.groups import EFFECTFUL
-from pjrtkit_cpu.fusion.kernel import LOOP_BOUNDS, STATS as kernel_stats
+from pjrtkit_cpu.fusion.kernel import STATS as kernel_stats
 from pjrtkit_cpu.loopnest import module, optable
 from pjrtkit_cpu.loopnest.values import DTYPES, scalar_type
 
@@ -231,9 +231,8 @@ def _flat(shape) -> int:
 
 
 def kernel_source(op: Op, fused_op: str, stage_parts) -> str:
-    """Numba source of ``kernel(in0, ..., out0, ..., lo, hi)`` for the row program ``op``
-    (flat C-contiguous arrays; a per-row output holds one element per row), running rows
-    ``lo`` to ``hi - 1`` (``fusion.parallel``)."""
+    """Numba source of ``kernel(in0, ..., out0, ...)`` for the row program ``op`` (flat
+    C-contiguous arrays; a per-row output holds one element per row)."""
     shape = tuple(op.attributes["shape"])
     rows, n = _flat(shape[:-1]), shape[-1]
     block = op.regions[0].entry
@@ -331,9 +330,9 @@ def kernel_source(op: Op, fused_op: str, stage_parts) -> str:
         row[:0] = fetch
     args = [f"in{i}" for i in range(len(block.arguments))] + [
         f"out{j}" for j in range(len(terminator.operands))]
-    lines = [f"def kernel({', '.join([*args, 'lo', 'hi'])}):"]
+    lines = [f"def kernel({', '.join(args)}):"]
     lines.extend("    " + line for line in prologue)
-    lines.append("    for r in range(lo, hi):")  # rows lo..hi-1 (fusion.parallel)
+    lines.append(f"    for r in range({rows}):")
     lines.extend(row)
     return module.kernel_module(lines)
 
@@ -342,17 +341,14 @@ class RowKernel(cache.BackgroundCompiled):
     """Calls the row kernel once compiled, the fallback plan of the region before (or if the
     compile failed)."""
 
-    __slots__ = ("_fallback", "_outputs", "_rows", "_size")
+    __slots__ = ("_fallback", "_outputs")
 
     def __init__(self, op: Op, fallback, source: str):
         self._fallback = fallback  # (None until with_fallback: the compile is queued first)
         self._outputs = tuple((v.type.dtype, v.type.shape, _flat(v.type.shape))
                               for v in op.results)
-        shape = tuple(op.attributes["shape"])
-        self._rows, self._size = _flat(shape[:-1]), _flat(shape)
         signature = [(v.type.dtype, 1, True) for v in op.operands]
         signature += [(dtype, 1, False) for dtype, _, _ in self._outputs]
-        signature += LOOP_BOUNDS
         self._compile_in_background(source, signature, f"the row program {op.describe()}")
 
     def with_fallback(self, fallback) -> RowKernel:
@@ -365,8 +361,7 @@ class RowKernel(cache.BackgroundCompiled):
             STATS["fallback"] += 1
             return self._fallback(*args)
         outs = [np.empty(size, dtype) for dtype, _, size in self._outputs]
-        parallel.run(fast, [*[np.ascontiguousarray(a).reshape(-1) for a in args], *outs],
-                     self._rows, self._size)
+        fast(*[np.ascontiguousarray(a).reshape(-1) for a in args], *outs)
         STATS["rows"] += 1
         kernel_stats["fused"] += 1  # (a row program is a fused loop too)
         return tuple(o.reshape(shape) for o, (_, shape, _) in zip(outs, self._outputs))

@@ -203,7 +203,7 @@ def whole_program_of(plan) -> WholeProgram | None:
         "nbtypes.CPointer(nbtypes.voidptr), nbtypes.CPointer(nbtypes.voidptr)), cache=True, "
         'error_model="numpy", fastmath={"contract"})',
         "def native(args, outs, ctx):",
-        f"    kernel({', '.join(views)}, 0, {kernel.units})",
+        f"    kernel({', '.join(views)})",
         "    return 0",
         ""])
     context = np.array([a.__array_interface__["data"][0] for a in constants] or [0],
