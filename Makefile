@@ -80,7 +80,9 @@ TEST_WORKERS ?= 2
 # Tests marked `long` (whole example trainings, the faulty-backend conformance run, the benchmark
 # smoke run, short soak and fuzz campaigns, the 2- and 8-device program runs, the semantics'
 # every-op-and-dtype reach check, the native loop with random bits in branches, the
-# hanging-backend and lost-process runs) are left to `make test-long`, which CI runs.
+# hanging-backend and lost-process runs, and the rest of the slow parametrized sweeps, of which
+# make test keeps a representative part: tests/expansion_support.py's diagonal_sweep,
+# plugins/cpu/tests/dtype_sample.py) are left to `make test-long`, which CI runs.
 # `--dist loadgroup`: a module marked with an xdist_group runs on one worker (its module fixture
 # starts child interpreters once); it needs a pytest / pytest-xdist pair that still groups
 # (pytest 9.2 with xdist 3.8 does not: the constraints pin 9.1.1; tests/test_xdist_groups.py).

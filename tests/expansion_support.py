@@ -3,10 +3,12 @@ whole repository's tests are collected together): real JAX programs, expanded fo
 primitive set and run with the NumPy reference rules, next to XLA's CPU backend."""
 from __future__ import annotations
 
+import itertools
 import zlib
 
 import jax
 import numpy as np
+import pytest
 
 from pjrtkit import expansions
 from pjrtkit.lowering.plan import build_plan
@@ -68,3 +70,27 @@ def seeded_normal(name: str, shape, dtype) -> np.ndarray:
     if np.dtype(dtype).kind == "c":
         x = x + 1j * rng.normal(size=shape)
     return x.astype(dtype)
+
+
+def _param_id(value, name: str, index: int) -> str:
+    """The id pytest's parametrize gives ``value``, the ``index``-th of argument ``name``."""
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return str(value)
+    return getattr(value, "__name__", f"{name}{index}")
+
+
+def diagonal_sweep(names: str, *axes):
+    """``pytest.mark.parametrize(names, ...)`` over every combination of ``axes``, the ids those
+    of stacked ``parametrize`` decorators (the first axis first). The combinations on the sweep's
+    diagonal (the k-th value of each axis, k modulo its length, for k up to the longest axis:
+    every value of every axis at least once) run in ``make test``; the others are marked
+    ``long`` (``make test-long``, which CI runs)."""
+    argnames = [n.strip() for n in names.split(",")]
+    diagonal = {tuple(k % len(axis) for axis in axes) for k in range(max(map(len, axes)))}
+    params = []
+    for indexes in itertools.product(*(range(len(axis)) for axis in axes)):
+        values = [axis[i] for axis, i in zip(axes, indexes)]
+        ident = "-".join(_param_id(v, n, i) for v, n, i in zip(values, argnames, indexes))
+        marks = () if indexes in diagonal else (pytest.mark.long,)
+        params.append(pytest.param(*values, id=ident, marks=marks))
+    return pytest.mark.parametrize(names, params)

@@ -19,12 +19,16 @@ from pjrtkit.expansions.jax_impl.schur import complex_schur, eig, hessenberg, re
 from pjrtkit.testing.programs import run_on_xla_cpu
 from pjrtkit.testing.tolerances import assert_close
 
-from expansion_support import seeded_normal
+from expansion_support import diagonal_sweep, seeded_normal
 
 # Backward-stable algorithms agree with LAPACK to a few n * eps * ||A||.
 LOOSEN = 100.0
 CASES = [(np.float32, (5, 5)), (np.float64, (3, 4, 4)), (np.complex64, (6, 6)),
          (np.complex128, (2, 7, 7)), (np.float32, (1, 1)), (np.float64, (12, 12))]
+# The Schur forms and eig (a few seconds of compiles a case) run real, complex, batched and 1x1
+# in make test, the other three cases in make test-long (which CI runs).
+SAMPLED_CASES = [pytest.param(*case, marks=() if k in (0, 3, 4) else pytest.mark.long)
+                 for k, case in enumerate(CASES)]
 
 
 
@@ -54,7 +58,7 @@ def test_hessenberg_is_lapacks_packed_form(dtype, shape):
         assert_close(x, y, what=name, loosen=LOOSEN)
 
 
-@pytest.mark.parametrize("dtype, shape", CASES)
+@pytest.mark.parametrize("dtype, shape", SAMPLED_CASES)
 def test_complex_schur(dtype, shape):
     complex_dtype = np.result_type(dtype, np.complex64)
     a = seeded_normal(f"schur{shape}{dtype}", shape, complex_dtype)
@@ -71,7 +75,7 @@ def test_complex_schur(dtype, shape):
                  np.sort_complex(reference), what="eigenvalues", loosen=LOOSEN)
 
 
-@pytest.mark.parametrize("dtype, shape", CASES)
+@pytest.mark.parametrize("dtype, shape", SAMPLED_CASES)
 def test_eig_agrees_with_lapack(dtype, shape):
     a = seeded_normal(f"eig{shape}{dtype}", shape, dtype)
     values, left, right = _run(lambda x: eig(x, left=True, right=True), a)
@@ -112,8 +116,8 @@ def _real_schur_cases():
             "larger": rng.normal(size=(40, 40))}
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("case", sorted(_real_schur_cases()))
+# every case in make test, in one of the two dtypes (the other in make test-long)
+@diagonal_sweep("case, dtype", sorted(_real_schur_cases()), [np.float32, np.float64])
 def test_real_schur_form_is_a_real_schur_decomposition(case, dtype):
     """Francis' double-shift QR (``jax_impl.schur.real_schur``) on XLA's CPU backend: Z T Z^T
     gives A back, Z is orthogonal, T is quasi upper triangular with 2x2 blocks only for complex

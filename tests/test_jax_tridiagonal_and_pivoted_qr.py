@@ -16,7 +16,7 @@ from pjrtkit.expansions.jax_impl.tridiagonal import tridiagonal, tridiagonal_sol
 from pjrtkit.testing.programs import run_on_xla_cpu
 from pjrtkit.testing.tolerances import assert_close
 
-from expansion_support import seeded_normal
+from expansion_support import diagonal_sweep, seeded_normal
 
 # Householder reductions agree with LAPACK's to a few n * eps * ||A||.
 LOOSEN = 100.0
@@ -29,9 +29,9 @@ def _run(fn, *args):
         return run_on_xla_cpu(fn, args)
 
 
-@pytest.mark.parametrize("lower", [True, False])
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("shape", [(1, 1), (2, 2, 2), (4, 4), (10, 10)])
+# The sweeps run their diagonal in make test (every shape, dtype and flag at least once), the
+# rest of the product in make test-long (expansion_support.diagonal_sweep).
+@diagonal_sweep("shape, dtype, lower", [(1, 1), (2, 2, 2), (4, 4), (10, 10)], DTYPES, [True, False])
 def test_tridiagonal_is_lapacks_sytrd(shape, dtype, lower):
     a = seeded_normal(f"sytrd{shape}{dtype}{lower}", shape, dtype)
     ours = _run(lambda a: tridiagonal(a, lower=lower), a)
@@ -41,8 +41,7 @@ def test_tridiagonal_is_lapacks_sytrd(shape, dtype, lower):
         assert_close(x, y, what=name, loosen=LOOSEN)
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("shape", [(5, 5), (7, 4), (4, 7), (3, 1), (2, 6, 5)])
+@diagonal_sweep("shape, dtype", [(5, 5), (7, 4), (4, 7), (3, 1), (2, 6, 5)], DTYPES)
 def test_geqp3_is_lapacks(shape, dtype):
     a = seeded_normal(f"geqp3{shape}{dtype}", shape, dtype)
     jpvt = np.zeros((*shape[:-2], shape[-1]), np.int32)
@@ -67,9 +66,7 @@ def _dense(dl, d, du):
     return np.diag(d) + np.diag(dl[1:], -1) + np.diag(du[:-1], 1)
 
 
-@pytest.mark.parametrize("perturb", [False, True])
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("n", [1, 2, 3, 9])
+@diagonal_sweep("n, dtype, perturb", [1, 2, 3, 9], DTYPES, [False, True])
 def test_tridiagonal_solve_solves(n, dtype, perturb):
     dl, d, du = (seeded_normal(f"gtsv{n}{dtype}{part}", (2, n), dtype) for part in "lmu")
     b = seeded_normal(f"gtsvb{n}{dtype}", (2, n, 3), dtype)

@@ -48,6 +48,8 @@ def test_a_sort_longer_than_one_tile(agrees_with_xla):
     agrees_with_xla(lambda x: (jnp.sort(x), jnp.argsort(x)), x)
 
 
+@pytest.mark.long  # 15-20 s under Triton's interpreter; make test sorts uneven runs with ties
+# through merge passes in test_the_hardware_tile_and_block_sizes_sort_like_xla
 def test_merge_passes_keep_ties_in_order_over_uneven_runs(agrees_with_xla):
     # 1000 = 15 full tiles and a short one: pairs with a short or missing right run, and
     # 10 merge passes over values with hundreds of ties each

@@ -15,6 +15,11 @@ HERE = os.path.dirname(__file__)
 sys.path.insert(0, HERE)
 from one_device_programs import PROGRAMS  # noqa: E402 - the script beside this file
 
+# One xdist worker runs this module (make test passes `--dist loadgroup`): its module fixture
+# starts child interpreters, and each worker given some of its tests would start them all again.
+pytestmark = pytest.mark.xdist_group("test_one_device_sharding")
+
+
 @pytest.fixture(scope="module")
 def outcomes() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("JAX_PLATFORMS", "PJRTKIT_BACKENDS",

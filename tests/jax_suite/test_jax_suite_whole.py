@@ -33,6 +33,10 @@ MEASURED = textwrap.dedent('''
         assert False
 ''')
 NOTHING_PASSES = "def test_fails():\n    assert False\n"
+# One xdist worker runs this module (make test passes `--dist loadgroup`): its module fixture runs
+# the whole-suite runner (pytest processes on two backends), and each worker given some of its
+# tests would run it again.
+pytestmark = pytest.mark.xdist_group("test_jax_suite_whole")
 
 
 @pytest.fixture(scope="module")

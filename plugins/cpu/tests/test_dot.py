@@ -8,6 +8,8 @@ from jax import lax
 
 from pjrtkit.errors import Unimplemented
 
+from dtype_sample import sampled
+
 DTYPES = [np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32,
           np.uint64, np.float16, ml_dtypes.bfloat16, np.float32, np.float64]
 
@@ -45,7 +47,8 @@ DOTS = [
 ]
 
 
-@pytest.mark.parametrize("dtype", DTYPES, ids=ids(DTYPES))
+# dtype_sample's dtypes in make test, the others in make test-long
+@pytest.mark.parametrize("dtype", sampled(DTYPES), ids=ids(DTYPES))
 def test_dot_general(check, rng, dtype):
     operands = [(sample(rng, a, dtype), sample(rng, b, dtype)) for a, b, _ in DOTS]
     check(lambda ops: tuple(lax.dot_general(x, y, dims)

@@ -20,6 +20,8 @@ from pjrtkit import jax_compat
 
 from jax._src.core import ShapedArray  # noqa: E402  (no public constructor for avals)
 
+from dtype_sample import sampled
+
 BF16 = np.dtype(ml_dtypes.bfloat16)
 FLOATS = [np.dtype(np.float16), BF16, np.dtype(np.float32), np.dtype(np.float64)]
 SIGNED = [np.dtype(t) for t in (np.int8, np.int16, np.int32, np.int64)]
@@ -354,7 +356,8 @@ def _reducer(exponent_bits, mantissa_bits):
     return lambda v: as_bits(lax.reduce_precision(v, exponent_bits, mantissa_bits))
 
 
-@pytest.mark.parametrize("source", ALL, ids=lambda d: d.name)
+# make test converts from dtype_sample's sources to every dtype; make test-long from the others
+@pytest.mark.parametrize("source", sampled(ALL), ids=lambda d: d.name)
 def test_convert(check, rng, source):
     """``source`` to every dtype: float->int saturates, NaN -> 0, bf16 via f32."""
     xs = _convert_inputs(rng, source)

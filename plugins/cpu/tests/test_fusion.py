@@ -94,7 +94,11 @@ def test_float_to_int_conversion_saturates(check_fused, rng):
 
 # -- integers and bits ----------------------------------------------------------------------
 
-@pytest.mark.parametrize("dtype", [np.int8, np.int32, np.uint16, np.uint32, np.int64, np.uint64])
+# int8, uint32 and int64 in make test (one Numba compile each, a few seconds); int32, uint16 and
+# uint64 in make test-long, which CI runs
+@pytest.mark.parametrize("dtype", [np.int8, pytest.param(np.int32, marks=pytest.mark.long),
+                                   pytest.param(np.uint16, marks=pytest.mark.long), np.uint32,
+                                   np.int64, pytest.param(np.uint64, marks=pytest.mark.long)])
 def test_integer_wraparound_and_shifts(check_fused, rng, dtype):
     info = np.iinfo(dtype)
     a = rng.integers(info.min, info.max, (ROWS, COLS), dtype=dtype, endpoint=True)

@@ -136,8 +136,14 @@ def _same_bits_as_literal_kernel(registry, monkeypatch, fn, *args):
     return ours
 
 
-@pytest.mark.parametrize("dtype", FLOATS)
-@pytest.mark.parametrize("k", [np.nan, np.inf, -np.inf, -0.0, 0.0, 5e-324, 1e-45, 1e30])
+SPECIAL_FLOATS = [np.nan, np.inf, -np.inf, -0.0, 0.0, 5e-324, 1e-45, 1e30]
+
+
+# make test runs each constant in one of the two dtypes (float64's smallest subnormal in float64,
+# float32's in float32); make test-long, which CI runs, the other half
+@pytest.mark.parametrize("k, dtype", [
+    pytest.param(k, dtype, marks=() if dtype is FLOATS[i % 2] else pytest.mark.long)
+    for i, k in enumerate(SPECIAL_FLOATS) for dtype in FLOATS])
 def test_special_float_constants_give_the_literal_kernels_bits(registry, monkeypatch, rng,
                                                                check_fused, dtype, k):
     x = normal(rng, ROWS, COLS, dtype=dtype)
@@ -188,7 +194,11 @@ def test_a_compile_thread_started_by_a_flushing_thread_keeps_subnormal_literals(
     assert not np.isnan(np.asarray(ours[0])[0, :3]).any(), "the constant was read as zero"
 
 
-@pytest.mark.parametrize("dtype", INTS)
+# the narrowest and both 64-bit integers in make test (one Numba compile each); the other widths
+# in make test-long, which CI runs
+@pytest.mark.parametrize("dtype", [
+    pytest.param(d, marks=() if d in (np.int8, np.int64, np.uint64) else pytest.mark.long)
+    for d in INTS])
 def test_integer_extremes_give_the_literal_kernels_bits(registry, monkeypatch, rng,
                                                         check_fused, dtype):
     info = np.iinfo(dtype)

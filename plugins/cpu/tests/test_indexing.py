@@ -6,6 +6,9 @@ import numpy as np
 import pytest
 from jax import lax
 
+from dtype_sample import sampled
+
+# The per-dtype sweeps run dtype_sample's dtypes in make test, the others in make test-long.
 ALL_DTYPES = [np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32,
               np.uint64, np.float16, ml_dtypes.bfloat16, np.float32, np.float64]
 NUMERIC = [d for d in ALL_DTYPES if d is not np.bool_]
@@ -34,7 +37,7 @@ def gathers(x, i, j, k):
     ]
 
 
-@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("dtype", sampled(ALL_DTYPES), ids=lambda d: np.dtype(d).name)
 def test_gather_dtypes(check, rng, dtype):
     x = sample(rng, (5, 6, 4), dtype)
     i = rng.integers(0, 4, size=3).astype(np.int32)
@@ -66,7 +69,7 @@ def scatters(x, u, i, k):
     ]
 
 
-@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("dtype", sampled(ALL_DTYPES), ids=lambda d: np.dtype(d).name)
 def test_scatter_dtypes(check, rng, dtype):
     x = sample(rng, (5, 6), dtype)
     u = sample(rng, (3, 6), dtype)

@@ -6,6 +6,9 @@ import numpy as np
 import pytest
 from jax import lax
 
+from dtype_sample import sampled
+
+# The per-dtype sweeps run dtype_sample's dtypes in make test, the others in make test-long.
 ALL_DTYPES = [np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32,
               np.uint64, np.float16, ml_dtypes.bfloat16, np.float32, np.float64]
 NUMERIC = [d for d in ALL_DTYPES if d is not np.bool_]
@@ -44,7 +47,7 @@ REDUCTIONS = {
 }
 
 
-@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("dtype", sampled(ALL_DTYPES), ids=lambda d: np.dtype(d).name)
 def test_jnp_reductions(check, rng, dtype):
     # One program per dtype holding every reduction over every axis choice of every shape, so
     # the comparison with XLA costs one compile.
@@ -128,7 +131,7 @@ WINDOWS = [
 ]
 
 
-@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("dtype", sampled(ALL_DTYPES), ids=lambda d: np.dtype(d).name)
 def test_reduce_window(check, rng, dtype):
     x = sample(rng, (5, 7), dtype, special=True)
     # Non-identity inits: XLA folds the init in once and skips padding and dilation holes.
@@ -144,7 +147,7 @@ def test_reduce_window(check, rng, dtype):
     check(fn, x, *(init for _, init in ops))
 
 
-@pytest.mark.parametrize("dtype", NUMERIC, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("dtype", sampled(NUMERIC), ids=lambda d: np.dtype(d).name)
 def test_cumulative(check, rng, dtype):
     x = sample(rng, (4, 9), dtype)
     check(lambda x: [fn(x, axis=axis, reverse=reverse)

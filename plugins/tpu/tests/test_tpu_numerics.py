@@ -22,6 +22,10 @@ from pjrtkit_tpu.precision import on_vector_unit, passes_of, with_tpu_precision
 # different orders, so they agree to a few float32 ulps of the result's scale.
 SAME_PASSES = 2e-6
 
+# One xdist worker runs this module (make test passes `--dist loadgroup`): its module fixtures
+# start child interpreters, and each worker given some of its tests would start them all again.
+pytestmark = pytest.mark.xdist_group("test_tpu_numerics")
+
 
 @pytest.fixture(scope="module")
 def report():

@@ -20,6 +20,10 @@ from pjrtkit_tpu.topology import (DEFAULT_TOPOLOGY, configured_layout, parse_lay
 
 SCRIPT = str(HERE / "topology_cases.py")
 
+# One xdist worker runs this module (make test passes `--dist loadgroup`): its module fixture
+# starts child interpreters, and each worker given some of its tests would start them all again.
+pytestmark = pytest.mark.xdist_group("test_tpu_topology")
+
 
 @pytest.fixture(scope="module")
 def reports():
