@@ -22,7 +22,7 @@ import dataclasses
 import numpy as np
 
 from pjrtkit.elementwise_vm import spellings
-from pjrtkit.semantics import definitions, ops
+from pjrtkit.semantics import definitions, dtypes as D, ops
 from pjrtkit.semantics.scalar import Expr, Undefined, cast, schedule
 from pjrtkit.stablehlo.ir import TERMINATORS, Block, TensorType
 
@@ -34,7 +34,6 @@ MAX_REGISTERS = 96
 INSTRUCTION_WORDS = 8
 # Input sources (vm.c)
 _ARGUMENT, _ADDRESS, _IMMEDIATE = 0, 1, 2
-_F32, _F64 = np.dtype(np.float32), np.dtype(np.float64)
 _VIA_FLOAT64 = frozenset(t.name for t in ops.ELEMENTWISE.values()
                          if t.transcendental and not t.correctly_rounded)
 
@@ -89,10 +88,10 @@ def _spelled(node: Expr) -> bool:
 
 def _root(name: str, operand_dtypes, result_dtype, attributes) -> Expr:
     root = definitions.elementwise(name, operand_dtypes, result_dtype, attributes)
-    if (name in _VIA_FLOAT64 and np.dtype(result_dtype) == _F32
-            and all(np.dtype(d) == _F32 for d in operand_dtypes)):
-        wide = tuple(cast(a, _F64) for a in root.args)
-        root = cast(Expr(name, wide, _F64, root.attr), _F32)
+    if (name in _VIA_FLOAT64 and np.dtype(result_dtype) == D.FLOAT32
+            and all(np.dtype(d) == D.FLOAT32 for d in operand_dtypes)):
+        wide = tuple(cast(a, D.FLOAT64) for a in root.args)
+        root = cast(Expr(name, wide, D.FLOAT64, root.attr), D.FLOAT32)
     return root
 
 
