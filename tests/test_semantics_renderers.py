@@ -407,6 +407,13 @@ def test_elementwise_vm_renders_or_declines_naming_op_and_dtype(dtype):
         assert ran >= len(case.usable) // 2, (ran, len(case.usable))
 
 
+def test_the_elementwise_vm_s_layout_numbers_agree_with_its_build():
+    from pjrtkit.elementwise_vm import program
+    from pjrtkit.elementwise_vm._vm_cffi import lib
+
+    assert (lib.VM_VERSION, lib.VM_MAX_REGISTERS) == (program.VERSION, program.MAX_REGISTERS)
+
+
 def test_every_generator_has_one_rule_per_op_of_the_semantics():
     from pjrtkit_cpu.loopnest import optable
     from pjrtkit_gpu.elementwise_table import OPS

@@ -22,20 +22,20 @@ import dataclasses
 import numpy as np
 
 from pjrtkit.elementwise_vm import spellings
-from pjrtkit.semantics import definitions, dtypes as D, ops
-from pjrtkit.semantics.scalar import Expr, Undefined, cast, schedule
+from pjrtkit.reference.elementwise_numpy import widened_root
+from pjrtkit.semantics import definitions, ops
+from pjrtkit.semantics.scalar import Expr, Undefined, schedule
 from pjrtkit.stablehlo.ir import TERMINATORS, Block, TensorType
 
 RENDERER = "pjrtkit's elementwise VM"
 # The code layout's version and the registers of one program (inputs, constants and
-# temporaries; each holds one chunk): _build.py compiles the same numbers into vm.c.
+# temporaries; each holds one chunk): _build.py compiles the same numbers into vm.c (a test
+# checks they agree).
 VERSION = 1
 MAX_REGISTERS = 96
 INSTRUCTION_WORDS = 8
 # Input sources (vm.c)
 _ARGUMENT, _ADDRESS, _IMMEDIATE = 0, 1, 2
-_VIA_FLOAT64 = frozenset(t.name for t in ops.ELEMENTWISE.values()
-                         if t.transcendental and not t.correctly_rounded)
 
 
 class Declined(Exception):
@@ -84,15 +84,6 @@ def _spelled(node: Expr) -> bool:
         return False
     operands = spellings.SPELLED.get((_name(node), _typed(node).name, node.dtype.name))
     return operands is not None and operands == tuple(a.dtype.name for a in node.args)
-
-
-def _root(name: str, operand_dtypes, result_dtype, attributes) -> Expr:
-    root = definitions.elementwise(name, operand_dtypes, result_dtype, attributes)
-    if (name in _VIA_FLOAT64 and np.dtype(result_dtype) == D.FLOAT32
-            and all(np.dtype(d) == D.FLOAT32 for d in operand_dtypes)):
-        wide = tuple(cast(a, D.FLOAT64) for a in root.args)
-        root = cast(Expr(name, wide, D.FLOAT64, root.attr), D.FLOAT32)
-    return root
 
 
 class _Builder:
@@ -176,7 +167,7 @@ def render(block: Block, inputs: list[Input], outputs: list[int], size: int,
             raise Declined(f"{op.name} is not an elementwise op")
         name = op.name[len(ops.PREFIX):]
         try:
-            root = _root(name, dtypes, out, op.attributes)
+            root = widened_root(name, dtypes, out, op.attributes)
             order = schedule(root, _spelled, definitions.define, RENDERER)
         except Undefined as exc:
             raise Declined(str(exc)) from None

@@ -264,15 +264,21 @@ FLOAT32_VIA_FLOAT64 = frozenset(t.name for t in ops.ELEMENTWISE.values()
                                 if t.transcendental and not t.correctly_rounded)
 
 
-def numpy_kernel(name: str, operand_dtypes, result_dtype, attributes=None) -> Callable:
-    """A function of NumPy arrays computing StableHLO op ``name`` (short name) on operands of
-    ``operand_dtypes``; ``scalar.Undefined`` when it cannot be written."""
+def widened_root(name: str, operand_dtypes, result_dtype, attributes=None) -> Expr:
+    """The semantics' expression of op ``name``, a float32 transcendental computed in float64
+    and rounded once (the module docstring; the elementwise VM renders it so too)."""
     root = S.elementwise(name, operand_dtypes, result_dtype, attributes)
     if (name in FLOAT32_VIA_FLOAT64 and np.dtype(result_dtype) == D.FLOAT32
             and all(np.dtype(d) == D.FLOAT32 for d in operand_dtypes)):
-        # float32 transcendentals in float64, rounded once (see the module docstring)
         wide = tuple(cast(a, D.FLOAT64) for a in root.args)
         root = cast(Expr(name, wide, D.FLOAT64, root.attr), D.FLOAT32)
+    return root
+
+
+def numpy_kernel(name: str, operand_dtypes, result_dtype, attributes=None) -> Callable:
+    """A function of NumPy arrays computing StableHLO op ``name`` (short name) on operands of
+    ``operand_dtypes``; ``scalar.Undefined`` when it cannot be written."""
+    root = widened_root(name, operand_dtypes, result_dtype, attributes)
     order = schedule(root, lambda n: spelling(n) is not None, _define, RENDERER)
     return _evaluator(order, len(operand_dtypes))
 
