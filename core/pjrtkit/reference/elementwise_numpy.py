@@ -14,9 +14,12 @@ maximum/minimum and shifts: threefry's shift_left on 2**20 uint32 took 19 ms as 
 definition's five passes, 5 ms as one), with exactly the definition's results; the drift test
 (``tests/test_semantics_renderers.py``) holds every op and dtype to XLA.
 
-Two renderer choices, not semantics: float32 transcendentals run in float64 and round once
-(NumPy's float32 loops are up to 2.9 ulp off, more than XLA's CPU backend; float64's are within
-0.5 ulp after the rounding, docs/accuracy.md); and float16 ops that are one NumPy ufunc run on
+Two renderer choices, not semantics: float32 exp, log, log1p, expm1, tanh and logistic are the
+shared float32 expressions of ``pjrtkit.semantics.float32_functions`` (every code generator
+computes them so, so a program's bits do not change when its compiled loops land), and the other
+float32 transcendentals run in float64 and round once (NumPy's float32 loops are up to 2.9 ulp
+off, more than XLA's CPU backend; float64's are within 0.5 ulp after the rounding,
+docs/accuracy.md); and float16 ops that are one NumPy ufunc run on
 float16 itself (NumPy's float16 loops compute in float32 and round once, as the definition
 says), as do exact ops.
 """
@@ -26,7 +29,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from pjrtkit.semantics import definitions as S, dtypes as D, ops
+from pjrtkit.semantics import definitions as S, dtypes as D, float32_functions, ops
 from pjrtkit.semantics.scalar import Expr, cast, schedule
 
 RENDERER = "pjrtkit's NumPy rules"
@@ -177,10 +180,20 @@ _REAL_FLOATS = frozenset({D.FLOAT16, D.FLOAT32, D.FLOAT64})
 _WHOLE_INTS = D.INTS - D.NARROW_INTS
 _FLOATS_AND_COMPLEX = _REAL_FLOATS | D.COMPLEXES
 
+def multiply_add_float32(a, b, c):
+    """float32 ``a * b + c`` rounded once: the product is exact in float64, and the float64 sum
+    rounded to float32 is the fused result (but where that sum lands exactly halfway between two
+    float32 values without being exact, about once in 2**29)."""
+    wide = np.multiply(a, b, dtype=np.float64)
+    wide += c
+    return wide.astype(np.float32)
+
+
 # operation -> (the function, the dtypes of its first operand it takes)
 _UFUNCS: dict[str, tuple[Callable, frozenset]] = {
     "add": (np.add, _NUMBERS), "subtract": (np.subtract, _NUMBERS),
     "multiply": (np.multiply, _NUMBERS), "divide": (np.divide, _REAL_FLOATS),
+    "multiply_add": (multiply_add_float32, frozenset({D.FLOAT32})),
     "cdiv": (np.divide, D.COMPLEXES),
     "negate": (np.negative, _NUMBERS), "rem_trunc": (np.fmod, _WHOLE_INTS),
     "shl": (np.left_shift, _WHOLE_INTS), "lshr": (np.right_shift, D.UNSIGNED_INTS - D.NARROW_INTS),
@@ -259,17 +272,24 @@ def _constant(node: Expr):
         else np.asarray(node.attr, D.FLOAT32).astype(node.dtype)[()]
 
 
-# StableHLO ops whose float32 kernels compute in float64 and round once (the module docstring).
+# StableHLO ops whose float32 kernels compute in float64 and round once (the module docstring);
+# the shared float32 expressions (float32_functions) are not among them.
 FLOAT32_VIA_FLOAT64 = frozenset(t.name for t in ops.ELEMENTWISE.values()
-                                if t.transcendental and not t.correctly_rounded)
+                                if t.transcendental and not t.correctly_rounded
+                                and t.name not in float32_functions.FUNCTIONS)
 
 
 def widened_root(name: str, operand_dtypes, result_dtype, attributes=None) -> Expr:
-    """The semantics' expression of op ``name``, a float32 transcendental computed in float64
-    and rounded once (the module docstring; the elementwise VM renders it so too)."""
+    """The semantics' expression of op ``name``; a float32 transcendental is the shared float32
+    expression of ``pjrtkit.semantics.float32_functions`` where it has one (the compiled loops
+    compute the same bits), else computed in float64 and rounded once (the module docstring;
+    the elementwise VM renders it so too)."""
     root = S.elementwise(name, operand_dtypes, result_dtype, attributes)
-    if (name in FLOAT32_VIA_FLOAT64 and np.dtype(result_dtype) == D.FLOAT32
-            and all(np.dtype(d) == D.FLOAT32 for d in operand_dtypes)):
+    all_float32 = np.dtype(result_dtype) == D.FLOAT32 and all(
+        np.dtype(d) == D.FLOAT32 for d in operand_dtypes)
+    if all_float32 and name in float32_functions.FUNCTIONS:
+        return float32_functions.expression(name, root.args[0])
+    if name in FLOAT32_VIA_FLOAT64 and all_float32:
         wide = tuple(cast(a, D.FLOAT64) for a in root.args)
         root = cast(Expr(name, wide, D.FLOAT64, root.attr), D.FLOAT32)
     return root

@@ -200,6 +200,7 @@ SCALAR_OPS: dict[str, str] = {
     "add": "a + b: integers wrap (two's complement); floats round to nearest even",
     "subtract": "a - b: integers wrap; floats IEEE",
     "multiply": "a * b: integers wrap (the low bits of the product); floats IEEE",
+    "multiply_add": "a * b + c rounded once (C fma), floats",
     "divide": "a / b for floats (IEEE: x/0 is inf or NaN); defined for complex numbers",
     "cdiv": "complex a / b, exact for finite operands (NaN and infinities: see divide)",
     "negate": "-a: integers wrap (INT_MIN stays INT_MIN); floats flip the sign bit",

@@ -187,3 +187,53 @@ def test_loops_calling_them_are_vector_code(name):
 def test_codegen_table_names_these_functions():
     assert {op: fn.py_func.__name__ for op, fn in vecmath.FLOAT32_FUNCTIONS.items()} == \
         optable.FLOAT32_TRANSCENDENTALS
+
+
+
+_BIT_FOR_BIT = """
+import json, sys
+import numpy as np
+from numba import njit
+from pjrtkit.reference.elementwise_numpy import numpy_kernel
+from pjrtkit_cpu import vecmath
+X = np.load(sys.argv[1])
+report = {}
+for op, fn in sorted(vecmath.FLOAT32_FUNCTIONS.items()):
+    @njit(error_model="numpy", nogil=True, boundscheck=False, fastmath={"contract"})
+    def run(x, out):
+        for i in range(x.size):
+            out[i] = fn(x[i])
+    out = np.empty_like(X)
+    run(X, out)
+    with np.errstate(all="ignore"):
+        rendered = numpy_kernel(op, [np.float32], np.float32)(X)
+    same = (rendered.view(np.uint32) == out.view(np.uint32)) | (np.isnan(rendered)
+                                                                 & np.isnan(out))
+    wrong = np.flatnonzero(~same)[:3]
+    report[op] = [int((~same).sum()), X[wrong].tolist(), rendered[wrong].tolist(),
+                  out[wrong].tolist()]
+print(json.dumps(report))
+"""
+
+
+def test_fused_loops_compute_the_semantics_float32_functions_bit_for_bit(tmp_path):
+    """The NumPy renderer and the elementwise VM compute these ops as the semantics' shared
+    expressions (pjrtkit.semantics.float32_functions); fused loops call vecmath, compiled with
+    fastmath "contract" (module.NJIT), so LLVM fuses the multiply-adds of the inlined code
+    where the host has FMA. They must be the same bits, or a program's results change when its
+    fused loop lands. In a fresh process: Numba reuses a callee's code across callers compiled
+    with other fastmath flags (this module's plain loops), so only loops compiled as the fused
+    loops are may run there."""
+    import json
+    import subprocess
+    import sys
+
+    np.save(tmp_path / "x.npy", X)
+    done = subprocess.run([sys.executable, "-c", _BIT_FOR_BIT, str(tmp_path / "x.npy")],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert set(report) == set(vecmath.FLOAT32_FUNCTIONS)
+    wrong = {op: r for op, r in report.items() if r[0]}
+    assert not wrong, f"ops whose rendered bits differ from the fused loop's ([count, at, " \
+                      f"rendered, fused loop]): {wrong}"
