@@ -90,6 +90,7 @@ class _Builder:
     def __init__(self, inputs: list[Input]):
         self.inputs = []  # [source, value word, dtype code, scalar] per input register
         self.keep = []    # the constants' arrays the program points into
+        self.immediates: dict[tuple, tuple] = {}  # immediate row -> its register
         for i in inputs:
             self._input(i)
 
@@ -106,12 +107,17 @@ class _Builder:
             self.inputs.append([_ADDRESS, int(array.ctypes.data), code, int(i.scalar)])
 
     def immediate(self, value, dtype: np.dtype) -> tuple:
-        """A register holding the constant ``value`` (its bits in the code itself)."""
+        """A register holding the constant ``value`` (its bits in the code itself); one
+        register per distinct constant (the float32 functions repeat theirs)."""
         word = np.zeros(1, np.int64)
         raw = np.asarray(value, dtype).tobytes()
         word.view(np.uint8)[:len(raw)] = np.frombuffer(raw, np.uint8)
-        self.inputs.append([_IMMEDIATE, int(word[0]), spellings.DTYPE_CODE[dtype.name], 1])
-        return ("input", len(self.inputs) - 1)
+        row = [_IMMEDIATE, int(word[0]), spellings.DTYPE_CODE[dtype.name], 1]
+        key = tuple(row)
+        if key not in self.immediates:
+            self.inputs.append(row)
+            self.immediates[key] = ("input", len(self.inputs) - 1)
+        return self.immediates[key]
 
 
 def render(block: Block, inputs: list[Input], outputs: list[int], size: int,
