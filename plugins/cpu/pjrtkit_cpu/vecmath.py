@@ -22,6 +22,13 @@ bounds): see the ``MAX_ULP`` table.
 
 Every function is a plain ``@njit`` function of one float32 scalar returning float32, usable
 from any Numba code.
+
+These are the loops' rendering of ``pjrtkit.semantics.float32_functions`` (the expressions the
+NumPy rules and the elementwise VM compute): the same operations in the same order, so that a
+program computes the same bits before and after its loop lands. Loops compiled with fastmath
+"contract" (every fused and native loop) fuse the multiply-adds LLVM finds here; the expressions
+write those as ``multiply_add``. A change here must be made there too
+(``plugins/cpu/tests/test_vecmath.py`` compares them bit for bit).
 """
 from __future__ import annotations
 
