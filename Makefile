@@ -46,7 +46,7 @@ SETS := $(patsubst constraints-jax%.txt,%,$(wildcard constraints-jax*.txt))
 # shared GPU lowering (gpu/, pjrtkit-gpu) is not a plugin: it is installed before them.
 PLUGINS := cpu $(filter-out cpu,$(sort $(notdir $(patsubst %/,%,$(dir $(wildcard plugins/*/pyproject.toml))))))
 
-$(STAMP): pyproject.toml setup.py tools/pyproject.toml $(CONSTRAINTS) gpu/pyproject.toml $(wildcard plugins/*/pyproject.toml) core/pjrtkit/abi/_build.py $(wildcard core/pjrtkit/abi/*.h) core/pjrtkit/elementwise_vm/_build.py core/pjrtkit/elementwise_vm/vm.c core/pjrtkit/elementwise_vm/spellings.py
+$(STAMP): pyproject.toml setup.py tools/pyproject.toml $(CONSTRAINTS) gpu/pyproject.toml $(wildcard plugins/*/pyproject.toml) core/pjrtkit/abi/_build.py $(wildcard core/pjrtkit/abi/*.h) core/pjrtkit/elementwise_vm/_build.py core/pjrtkit/elementwise_vm/vm.c core/pjrtkit/elementwise_vm/spellings.py core/pjrtkit/elementwise_vm/float32_source.h
 	@$(PYTHON) -c "" >/dev/null 2>&1 || { echo "cannot run $(PYTHON); run: make PYTHON=/path/to/python$(if $(JAX),3.12,3.11)$(if $(JAX), JAX=$(JAX))"; exit 1; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(if $(strip $(TRITON)),sed 's/^triton==.*/triton==$(TRITON)/' $(CONSTRAINTS) > $(PIP_CONSTRAINTS))

@@ -414,6 +414,49 @@ def test_the_elementwise_vm_s_layout_numbers_agree_with_its_build():
     assert (lib.VM_VERSION, lib.VM_MAX_REGISTERS) == (program.VERSION, program.MAX_REGISTERS)
 
 
+def test_the_elementwise_vm_s_float32_functions_are_generated_from_the_semantics():
+    """float32_source.h (the C the VM is built with) is what the shared expressions give now,
+    and the VM spells exactly the shared functions."""
+    from pathlib import Path
+
+    from pjrtkit.elementwise_vm import program, spellings
+    from pjrtkit.semantics import float32_functions
+
+    header = Path(program.__file__).with_name("float32_source.h").read_text()
+    assert header == program.float32_c_source(), (
+        "float32_source.h is stale: regenerate it with pjrtkit.elementwise_vm.program."
+        "float32_c_source() and rebuild the VM")
+    assert sorted(spellings.FLOAT32_FUNCTIONS) == sorted(float32_functions.FUNCTIONS)
+
+
+def test_the_float32_functions_in_c_and_as_numpy_passes_agree():
+    """The NumPy renderer computes the shared float32 functions in C (the VM's generated
+    functions); without the VM it renders the same expression as NumPy passes. Both must give
+    the same bits (the passes' float32 multiply-add goes through float64 and may differ where
+    the float64 sum lands exactly halfway between two float32 values: about once in 2**29)."""
+    from pjrtkit.reference import elementwise_numpy
+    from pjrtkit.semantics import definitions, float32_functions
+    from pjrtkit.semantics.scalar import schedule
+
+    rng = np.random.default_rng(1)
+    x = np.concatenate([
+        np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-45, 1e-39, -1.0, -0.99999994, 88.8,
+                  -104.5, 0.625, 10.0, 3e38], np.float32),
+        (rng.standard_normal(50_000) * rng.choice([0.1, 1, 10, 80], 50_000)).astype(np.float32),
+        rng.integers(0, 2**32, 50_000, dtype=np.uint64).astype(np.uint32).view(np.float32)])
+    for name in sorted(float32_functions.FUNCTIONS):
+        compiled = elementwise_numpy.numpy_kernel(name, [np.float32], np.float32)
+        root = float32_functions.renderer_root(name, [np.float32], np.float32)
+        order = schedule(root, lambda n: elementwise_numpy.spelling(n) is not None,
+                         definitions.define, "test")
+        with np.errstate(all="ignore"):
+            in_c = compiled(x)
+            passes = elementwise_numpy.evaluator(order, 1)(x)
+        same = (in_c.view(np.uint32) == passes.view(np.uint32)) | (np.isnan(in_c)
+                                                                   & np.isnan(passes))
+        assert same.all(), (name, x[~same][:3], in_c[~same][:3], passes[~same][:3])
+
+
 def test_every_generator_has_one_rule_per_op_of_the_semantics():
     from pjrtkit_cpu.loopnest import optable
     from pjrtkit_gpu.elementwise_table import OPS

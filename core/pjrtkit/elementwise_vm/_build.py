@@ -5,7 +5,9 @@ Wired through ``setup.py`` (``cffi_modules``). To rebuild in place without pip::
     .venv/bin/python core/pjrtkit/elementwise_vm/_build.py
 
 The C loops are generated from ``spellings.TABLE`` (one ``case`` per operation, operand dtype
-and result dtype); ``vm.c`` is the interpreter around them.
+and result dtype); ``vm.c`` is the interpreter around them. ``float32_source.h`` holds the
+shared float32 functions as C, generated from their expressions (``program.float32_c_source``,
+committed because this script runs before pjrtkit's dependencies are importable).
 """
 from __future__ import annotations
 
@@ -79,7 +81,8 @@ void pjrtkit_vm_cell_store(uint64_t* cell, uint64_t pair);
 """
 
 SOURCE = ("#include <math.h>\n#include <stdint.h>\n#include <stdlib.h>\n#include <string.h>\n"
-          + _apply_source() + (HERE / "vm.c").read_text())
+          + (HERE / "float32_source.h").read_text() + _apply_source()
+          + (HERE / "vm.c").read_text())
 
 ffibuilder = cffi.FFI()
 ffibuilder.cdef(CDEF)

@@ -53,6 +53,11 @@ _RANGE = {
 }
 
 
+# The shared float32 functions (pjrtkit.semantics.float32_functions.FUNCTIONS; a test checks).
+FLOAT32_FUNCTIONS = ("exponential", "exponential_minus_one", "log", "log_plus_one", "logistic",
+                     "tanh")
+
+
 def _same(op: str, dtypes, expression: str, arity: int):
     return [(op, d, d, (d,) * arity, expression) for d in dtypes]
 
@@ -134,6 +139,10 @@ def _table() -> list[tuple[str, str, str, tuple[str, ...], str]]:
     # a * b + c rounded once (a contracted multiply-add, see program.py)
     rows += [("multiply_add", "float32", "float32", ("float32",) * 3, "fmaf(a, b, c)"),
              ("multiply_add", "float64", "float64", ("float64",) * 3, "fma(a, b, c)")]
+    # pjrtkit.semantics.float32_functions, each one C function generated from its expression
+    # through the rows above (float32_source.h; program.float32_c_source)
+    rows += [(f"float32_{name}", "float32", "float32", ("float32",), f"pjrtkit_f32_{name}(a)")
+             for name in FLOAT32_FUNCTIONS]
     return rows
 
 
@@ -142,6 +151,7 @@ OPS = tuple(sorted({row[0] for row in TABLE}))
 OPCODE = {name: code for code, name in enumerate(OPS)}
 # (operation, typed operand dtype, result dtype) -> operand dtypes
 SPELLED = {(op, typed, out): operands for op, typed, out, operands, _ in TABLE}
+EXPRESSION = {(op, typed, out): expression for op, typed, out, _, expression in TABLE}
 
 
 def case_key(op: str, typed: str, out: str) -> int:

@@ -58,7 +58,8 @@ int pjrtkit_vm_run(void* const* arguments, void* const* outputs, void* context) 
         width[i] = size;
         if (in[3]) {  /* one element for every index: fill the register once */
             base[i] = NULL;
-            for (int64_t k = 0; k < VM_CHUNK; k++) memcpy(registers[i] + k * size, p, size);
+            const int64_t used = n < VM_CHUNK ? n : VM_CHUNK;  /* the chunk never grows */
+            for (int64_t k = 0; k < used; k++) memcpy(registers[i] + k * size, p, size);
         } else {
             base[i] = p;
         }

@@ -29,8 +29,9 @@ from collections.abc import Callable
 
 import numpy as np
 
+from pjrtkit import elementwise_vm
 from pjrtkit.semantics import definitions as S, dtypes as D, float32_functions, ops
-from pjrtkit.semantics.scalar import Expr, cast, schedule
+from pjrtkit.semantics.scalar import Expr, schedule
 
 RENDERER = "pjrtkit's NumPy rules"
 
@@ -272,38 +273,20 @@ def _constant(node: Expr):
         else np.asarray(node.attr, D.FLOAT32).astype(node.dtype)[()]
 
 
-# StableHLO ops whose float32 kernels compute in float64 and round once (the module docstring);
-# the shared float32 expressions (float32_functions) are not among them.
-FLOAT32_VIA_FLOAT64 = frozenset(t.name for t in ops.ELEMENTWISE.values()
-                                if t.transcendental and not t.correctly_rounded
-                                and t.name not in float32_functions.FUNCTIONS)
-
-
-def widened_root(name: str, operand_dtypes, result_dtype, attributes=None) -> Expr:
-    """The semantics' expression of op ``name``; a float32 transcendental is the shared float32
-    expression of ``pjrtkit.semantics.float32_functions`` where it has one (the compiled loops
-    compute the same bits), else computed in float64 and rounded once (the module docstring;
-    the elementwise VM renders it so too)."""
-    root = S.elementwise(name, operand_dtypes, result_dtype, attributes)
-    all_float32 = np.dtype(result_dtype) == D.FLOAT32 and all(
-        np.dtype(d) == D.FLOAT32 for d in operand_dtypes)
-    if all_float32 and name in float32_functions.FUNCTIONS:
-        return float32_functions.expression(name, root.args[0])
-    if name in FLOAT32_VIA_FLOAT64 and all_float32:
-        wide = tuple(cast(a, D.FLOAT64) for a in root.args)
-        root = cast(Expr(name, wide, D.FLOAT64, root.attr), D.FLOAT32)
-    return root
-
-
 def numpy_kernel(name: str, operand_dtypes, result_dtype, attributes=None) -> Callable:
     """A function of NumPy arrays computing StableHLO op ``name`` (short name) on operands of
     ``operand_dtypes``; ``scalar.Undefined`` when it cannot be written."""
-    root = widened_root(name, operand_dtypes, result_dtype, attributes)
+    if elementwise_vm.ADDRESS is not None and elementwise_vm.is_float32_function(
+            name, operand_dtypes, result_dtype):
+        # the same expression compiled in C (one pass, not one NumPy pass per operation)
+        return elementwise_vm.float32_function_kernel(name)
+    root = float32_functions.renderer_root(name, operand_dtypes, result_dtype, attributes)
     order = schedule(root, lambda n: spelling(n) is not None, _define, RENDERER)
-    return _evaluator(order, len(operand_dtypes))
+    return evaluator(order, len(operand_dtypes))
 
 
-def _evaluator(order: list[Expr], arity: int) -> Callable:
+def evaluator(order: list[Expr], arity: int) -> Callable:
+    """A function of ``arity`` arrays running the scheduled operations ``order``."""
     root = order[-1]
     if root.op == "arg":  # the op is its operand (a convert to the same type): a copy
         return lambda *args: np.array(args[root.attr], copy=True)

@@ -29,7 +29,7 @@ import functools
 
 import numpy as np
 
-from pjrtkit.semantics import dtypes as D
+from pjrtkit.semantics import definitions as S, dtypes as D, ops
 from pjrtkit.semantics.scalar import (Expr, apply, bitcast, cast, const, eq, ge, gt, is_nan, le,
                                      logical_or, lt, select)
 
@@ -200,3 +200,26 @@ FUNCTIONS = {
 def expression(name: str, operand: Expr) -> Expr:
     """StableHLO op ``name`` on the float32 expression ``operand``."""
     return FUNCTIONS[name](operand)
+
+
+# StableHLO ops whose float32 kernels the renderers compute in float64 and round once (NumPy's
+# float32 loops are up to 2.9 ulp off, more than XLA's CPU backend; float64's are within 0.5
+# ulp after the rounding, docs/accuracy.md). The functions above are not among them.
+FLOAT32_VIA_FLOAT64 = frozenset(t.name for t in ops.ELEMENTWISE.values()
+                                if t.transcendental and not t.correctly_rounded
+                                and t.name not in FUNCTIONS)
+
+
+def renderer_root(name: str, operand_dtypes, result_dtype, attributes=None) -> Expr:
+    """The expression a host renderer (the NumPy rules, the elementwise VM) computes for
+    StableHLO op ``name``: the semantics' own, except float32 transcendentals: the shared
+    expressions above where they have one, else the op in float64 rounded once."""
+    root = S.elementwise(name, operand_dtypes, result_dtype, attributes)
+    all_float32 = np.dtype(result_dtype) == F32 and all(
+        np.dtype(d) == F32 for d in operand_dtypes)
+    if all_float32 and name in FUNCTIONS:
+        return expression(name, root.args[0])
+    if all_float32 and name in FLOAT32_VIA_FLOAT64:
+        wide = tuple(cast(a, D.FLOAT64) for a in root.args)
+        root = cast(Expr(name, wide, D.FLOAT64, root.attr), F32)
+    return root

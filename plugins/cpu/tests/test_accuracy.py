@@ -11,7 +11,7 @@ fused loops to them bit for bit), within XLA's worst case + 0.5 like the others.
 import numpy as np
 import pytest
 
-from pjrtkit.reference.elementwise_numpy import FLOAT32_VIA_FLOAT64
+from pjrtkit.semantics.float32_functions import FLOAT32_VIA_FLOAT64
 
 from pjrtkit_cpu import accuracy as A
 
