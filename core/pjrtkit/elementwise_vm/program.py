@@ -239,7 +239,9 @@ def float32_c_source() -> str:
     for name in sorted(float32_functions.FUNCTIONS):
         root = renderer_root(name, [np.float32], np.float32)
         order = schedule(root, _spelled, definitions.define, RENDERER)
-        lines.append(f"static inline float pjrtkit_f32_{name}(float x0) {{")
+        # a copy for CPUs with FMA (fmaf one instruction, not a libm call), chosen at load
+        lines.append(f'__attribute__((target_clones("fma", "default"))) '
+                     f"static float pjrtkit_f32_{name}(float x0) {{")
         value: dict[int, str] = {}
         for k, node in enumerate(order):
             if node.op == "arg":
