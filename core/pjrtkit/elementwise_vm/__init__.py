@@ -21,9 +21,8 @@ import threading
 
 import numpy as np
 
-from pjrtkit.elementwise_vm.program import (Declined, Input, Program, is_float32_function,
-                                            render, render_expression, render_float32_function)
-from pjrtkit.semantics.scalar import Expr
+from pjrtkit.elementwise_vm.program import (Declined, Input, Program, render,
+                                            render_float32_function)
 
 try:
     from pjrtkit.elementwise_vm._vm_cffi import ffi as _ffi, lib as _lib
@@ -72,28 +71,24 @@ class KernelCell:
                                        int(pair.ctypes.data))
 
 
-class ExpressionKernel:
-    """A function of NumPy arrays (equal shapes, the dtypes it was made for) computing a scalar
-    expression element by element in C (the GIL released): the NumPy renderer's kernel for
-    expressions whose many operations would each be a NumPy pass."""
+class Float32FunctionKernel:
+    """One of the shared float32 functions (``float32_functions.FUNCTIONS``) as a function of a
+    float32 NumPy array, run in C with the GIL released: the NumPy renderer's kernel for them
+    (their expressions as NumPy passes would be one pass per operation)."""
 
-    def __init__(self, program: Program, arg_dtypes, result_dtype):
-        self._code = program.code
-        self._keepalive = program.keepalive
-        self._arg_dtypes = [np.dtype(d) for d in arg_dtypes]
-        self._result_dtype = np.dtype(result_dtype)
+    def __init__(self, name: str):
+        if ADDRESS is None:
+            raise RuntimeError("pjrtkit's elementwise VM is not built")
+        program = render_float32_function(name)
+        self._code, self._keepalive = program.code, program.keepalive
 
-    def __call__(self, *args):
-        arrays = [np.ascontiguousarray(a, dtype=d) for a, d in zip(args, self._arg_dtypes)]
-        shape = arrays[0].shape
-        if any(a.shape != shape for a in arrays):
-            shape = np.broadcast_shapes(*(a.shape for a in arrays))
-            arrays = [np.ascontiguousarray(np.broadcast_to(a, shape)) for a in arrays]
-        out = np.empty(shape, self._result_dtype)
+    def __call__(self, x):
+        x = np.ascontiguousarray(x, dtype=np.float32)
+        out = np.empty(x.shape, np.float32)
         code = self._code.copy()  # its element count is this call's
         code[1] = out.size
         # cffi's views of the buffers: numpy's .ctypes.data costs about 3 us each
-        status = _lib.pjrtkit_vm_run(_ffi.new(_POINTERS, [_ffi.from_buffer(a) for a in arrays]),
+        status = _lib.pjrtkit_vm_run(_ffi.new(_POINTERS, [_ffi.from_buffer(x)]),
                                      _ffi.new(_POINTERS, [_ffi.from_buffer(out)]),
                                      _ffi.from_buffer(code))
         if status:
@@ -102,23 +97,5 @@ class ExpressionKernel:
         return out
 
 
-def expression_kernel(root: Expr, arg_dtypes) -> ExpressionKernel | None:
-    """``root`` as an ``ExpressionKernel``, or None where the VM is not built or declines it."""
-    if ADDRESS is None:
-        return None
-    try:
-        return ExpressionKernel(render_expression(root, arg_dtypes), arg_dtypes, root.dtype)
-    except Declined:
-        return None
-
-
-def float32_function_kernel(name: str) -> ExpressionKernel:
-    """Shared float32 function ``name`` (``is_float32_function``) over a float32 array, in C."""
-    if ADDRESS is None:
-        raise RuntimeError("pjrtkit's elementwise VM is not built")
-    return ExpressionKernel(render_float32_function(name), [np.float32], np.float32)
-
-
-__all__ = ["ADDRESS", "Declined", "ExpressionKernel", "Input", "KernelCell", "Program",
-           "expression_kernel", "float32_function_kernel", "is_float32_function", "render",
-           "render_expression", "render_float32_function"]
+__all__ = ["ADDRESS", "Declined", "Float32FunctionKernel", "Input", "KernelCell", "Program",
+           "render", "render_float32_function"]

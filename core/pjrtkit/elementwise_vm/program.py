@@ -24,7 +24,7 @@ import numpy as np
 
 from pjrtkit.elementwise_vm import spellings
 from pjrtkit.semantics import definitions, float32_functions, ops
-from pjrtkit.semantics.float32_functions import renderer_root
+from pjrtkit.semantics.float32_functions import is_float32_function, renderer_root
 from pjrtkit.semantics.scalar import Expr, Undefined, schedule
 from pjrtkit.stablehlo.ir import TERMINATORS, Block, TensorType
 
@@ -206,12 +206,6 @@ def _emit_expression(b: _Builder, emit, root: Expr, operands: list[tuple]) -> tu
 FUNCTION_PREFIX = "float32_"
 
 
-def is_float32_function(name: str, operand_dtypes, result_dtype) -> bool:
-    """Whether StableHLO op ``name`` on these dtypes is one of the shared float32 functions."""
-    return name in float32_functions.FUNCTIONS and np.dtype(result_dtype) == np.float32 and all(
-        np.dtype(d) == np.float32 for d in operand_dtypes)
-
-
 def render_float32_function(name: str) -> Program:
     """The one-instruction program computing shared float32 function ``name`` (its element
     count, code word 1, is 0, for the caller to set)."""
@@ -271,25 +265,6 @@ def float32_c_source() -> str:
             value[id(node)] = target
         lines += [f"    return {value[id(order[-1])]};", "}"]
     return "\n".join(lines) + "\n"
-
-
-def render_expression(root: Expr, arg_dtypes) -> Program:
-    """The VM program computing the scalar expression ``root`` element by element over its
-    arguments (argument k has ``arg_dtypes[k]``, one element per index); its element count
-    (code word 1) is 0, for the caller to set. Raises ``Declined``."""
-    b = _Builder([Input(np.dtype(d), False, argument=k) for k, d in enumerate(arg_dtypes)])
-    steps: list[tuple] = []
-
-    def emit(op: str, typed, out, operands) -> tuple:
-        key = (op, np.dtype(typed).name, np.dtype(out).name)
-        if key not in spellings.SPELLED:
-            raise Declined(f"{RENDERER} has no loop for {op} on {key[1]}")
-        result = ("temp", len(steps) + 1)
-        steps.append((*key, tuple(operands), result))
-        return result
-
-    result = _emit_expression(b, emit, root, [("input", k) for k in range(len(arg_dtypes))])
-    return _assemble(b, steps, [result], 0)
 
 
 def _assemble(b: _Builder, steps, results, size: int) -> Program:

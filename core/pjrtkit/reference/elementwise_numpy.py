@@ -276,10 +276,10 @@ def _constant(node: Expr):
 def numpy_kernel(name: str, operand_dtypes, result_dtype, attributes=None) -> Callable:
     """A function of NumPy arrays computing StableHLO op ``name`` (short name) on operands of
     ``operand_dtypes``; ``scalar.Undefined`` when it cannot be written."""
-    if elementwise_vm.ADDRESS is not None and elementwise_vm.is_float32_function(
+    if elementwise_vm.ADDRESS is not None and float32_functions.is_float32_function(
             name, operand_dtypes, result_dtype):
         # the same expression compiled in C (one pass, not one NumPy pass per operation)
-        return elementwise_vm.float32_function_kernel(name)
+        return elementwise_vm.Float32FunctionKernel(name)
     root = float32_functions.renderer_root(name, operand_dtypes, result_dtype, attributes)
     order = schedule(root, lambda n: spelling(n) is not None, _define, RENDERER)
     return evaluator(order, len(operand_dtypes))

@@ -210,16 +210,21 @@ FLOAT32_VIA_FLOAT64 = frozenset(t.name for t in ops.ELEMENTWISE.values()
                                 and t.name not in FUNCTIONS)
 
 
+def is_float32_function(name: str, operand_dtypes, result_dtype) -> bool:
+    """Whether StableHLO op ``name`` on these dtypes is one of the shared float32 functions."""
+    return name in FUNCTIONS and np.dtype(result_dtype) == F32 and all(
+        np.dtype(d) == F32 for d in operand_dtypes)
+
+
 def renderer_root(name: str, operand_dtypes, result_dtype, attributes=None) -> Expr:
     """The expression a host renderer (the NumPy rules, the elementwise VM) computes for
     StableHLO op ``name``: the semantics' own, except float32 transcendentals: the shared
     expressions above where they have one, else the op in float64 rounded once."""
     root = S.elementwise(name, operand_dtypes, result_dtype, attributes)
-    all_float32 = np.dtype(result_dtype) == F32 and all(
-        np.dtype(d) == F32 for d in operand_dtypes)
-    if all_float32 and name in FUNCTIONS:
+    if is_float32_function(name, operand_dtypes, result_dtype):
         return expression(name, root.args[0])
-    if all_float32 and name in FLOAT32_VIA_FLOAT64:
+    if name in FLOAT32_VIA_FLOAT64 and np.dtype(result_dtype) == F32 and all(
+            np.dtype(d) == F32 for d in operand_dtypes):
         wide = tuple(cast(a, D.FLOAT64) for a in root.args)
         root = cast(Expr(name, wide, D.FLOAT64, root.attr), F32)
     return root
