@@ -63,3 +63,26 @@ def assert_close(actual, expected, *, what: str = "result", loosen: float = 1.0,
         wide_expected = expected.astype(np.float64) if expected.dtype.kind != "c" else expected
     np.testing.assert_allclose(wide_actual, wide_expected, rtol=rtol * loosen, atol=atol * loosen,
                                equal_nan=True, err_msg=what)
+
+
+def assert_close_to_scale(actual, expected, *, what: str = "result") -> None:
+    """``assert_close`` for results that are sums of many terms of mixed sign (a transform, a
+    long contraction): their rounding error is relative to the result's scale, not to each
+    element, so an element that cancels to near zero carries the absolute error of the large
+    ones. The absolute tolerance is the dtype's relative one times the largest magnitude of
+    ``expected``; exact dtypes stay exact."""
+    expected_array = np.asarray(expected)
+    rtol, _ = tolerance(expected_array.dtype)
+    if rtol == 0 or expected_array.size == 0:
+        assert_close(actual, expected, what=what)
+        return
+    actual_array = np.asarray(actual)
+    assert actual_array.dtype == expected_array.dtype, \
+        f"{what}: dtype {actual_array.dtype} != {expected_array.dtype}"
+    assert actual_array.shape == expected_array.shape, \
+        f"{what}: shape {actual_array.shape} != {expected_array.shape}"
+    finite = np.isfinite(expected_array)
+    scale = float(np.abs(expected_array[finite]).max()) if finite.any() else 0.0
+    np.testing.assert_allclose(actual_array, expected_array, rtol=rtol, atol=rtol * scale,
+                               equal_nan=True, err_msg=f"{what} (absolute tolerance "
+                               f"{rtol:g} x largest magnitude {scale:g})")
