@@ -14,7 +14,7 @@ from pjrtkit import expansions
 from pjrtkit.expansions.fft import DENSE_MAX, expand_fft
 from pjrtkit.stablehlo.ir import Op, TensorType, Value, walk_ops
 from pjrtkit.testing.programs import lower_program, run_on_xla_cpu
-from pjrtkit.testing.tolerances import assert_close_to_scale
+from pjrtkit.testing.tolerances import assert_close
 
 from expansion_support import primitives, run_expanded, seeded_normal
 
@@ -38,7 +38,7 @@ def _agrees(name, fn, x):
     # the absolute rounding of the large ones (jaxlib 0.12's DUCC and ours differ by 5e-6 on an
     # element of 0.16 in a length-1000 rfft whose largest is 89: 6e-8 of the scale).
     for i, (a, r) in enumerate(zip(ours, reference)):
-        assert_close_to_scale(a, r, what=f"{name} output {i}")
+        assert_close(a, r, what=f"{name} output {i}", to_scale=True)
 
 
 # 1, 5, 16: dense; 18, 64, 1000: mixed radix; 17, 37, 289 = 17^2: Bluestein; 34: mixed radix

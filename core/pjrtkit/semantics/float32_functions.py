@@ -210,10 +210,13 @@ FLOAT32_VIA_FLOAT64 = frozenset(t.name for t in ops.ELEMENTWISE.values()
                                 and t.name not in FUNCTIONS)
 
 
+def _all_float32(operand_dtypes, result_dtype) -> bool:
+    return np.dtype(result_dtype) == F32 and all(np.dtype(d) == F32 for d in operand_dtypes)
+
+
 def is_float32_function(name: str, operand_dtypes, result_dtype) -> bool:
     """Whether StableHLO op ``name`` on these dtypes is one of the shared float32 functions."""
-    return name in FUNCTIONS and np.dtype(result_dtype) == F32 and all(
-        np.dtype(d) == F32 for d in operand_dtypes)
+    return name in FUNCTIONS and _all_float32(operand_dtypes, result_dtype)
 
 
 def renderer_root(name: str, operand_dtypes, result_dtype, attributes=None) -> Expr:
@@ -223,8 +226,7 @@ def renderer_root(name: str, operand_dtypes, result_dtype, attributes=None) -> E
     root = S.elementwise(name, operand_dtypes, result_dtype, attributes)
     if is_float32_function(name, operand_dtypes, result_dtype):
         return expression(name, root.args[0])
-    if name in FLOAT32_VIA_FLOAT64 and np.dtype(result_dtype) == F32 and all(
-            np.dtype(d) == F32 for d in operand_dtypes):
+    if name in FLOAT32_VIA_FLOAT64 and _all_float32(operand_dtypes, result_dtype):
         wide = tuple(cast(a, D.FLOAT64) for a in root.args)
         root = cast(Expr(name, wide, D.FLOAT64, root.attr), F32)
     return root

@@ -36,12 +36,16 @@ def tolerance(dtype) -> tuple[float, float]:
 
 
 def assert_close(actual, expected, *, what: str = "result", loosen: float = 1.0,
-                 reduced_precision: bool = False) -> None:
+                 reduced_precision: bool = False, to_scale: bool = False) -> None:
     """Assert ``actual`` matches ``expected`` (the XLA CPU result) in dtype, shape and value.
 
     ``loosen`` multiplies the tolerance; callers that pass it say why in a comment.
     ``reduced_precision``: the result came from contractions on bfloat16 operands (a TPU's
     DEFAULT precision); float32 and complex64 are compared at bfloat16's tolerance.
+    ``to_scale``: for results that are sums of many terms of mixed sign (a transform, a long
+    contraction), whose rounding error is relative to the result's scale, not to each element
+    (an element that cancels to near zero carries the absolute error of the large ones): the
+    absolute tolerance is the relative one times the largest finite magnitude of ``expected``.
     """
     actual = np.asarray(actual)
     expected = np.asarray(expected)
@@ -61,28 +65,10 @@ def assert_close(actual, expected, *, what: str = "result", loosen: float = 1.0,
     with np.errstate(invalid="ignore"):  # NaN payloads warn when widened; they compare as NaN
         wide_actual = actual.astype(np.float64) if actual.dtype.kind != "c" else actual
         wide_expected = expected.astype(np.float64) if expected.dtype.kind != "c" else expected
+    if to_scale and expected.size:
+        finite = np.isfinite(expected)
+        atol = rtol * (float(np.abs(expected[finite]).max()) if finite.any() else 0.0)
+        what = f"{what} (absolute tolerance {rtol * loosen:g} x the largest magnitude)"
     np.testing.assert_allclose(wide_actual, wide_expected, rtol=rtol * loosen, atol=atol * loosen,
                                equal_nan=True, err_msg=what)
 
-
-def assert_close_to_scale(actual, expected, *, what: str = "result") -> None:
-    """``assert_close`` for results that are sums of many terms of mixed sign (a transform, a
-    long contraction): their rounding error is relative to the result's scale, not to each
-    element, so an element that cancels to near zero carries the absolute error of the large
-    ones. The absolute tolerance is the dtype's relative one times the largest magnitude of
-    ``expected``; exact dtypes stay exact."""
-    expected_array = np.asarray(expected)
-    rtol, _ = tolerance(expected_array.dtype)
-    if rtol == 0 or expected_array.size == 0:
-        assert_close(actual, expected, what=what)
-        return
-    actual_array = np.asarray(actual)
-    assert actual_array.dtype == expected_array.dtype, \
-        f"{what}: dtype {actual_array.dtype} != {expected_array.dtype}"
-    assert actual_array.shape == expected_array.shape, \
-        f"{what}: shape {actual_array.shape} != {expected_array.shape}"
-    finite = np.isfinite(expected_array)
-    scale = float(np.abs(expected_array[finite]).max()) if finite.any() else 0.0
-    np.testing.assert_allclose(actual_array, expected_array, rtol=rtol, atol=rtol * scale,
-                               equal_nan=True, err_msg=f"{what} (absolute tolerance "
-                               f"{rtol:g} x largest magnitude {scale:g})")
