@@ -39,7 +39,7 @@ define install_gloo
 endef
 SETS := $(patsubst constraints-jax%.txt,%,$(wildcard constraints-jax*.txt))
 
-.PHONY: test-long test-many-processes demo test lint install wheels bench accuracy dtype-sweep conformance conformance-pages gpu-compile-report gpu-device-check gpu-device-carry fuzz soak clean jax-tests-env jax-tests jax-tests-all jax-tests-ci jax-tests-multiprocess
+.PHONY: test-long test-long-sweeps test-many-processes demo test lint install wheels bench accuracy dtype-sweep conformance conformance-pages gpu-compile-report gpu-device-check gpu-device-carry fuzz soak clean jax-tests-env jax-tests jax-tests-all jax-tests-ci jax-tests-multiprocess
 
 # Every plugin in the repository (a directory under plugins/ with a pyproject.toml) is installed
 # and measured by `make conformance`; the cpu plugin first, since others may import it. The
@@ -94,6 +94,12 @@ test: $(STAMP)
 
 test-long: $(STAMP)
 	$(PYTEST_RUN) -m "long and not many_processes"
+
+# The part of make test-long that is the rest of a parametrized sweep (mark long_sweep, set by
+# conftest.py): every dtype, shape and device count that make test samples. CI runs it on the
+# newest JAX set, where the lowering differs; make test-long (all of it) runs on the pinned set.
+test-long-sweeps: $(STAMP)
+	$(PYTEST_RUN) -m "long_sweep and not many_processes"
 
 # Jobs of 4 processes per backend (tests/distributed: every collective and dtype, the
 # multi-process example); CI runs the 2-process ones (make test, make test-long).
