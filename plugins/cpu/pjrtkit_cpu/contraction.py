@@ -11,8 +11,8 @@ rounding: a ``stablehlo.add``/``subtract`` of a ``stablehlo.multiply`` becomes o
 
 What LLVM contracts there, measured against XLA (jax 0.10.2, random elements, bit for
 bit): a multiply feeding the add or subtract, on either side (``c - a * b`` is
-``fma(-a, b, c)``; when both operands are multiplies, the left one, unless the right one is a
-product XLA's simplifier rewrote, see ``REASSOCIATED``); never a product with other uses
+``fma(-a, b, c)``, and a negated product too: ``a - (-(b * c))`` is ``fma(b, c, a)``; when
+both operands are multiplies, see below); never a product with other uses
 (``(a * b + c) * (a * b)`` rounds ``a * b``); never where every input is known at compile
 time (constants, iotas: LLVM folds those one op at a time, e.g. jnp.linspace's
 ``1 - iota / 49``). XLA's
@@ -28,17 +28,21 @@ to float16 before the add (measured on an AMD EPYC, znver4, 2026-11-27: every on
 ``a * b + c``, ``a + b + c`` and ``a * b * c`` rounded per op, none kept in float32), and
 nothing is contracted (``float16_contracted``).
 
-Not matched: which of two multiplies XLA contracts when both feed one add depends on the
-operand order of its optimized HLO (``jax.vmap(jnp.linspace)`` contracts the right one where
-``a * b + c * d`` contracts the left); this pass takes the left one. Nor where LLVM unrolls a
+Which of two multiplies feeding one add is contracted: LLVM's choice, modelled (``_ranks``,
+``_right_first``: the product XLA's simplifier rewrote, ``REASSOCIATED``, else the one of
+lower rank, else the left; a subtract's left) and measured on random expressions (most agree
+with XLA; those that do not now give one result at every call). Not matched: a
+product of loop invariants in a loop body, which XLA hoists out of the loop before LLVM sees it
+(so rounds it) while our loops contract it; multiplies of negated operands, which LLVM's
+instruction combiner rewrites before choosing. Nor where LLVM unrolls a
 short loop and folds a multiply by a constant away: ``jnp.histogram(x, 3)``'s edges (a
 3-element linspace) differ by one ulp for about half of all inputs, as before this pass.
 
 Applied to the top-level blocks of the entry function and of the functions only they call,
-and to the unfused fallback of fused loops (``lowering/fused.py``), so that a program gives the
-same bits before and after its loop is compiled; not inside loop bodies and branches (nor the
-functions they call), whose native loops contract on their own and whose interpreted bodies
-are left as they are.
+to the unfused fallback of fused loops (``lowering/fused.py``) and to the interpreted bodies of
+while loops and branches of if and case (``lowering/control_flow.py``, after inlining their
+calls), so that a program gives the same bits before and after its loop is compiled. Native
+loops get their blocks uncontracted: their LLVM contracts them.
 """
 from __future__ import annotations
 
@@ -157,38 +161,82 @@ def contract_block(block: Block) -> Block:
                 for value in inner.operands:
                     uses[value.id] = uses.get(value.id, 0) + 1
     constant = _constant_values(block)
+    rank = _ranks(block, constant)
     multiplies = {op.results[0].id: op for op in block.ops
                   if op.name == _MULTIPLY and _contractible(op.results[0])}
     # XLA merges identical multiplies first (CSE): JAX traces ``(a * b + c) * (a * b)`` as two
     # multiplies of one use each, XLA computes one with two uses, and does not contract it.
+    # A broadcast is no instruction in a loop: two broadcasts of one value are one value there.
+    broadcast_of = {op.results[0].id: op.operands[0].id for op in block.ops
+                    if op.name == "stablehlo.broadcast_in_dim"
+                    and not op.attributes.get("broadcast_dimensions")}
+
+    def key_of(op):
+        return tuple(sorted(broadcast_of.get(v.id, v.id) for v in op.operands))
+
     same: dict[tuple[int, ...], int] = {}
     for op in multiplies.values():
-        key = tuple(sorted(v.id for v in op.operands))
-        same[key] = same.get(key, 0) + uses.get(op.results[0].id, 0)
+        same[key_of(op)] = same.get(key_of(op), 0) + uses.get(op.results[0].id, 0)
     for op in multiplies.values():
-        uses[op.results[0].id] = same[tuple(sorted(v.id for v in op.operands))]
+        uses[op.results[0].id] = same[key_of(op)]
+    # A negated product contracts too (LLVM folds the negation into the add first:
+    # ``a - (-(b * c))`` is ``fma(b, c, a)``, ``(-(b * c)) + a`` is ``fma(-b, c, a)``; measured).
+    negated = {op.results[0].id: op for op in block.ops
+               if op.name == "stablehlo.negate" and op.operands[0].id in multiplies
+               and uses.get(op.operands[0].id) == 1}
     replaced: dict[int, Op | None] = {}
+
+    def product_of(value):
+        """(multiply, negate or None) computing ``value``, if it is a product of one use."""
+        if uses.get(value.id) != 1:
+            return None  # a product with other uses is rounded (measured)
+        if value.id in multiplies:
+            found = (multiplies[value.id], None)
+        elif value.id in negated:
+            negation = negated[value.id]
+            found = (multiplies[negation.operands[0].id], negation)
+        else:
+            return None
+        return None if any(replaced.get(id(o), o) is None for o in found if o) else found
+
+    producer = {result.id: op for op in block.ops for result in op.results}
+
+    def negated_after_sinking(value) -> bool:
+        """Whether LLVM's instruction combiner makes ``value`` a negation: it sinks the
+        negation of a one-use operand out of a multiply (``-x * y`` is ``-(x * y)``) and
+        cancels two (``-(-x)`` is ``x``)."""
+        op = producer.get(value.id)
+        if op is None or uses.get(value.id) != 1:
+            return False
+        if op.name == "stablehlo.negate":
+            return not negated_after_sinking(op.operands[0])
+        if op.name == _MULTIPLY:
+            a, b = op.operands
+            return negated_after_sinking(a) != negated_after_sinking(b)
+        return False
+
     for op in block.ops:
         if op.name not in _ADDS or not _contractible(op.results[0]):
             continue
         if all(v.id in constant for v in op.operands):
             continue  # folded at compile time, one op at a time, as LLVM folds it
         left, right = op.operands
-        order = (("left", left), ("right", right))
-        if _reassociated(multiplies.get(right.id)) and not _reassociated(multiplies.get(left.id)):
-            order = order[::-1]
-        for side, value in order:
-            product = multiplies.get(value.id)
-            if product is None or replaced.get(id(product), product) is None:
+        products = {"left": product_of(left), "right": product_of(right)}
+        order = ("right", "left") if _right_first(
+            op, products["left"], products["right"], rank,
+            (negated_after_sinking(left), negated_after_sinking(right))) else ("left", "right")
+        for side in order:
+            if products[side] is None:
                 continue
+            product, negation = products[side]
             a, b = product.operands
             addend = right if side == "left" else left
             subtract = op.name == "stablehlo.subtract"
-            attributes = {"negate_product": subtract and side == "right",
+            attributes = {"negate_product": (subtract and side == "right") != (negation is not None),
                           "negate_addend": subtract and side == "left"}
-            if uses.get(value.id) != 1:
-                continue  # a product with other uses is rounded (measured)
             replaced[id(product)] = None
+            if negation is not None:
+                replaced[id(negation)] = None
             replaced[id(op)] = Op(MULTIPLY_ADD, (a, b, addend), op.results, attributes, (),
                                   location=op.location)
             break
@@ -219,6 +267,77 @@ def _constant_values(block: Block) -> set[int]:
                                             and all(v.id in constant for v in op.operands)):
             constant.update(r.id for r in op.results)
     return constant
+
+
+# Which of two multiplies feeding one add LLVM contracts: its Reassociate pass reorders the
+# operands of every commutative instruction (fast-math flags or not), the one of lower rank
+# first, and instruction selection then contracts the first operand that is a multiply of one
+# use. A value's rank: 0 for a constant, by position for a value loaded (a loop's inputs are
+# loaded in the order of their first use; rank-0 inputs before the loop, so below them), and
+# one more than its operands' highest for an arithmetic instruction (a negation adds none).
+# Measured with Numba's loops and XLA's (10**5 float32 elements, bit for bit):
+# ``(x*1.5)*x + x*x`` and ``x*y + x*x`` contract ``x*x``, ``(x+y)*x + (x-y)*y`` the left.
+_ONE_INSTRUCTION = frozenset({"stablehlo.multiply", "stablehlo.add", "stablehlo.subtract",
+                              "stablehlo.divide"})
+_NO_INSTRUCTION = frozenset({"stablehlo.negate", "stablehlo.broadcast_in_dim",
+                             "stablehlo.reshape"})
+_LOADED_IN_LOOP = 1 << 16
+
+
+def _ranks(block: Block, constant: set[int]) -> dict[int, int]:
+    """Reassociate's rank of the block's values where it is known (the block's arguments are
+    the loop's inputs, loaded in the order of their first use: a fused group's inputs are in
+    that order, a native loop body reads its values where it uses them); ops whose instructions are not one
+    arithmetic instruction, and what they feed, have none. So has an iota: the loop computes it
+    from its index (it is folded only once the loop is unrolled, after Reassociate)."""
+    rank: dict[int, int] = {}
+    arguments = {value.id: value for value in block.arguments
+                 if isinstance(value.type, TensorType)}
+    loaded = 0
+    for op in block.ops:
+        for value in op.operands:
+            if value.id in arguments and value.id not in rank:
+                loaded += 1
+                rank[value.id] = loaded + (0 if value.type.shape == () else _LOADED_IN_LOOP)
+    for op in block.ops:
+        if op.name == "stablehlo.constant" or (
+                op.results and all(r.id in constant for r in op.results)
+                and all(rank.get(v.id) == 0 for v in op.operands)):
+            rank.update((r.id, 0) for r in op.results)
+            continue
+        if op.name not in _ONE_INSTRUCTION and op.name not in _NO_INSTRUCTION:
+            continue
+        ranks = [rank.get(v.id) for v in op.operands]
+        if None in ranks:
+            continue
+        rank[op.results[0].id] = max(ranks) + (op.name in _ONE_INSTRUCTION)
+    return rank
+
+
+def _right_first(op: Op, left, right, rank: dict[int, int], negated: tuple[bool, bool]) -> bool:
+    """Whether LLVM contracts the ``right`` product rather than the ``left`` one (each a
+    ``(multiply, negate or None)`` feeding ``op``, or None). LLVM first folds a negated operand
+    into the op (``a + (-b)`` is ``a - b``, ``(-a) + b`` is ``b - a``, ``a - (-b)`` is
+    ``a + b``, ``(-a) - b`` is ``-(a + b)``; ``negated`` says which operands are negations
+    once LLVM has sunk them out of multiplies); a subtract then contracts its left operand first,
+    an add the product XLA's simplifier rewrote (``REASSOCIATED``, measured on jnp.linspace),
+    else the one of lower rank where both ranks are known, else the left."""
+    if left is None or right is None:
+        return False
+    left_negated, right_negated = negated
+    add = op.name == "stablehlo.add"
+    if add and left_negated != right_negated:
+        return left_negated  # a subtract whose left operand is the product not negated
+    if add and left_negated:
+        return True  # ``(-a) + (-b)`` is ``(-b) - a``: the negated product on the left
+    if not add and left_negated == right_negated:
+        # a subtract: its left operand first; ``(-a) - (-b)`` is ``b - a``
+        return left_negated
+    # An add (or a subtract that folded into one)
+    if _reassociated(right[0]) or _reassociated(left[0]):
+        return _reassociated(right[0]) and not _reassociated(left[0])
+    left_rank, right_rank = rank.get(left[0].results[0].id), rank.get(right[0].results[0].id)
+    return left_rank is not None and right_rank is not None and right_rank < left_rank
 
 
 def _reassociated(op: Op | None) -> bool:

@@ -1,7 +1,14 @@
-"""stablehlo.while on the cpu: in-place carry updates and native (Numba) loops.
+"""stablehlo.while, if and case on the cpu: in-place carry updates, native (Numba) loops and
+multiply-adds rounded once in interpreted bodies and branches.
 
 Overrides the reference's interpreted while (``pjrtkit.reference.control_flow``, which also
-holds if/case/call and the other control-flow rules the cpu backend uses as they are).
+holds call and the other control-flow rules the cpu backend uses as they are) and wraps its
+if and case. A loop body or branch that runs interpreted is contracted
+(``contraction.contract_block``) as LLVM contracts the native loop that replaces it and as XLA
+contracts every computation: without it a loop's multiply-adds were rounded twice until its
+native loop landed and once after, so one program gave other bits from one call to the next
+(numpyro's NUTS followed another chain). The native loop gets the blocks uncontracted: LLVM
+contracts them itself.
 Region plans are called as ``plan(*block_args, *captures)`` and an op with regions receives
 ``(*operands, *captures)``, with ``captures`` in the same order (``ctx.captures(op)``).
 """
@@ -9,9 +16,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from pjrtkit.stablehlo.ir import Region
+import dataclasses
+
+from pjrtkit.reference import control_flow as reference
+from pjrtkit.stablehlo.ir import Block, Region
 
 from pjrtkit.stablehlo.inline import inline_calls_everywhere
+from pjrtkit_cpu.contraction import contract_block
 from pjrtkit_cpu.loops.native import native_loop
 from pjrtkit_cpu.loops.ownership import IN_PLACE_UPDATE, rewrite_in_place
 from pjrtkit_cpu.lowering.registry import RULES
@@ -25,8 +36,8 @@ def while_(op, ctx):
     cond_block = inline_calls_everywhere(op.regions[0].entry, ctx.program)
     body_block, owned = rewrite_in_place(inline_calls_everywhere(op.regions[1].entry,
                                                                  ctx.program))
-    cond = ctx.compile_region(Region([cond_block]))
-    body = ctx.compile_region(Region([body_block]))
+    cond = ctx.compile_region(Region([contract_block(cond_block)]))
+    body = ctx.compile_region(Region([contract_block(body_block)]))
     num_carried = len(op.operands)
     owned = tuple(sorted(owned))
 
@@ -44,6 +55,27 @@ def while_(op, ctx):
         return tuple(carried)
 
     return native_loop(op, ctx, cond_block, body_block, owned, kernel)
+
+
+def _contracted_branches(op, ctx):
+    """``op`` (if or case) with each branch's calls inlined and its multiply-adds contracted."""
+    regions = tuple(Region([contract_block(_inlined(region.entry, ctx))]) if len(region.blocks) == 1
+                    else region for region in op.regions)
+    return dataclasses.replace(op, regions=regions)
+
+
+def _inlined(block: Block, ctx) -> Block:
+    return inline_calls_everywhere(block, ctx.program)
+
+
+@RULES.register("stablehlo.if")
+def if_(op, ctx):
+    return reference.if_(_contracted_branches(op, ctx), ctx)
+
+
+@RULES.register("stablehlo.case")
+def case(op, ctx):
+    return reference.case(_contracted_branches(op, ctx), ctx)
 
 
 @RULES.register(IN_PLACE_UPDATE)
