@@ -546,3 +546,26 @@ def test_a_reduction_of_a_broadcast_scalar(check_native):
         return lax.fori_loop(0, 3, lambda i, c: jnp.sum(jnp.broadcast_to(c, (7,))) * 0.25, c)
 
     check_native(fn, np.float32(0.3), whole=True)
+
+
+@pytest.mark.parametrize("shape,axes", [((8,), (0,)), ((10,), (0,)), ((6, 20), (1,)),
+                                        ((4, 5, 6), (0, 2))])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_body_s_float_sums_give_the_native_loop_s_bits(registry, rng, shape, axes, dtype):
+    # The interpreted body (before the native loop lands) adds in the native loop's order
+    # (lowering.loop_sums): NumPy's pairwise reduce gave other bits from eight elements on.
+    x = rng.standard_normal(shape).astype(dtype)
+
+    def fn(x):
+        return lax.fori_loop(0, 3, lambda i, v: v - jnp.sum(v * v, axis=axes, keepdims=True)
+                             * dtype(0.01), x)
+
+    plan = build_plan(maybe_fuse(lower_program(fn, x)), registry)
+    before = native.STATS["native"]
+    with np.errstate(all="ignore"):
+        first = np.asarray(plan(x)[0])
+        cache.wait_all(timeout=300)
+        second = np.asarray(plan(x)[0])
+    assert native.STATS["native"] > before
+    assert first.tobytes() == second.tobytes()
+    assert_close(second, np.asarray(run_on_xla_cpu(fn, (x,))[0]))

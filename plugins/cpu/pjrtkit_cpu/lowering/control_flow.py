@@ -7,8 +7,9 @@ if and case. A loop body or branch that runs interpreted is contracted
 (``contraction.contract_block``) as LLVM contracts the native loop that replaces it and as XLA
 contracts every computation: without it a loop's multiply-adds were rounded twice until its
 native loop landed and once after, so one program gave other bits from one call to the next
-(numpyro's NUTS followed another chain). The native loop gets the blocks uncontracted: LLVM
-contracts them itself.
+(numpyro's NUTS followed another chain). Its small float sums are added in the native loop's
+order (``lowering.loop_sums``). The native loop gets the blocks as they are: LLVM contracts
+them itself.
 Region plans are called as ``plan(*block_args, *captures)`` and an op with regions receives
 ``(*operands, *captures)``, with ``captures`` in the same order (``ctx.captures(op)``).
 """
@@ -23,6 +24,7 @@ from pjrtkit.stablehlo.ir import Block, Region
 
 from pjrtkit.stablehlo.inline import inline_calls_everywhere
 from pjrtkit_cpu.contraction import contract_block
+from pjrtkit_cpu.lowering.loop_sums import mark_sequential_sums
 from pjrtkit_cpu.loops.native import native_loop
 from pjrtkit_cpu.loops.ownership import IN_PLACE_UPDATE, rewrite_in_place
 from pjrtkit_cpu.lowering.registry import RULES
@@ -36,8 +38,8 @@ def while_(op, ctx):
     cond_block = inline_calls_everywhere(op.regions[0].entry, ctx.program)
     body_block, owned = rewrite_in_place(inline_calls_everywhere(op.regions[1].entry,
                                                                  ctx.program))
-    cond = ctx.compile_region(Region([contract_block(cond_block)]))
-    body = ctx.compile_region(Region([contract_block(body_block)]))
+    cond = ctx.compile_region(Region([_as_native(cond_block)]))
+    body = ctx.compile_region(Region([_as_native(body_block)]))
     num_carried = len(op.operands)
     owned = tuple(sorted(owned))
 
@@ -55,6 +57,12 @@ def while_(op, ctx):
         return tuple(carried)
 
     return native_loop(op, ctx, cond_block, body_block, owned, kernel)
+
+
+def _as_native(block: Block) -> Block:
+    """``block`` as its interpreted run should round: multiply-adds contracted and small float
+    sums added in order (``lowering.loop_sums``), as its native loop does."""
+    return mark_sequential_sums(contract_block(block))
 
 
 def _contracted_branches(op, ctx):
