@@ -201,20 +201,6 @@ def contract_block(block: Block) -> Block:
 
     producer = {result.id: op for op in block.ops for result in op.results}
 
-    def negated_after_sinking(value) -> bool:
-        """Whether LLVM's instruction combiner makes ``value`` a negation: it sinks the
-        negation of a one-use operand out of a multiply (``-x * y`` is ``-(x * y)``) and
-        cancels two (``-(-x)`` is ``x``)."""
-        op = producer.get(value.id)
-        if op is None or uses.get(value.id) != 1:
-            return False
-        if op.name == "stablehlo.negate":
-            return not negated_after_sinking(op.operands[0])
-        if op.name == _MULTIPLY:
-            a, b = op.operands
-            return negated_after_sinking(a) != negated_after_sinking(b)
-        return False
-
     for op in block.ops:
         if op.name not in _ADDS or not _contractible(op.results[0]):
             continue
@@ -224,7 +210,8 @@ def contract_block(block: Block) -> Block:
         products = {"left": product_of(left), "right": product_of(right)}
         order = ("right", "left") if _right_first(
             op, products["left"], products["right"], rank,
-            (negated_after_sinking(left), negated_after_sinking(right))) else ("left", "right")
+            (_negated_after_sinking(left, producer, uses),
+             _negated_after_sinking(right, producer, uses))) else ("left", "right")
         for side in order:
             if products[side] is None:
                 continue
@@ -248,6 +235,22 @@ def contract_block(block: Block) -> Block:
         if new is not None:
             ops.append(new)
     return Block(block.arguments, ops)
+
+
+def _negated_after_sinking(value: Value, producer: dict[int, Op], uses: dict[int, int]) -> bool:
+    """Whether LLVM's instruction combiner makes ``value`` a negation: it sinks the negation of
+    a one-use operand out of a multiply (``-x * y`` is ``-(x * y)``) and cancels two
+    (``-(-x)`` is ``x``). (A module function: a closure calling itself is a reference cycle.)"""
+    op = producer.get(value.id)
+    if op is None or uses.get(value.id) != 1:
+        return False
+    if op.name == "stablehlo.negate":
+        return not _negated_after_sinking(op.operands[0], producer, uses)
+    if op.name == _MULTIPLY:
+        a, b = op.operands
+        return (_negated_after_sinking(a, producer, uses)
+                != _negated_after_sinking(b, producer, uses))
+    return False
 
 
 # Ops whose value is known at compile time when their operands are (LLVM folds them one op

@@ -4,7 +4,7 @@ only its own ops."""
 from pjrtkit.reference import REFERENCE
 
 CPU_OVERRIDES = {"stablehlo.while", "stablehlo.dot_general", "stablehlo.dot",
-                 "stablehlo.convolution"}
+                 "stablehlo.convolution", "stablehlo.if", "stablehlo.case", "stablehlo.reduce"}
 
 
 def test_the_cpu_rules_are_the_reference_with_the_documented_overrides(registry):
