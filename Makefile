@@ -120,6 +120,10 @@ lint: $(STAMP)
 GPU_PLUGINS := cuda rocm
 GPU_EMULATE ?= 1
 CONFORMANCE_JOBS ?= 2
+# Each whole run deals its JAX layer over CONFORMANCE_CHECK_JOBS child processes (pjrtkit
+# conformance --jobs): the emulated cuda suite is 18 minutes of one core otherwise. A narrowed
+# run (a few JAX checks) stays in one process.
+CONFORMANCE_CHECK_JOBS ?= 2
 CONFORMANCE_NARROWED ?=
 CONFORMANCE_NARROW_ARGS ?= --check abi. hooks. jax.program.
 conformance: $(STAMP)
@@ -128,8 +132,9 @@ conformance: $(STAMP)
 
 conformance-%: $(STAMP)
 	@case " $(GPU_PLUGINS) " in *" $* "*) emulate=$(GPU_EMULATE);; *) emulate=0;; esac; \
-	case " $(CONFORMANCE_NARROWED) " in *" $* "*) extra='$(CONFORMANCE_NARROW_ARGS)';; *) extra=;; esac; \
-	PJRTKIT_GPU_EMULATE=$$emulate $(BIN)/pjrtkit conformance $* --quiet \
+	case " $(CONFORMANCE_NARROWED) " in *" $* "*) extra='$(CONFORMANCE_NARROW_ARGS)'; jobs=1;; \
+		*) extra=; jobs=$(CONFORMANCE_CHECK_JOBS);; esac; \
+	PJRTKIT_GPU_EMULATE=$$emulate $(BIN)/pjrtkit conformance $* --quiet --jobs $$jobs \
 		--json build/conformance/$*.json --markdown build/conformance/$*.md $$extra \
 		> build/conformance/$*.out 2> build/conformance/$*.err \
 		|| { echo "conformance suite: $* FAILED"; cat build/conformance/$*.out build/conformance/$*.err; exit 1; }; \

@@ -184,6 +184,37 @@ def test_check_selection_and_exit_status(tmp_path):
     assert both.returncode == 2
 
 
+def test_jobs_deal_the_jax_layer_over_children_and_report_as_one_process(tmp_path):
+    """--jobs 2: the JAX layer's checks run in two child processes beside the other layers;
+    the report lists the same checks in the same order with the same outcomes as one process's,
+    each with its own duration."""
+    selection = ["abi.event.", "hooks.topology.", "jax.sort.", "jax.cumulative.", "jax.fft."]
+    reports = {}
+    for jobs in (1, 2):
+        reports[jobs] = tmp_path / f"jobs{jobs}.json"
+        done = _run(PJRTKIT + ["conformance", "cpu", "--jobs", str(jobs), "--quiet", "--json",
+                               str(reports[jobs]), "--check", *selection])
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    one, two = (json.loads(reports[j].read_text()) for j in (1, 2))
+    assert [(c["id"], c["outcome"]) for c in two["checks"]] == \
+        [(c["id"], c["outcome"]) for c in one["checks"]]
+    layers = [c["layer"] for c in two["checks"]]
+    assert layers.index("jax") > layers.index("hooks") > layers.index("abi") == 0
+    assert sum(c["layer"] == "jax" for c in two["checks"]) > 20
+    assert all(c["duration_seconds"] > 0 for c in two["checks"] if c["layer"] == "jax")
+    assert two["summary"] == one["summary"] and two["jax_surface"] == one["jax_surface"]
+    # the JAX layer ran in the children: this process never started a JAX backend
+    probe = ("import json; from jax._src import xla_bridge; "
+             "from pjrtkit.conformance.runner import Target, run_suite; "
+             "r = run_suite(Target.backend_named('cpu'), check_ids=['jax.sort.'], jobs={jobs}); "
+             "print(json.dumps([len(r.results), xla_bridge.backends_are_initialized()]))")
+    sorts = sum(c["id"].startswith("jax.sort.") for c in one["checks"])
+    for jobs, started in ((1, True), (2, False)):
+        ran = _run([sys.executable, "-c", probe.format(jobs=jobs)])
+        assert ran.stdout and json.loads(ran.stdout.splitlines()[-1]) == [sorts, started], \
+            ran.stderr[-3000:]
+
+
 def test_library_mode_runs_layer_1_only():
     spec = __import__("importlib.util").util.find_spec("xla_plugins")
     if spec is None or not spec.submodule_search_locations:

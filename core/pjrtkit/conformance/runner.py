@@ -223,8 +223,15 @@ class Session:
 
 def run_suite(target: Target, *, layers: Sequence[str] | None = None,
               check_ids: Iterable[str] | None = None,
-              progress: Callable[[CheckResult], None] | None = None) -> SuiteResult:
-    """Run the selected checks of ``layers`` against ``target``."""
+              progress: Callable[[CheckResult], None] | None = None,
+              jobs: int = 1) -> SuiteResult:
+    """Run the selected checks of ``layers`` against ``target``.
+
+    With ``jobs`` > 1 and a target named by an installed backend, the JAX layer's checks are
+    dealt out over ``jobs`` child processes (``pjrtkit conformance <name> --check <ids>``, every
+    ``jobs``-th check to one child), which run while this process runs the other layers; the
+    report is the same as one process's, in the same order. A child that ends without a report
+    fails each of its checks, naming its exit status."""
     start = time.perf_counter()
     layers = parse_layers(layers, target.layers)
     missing = {}
@@ -233,24 +240,86 @@ def run_suite(target: Target, *, layers: Sequence[str] | None = None,
         if reason:
             missing[layer] = reason
     checks = select_checks(layers, check_ids)
+    jax_checks = [c for c in checks if c.layer == "jax"]
+    shards = None
+    if jobs > 1 and target.name and len(jax_checks) > 1:
+        shards = _start_shards(target.name, [jax_checks[k::jobs] for k in range(jobs)])
+        here = [c for c in checks if c.layer != "jax"]
+    else:
+        here = checks
     session = Session(target)
-    results, durations = [], {}
+    found, durations = {}, {}
     try:
-        if any(c.layer == "jax" for c in checks):
+        if any(c.layer == "jax" for c in here):
             session.prepare_jax()
-        for c in checks:
-            result, seconds = session.run(c)
-            results.append(result)
-            durations[c.id] = seconds
+        for c in here:
+            found[c.id], durations[c.id] = session.run(c)
             if progress is not None:
-                progress(result)
+                progress(found[c.id])
+        if shards is not None:
+            for shard_results, shard_durations in _finish_shards(shards):
+                found.update(shard_results)
+                durations.update(shard_durations)
+                if progress is not None:
+                    for result in shard_results.values():
+                        progress(result)
     finally:
         session.close()
+        if shards is not None:
+            _stop_shards(shards)
     info = target.info()
     info.update(session.api_info)
-    return SuiteResult(info=info, results=results, durations=durations,
+    return SuiteResult(info=info, results=[found[c.id] for c in checks], durations=durations,
                        duration_seconds=time.perf_counter() - start, layers=layers,
                        missing_layers=missing, rerun_name=target.name)
+
+
+def _start_shards(backend_name: str, shards: list[list[Check]]) -> list[tuple]:
+    """One ``pjrtkit conformance`` child per shard of JAX-layer checks, writing its report to a
+    temporary folder; their output goes to files there (a pipe could fill and stop a child)."""
+    folder = tempfile.TemporaryDirectory(prefix="pjrtkit-conformance-shards-")
+    started = []
+    for k, shard in enumerate(shards):
+        path = os.path.join(folder.name, f"shard{k}.json")
+        command = [sys.executable, "-m", "pjrtkit.cli", "conformance", backend_name,
+                   "--json", path, "--layer", "jax", "--quiet", "--check",
+                   *(c.id for c in shard)]
+        log = open(os.path.join(folder.name, f"shard{k}.log"), "w+")
+        started.append((shard, path, log, subprocess.Popen(command, stdout=log,
+                                                           stderr=subprocess.STDOUT)))
+    return folder, started
+
+
+def _finish_shards(shards) -> Iterable[tuple[dict[str, CheckResult], dict[str, float]]]:
+    """Each child's results and durations, as it ends."""
+    _, started = shards
+    for shard, path, log, child in started:
+        code = child.wait()
+        if os.path.exists(path):
+            with open(path) as f:
+                data = json.load(f)
+            results = {r.id: r for r in results_from_json(data)}
+            durations = {c["id"]: c.get("duration_seconds", 0.0) for c in data["checks"]}
+        else:
+            log.seek(0)
+            tail = log.read()[-2000:]
+            results = {c.id: CheckResult(
+                c.id, c.layer, Outcome.FAIL, capability=c.capability, description=c.description,
+                detail=f"the conformance child running this check's shard ended without a "
+                       f"report (exit status {code}): {tail}") for c in shard}
+            durations = {c.id: 0.0 for c in shard}
+        yield results, durations
+
+
+def _stop_shards(shards) -> None:
+    """Children still running (this process stopped early) are killed; the folder goes."""
+    folder, started = shards
+    for _, _, log, child in started:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+        log.close()
+    folder.cleanup()
 
 
 def run_in_subprocess(backend_name: str, check_ids: Sequence[str], layers: Sequence[str],
@@ -282,6 +351,10 @@ def add_arguments(parser) -> None:
                         help="run only these checks (exact ids, '*' wildcards, or a prefix "
                              "ending in '.')")
     parser.add_argument("--quiet", action="store_true", help="print only the summary")
+    parser.add_argument("--jobs", type=int, default=1, metavar="N",
+                        help="run the JAX layer's checks in N child processes beside the other "
+                             "layers (a backend named by an installed plugin; default 1: all "
+                             "in this process)")
 
 
 def run_and_report(target: Target, args) -> int:
@@ -290,7 +363,8 @@ def run_and_report(target: Target, args) -> int:
         if r.outcome == Outcome.FAIL and not args.quiet:
             print(f"FAIL {r.id}: {r.detail}"[:400], file=sys.stderr, flush=True)
 
-    result = run_suite(target, layers=args.layer, check_ids=args.check, progress=progress)
+    result = run_suite(target, layers=args.layer, check_ids=args.check, progress=progress,
+                       jobs=getattr(args, "jobs", 1))
     if args.json:
         report.write_json(result, args.json)
     if args.markdown:
