@@ -274,16 +274,14 @@ def run_suite(target: Target, *, layers: Sequence[str] | None = None,
                        missing_layers=missing, rerun_name=target.name)
 
 
-def _start_shards(backend_name: str, shards: list[list[Check]]) -> list[tuple]:
+def _start_shards(backend_name: str, shards: list[list[Check]]) -> tuple:
     """One ``pjrtkit conformance`` child per shard of JAX-layer checks, writing its report to a
     temporary folder; their output goes to files there (a pipe could fill and stop a child)."""
     folder = tempfile.TemporaryDirectory(prefix="pjrtkit-conformance-shards-")
     started = []
     for k, shard in enumerate(shards):
         path = os.path.join(folder.name, f"shard{k}.json")
-        command = [sys.executable, "-m", "pjrtkit.cli", "conformance", backend_name,
-                   "--json", path, "--layer", "jax", "--quiet", "--check",
-                   *(c.id for c in shard)]
+        command = _child_command(backend_name, path, ["jax"], [c.id for c in shard])
         log = open(os.path.join(folder.name, f"shard{k}.log"), "w+")
         started.append((shard, path, log, subprocess.Popen(command, stdout=log,
                                                            stderr=subprocess.STDOUT)))
@@ -296,10 +294,7 @@ def _finish_shards(shards) -> Iterable[tuple[dict[str, CheckResult], dict[str, f
     for shard, path, log, child in started:
         code = child.wait()
         if os.path.exists(path):
-            with open(path) as f:
-                data = json.load(f)
-            results = {r.id: r for r in results_from_json(data)}
-            durations = {c["id"]: c.get("duration_seconds", 0.0) for c in data["checks"]}
+            results, durations = _read_child_report(path)
         else:
             log.seek(0)
             tail = log.read()[-2000:]
@@ -327,16 +322,28 @@ def run_in_subprocess(backend_name: str, check_ids: Sequence[str], layers: Seque
     """Run checks of a named backend in a fresh process (JAX platforms are per process)."""
     with tempfile.TemporaryDirectory(prefix="pjrtkit-conformance-") as tmp:
         path = os.path.join(tmp, "report.json")
-        command = [sys.executable, "-m", "pjrtkit.cli", "conformance", backend_name,
-                   "--json", path, "--layer", ",".join(layers), "--quiet"]
-        if check_ids:
-            command += ["--check", *check_ids]
-        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+        done = subprocess.run(_child_command(backend_name, path, layers, check_ids),
+                              capture_output=True, text=True, timeout=timeout)
         if not os.path.exists(path):
             raise RuntimeError(f"the conformance subprocess wrote no report (exit "
                                f"{done.returncode}): {done.stderr[-2000:]}")
-        with open(path) as f:
-            return {r.id: r for r in results_from_json(json.load(f))}
+        return _read_child_report(path)[0]
+
+
+def _child_command(backend_name: str, path: str, layers: Sequence[str],
+                   check_ids: Sequence[str] | None) -> list[str]:
+    """``pjrtkit conformance`` on a named backend in a fresh interpreter, its report at ``path``."""
+    command = [sys.executable, "-m", "pjrtkit.cli", "conformance", backend_name,
+               "--json", path, "--layer", ",".join(layers), "--quiet"]
+    return command + ["--check", *check_ids] if check_ids else command
+
+
+def _read_child_report(path: str) -> tuple[dict[str, CheckResult], dict[str, float]]:
+    """A child's report: its results and each check's duration, by check id."""
+    with open(path) as f:
+        data = json.load(f)
+    return ({r.id: r for r in results_from_json(data)},
+            {c["id"]: c.get("duration_seconds", 0.0) for c in data["checks"]})
 
 
 # ---- the command line (``pjrtkit conformance``; test backends reuse it) -----------------------
@@ -364,7 +371,7 @@ def run_and_report(target: Target, args) -> int:
             print(f"FAIL {r.id}: {r.detail}"[:400], file=sys.stderr, flush=True)
 
     result = run_suite(target, layers=args.layer, check_ids=args.check, progress=progress,
-                       jobs=getattr(args, "jobs", 1))
+                       jobs=args.jobs)
     if args.json:
         report.write_json(result, args.json)
     if args.markdown:

@@ -15,9 +15,9 @@ Region plans are called as ``plan(*block_args, *captures)`` and an op with regio
 """
 from __future__ import annotations
 
-import numpy as np
-
 import dataclasses
+
+import numpy as np
 
 from pjrtkit.reference import control_flow as reference
 from pjrtkit.stablehlo.ir import Block, Region
@@ -67,13 +67,9 @@ def _as_native(block: Block) -> Block:
 
 def _contracted_branches(op, ctx):
     """``op`` (if or case) with each branch's calls inlined and its multiply-adds contracted."""
-    regions = tuple(Region([contract_block(_inlined(region.entry, ctx))]) if len(region.blocks) == 1
-                    else region for region in op.regions)
+    regions = tuple(Region([contract_block(inline_calls_everywhere(region.entry, ctx.program))])
+                    if len(region.blocks) == 1 else region for region in op.regions)
     return dataclasses.replace(op, regions=regions)
-
-
-def _inlined(block: Block, ctx) -> Block:
-    return inline_calls_everywhere(block, ctx.program)
 
 
 @RULES.register("stablehlo.if")

@@ -22,8 +22,8 @@ from pjrtkit.stablehlo.ir import Block, Op, Region, TensorType
 from pjrtkit_cpu.lowering.registry import RULES
 
 SEQUENTIAL_SUM = "pjrtkit_cpu.sequential_sum"
-# Up to this many elements per sum (one NumPy add of the kept elements per element: a body
-# whose native loop is declined runs it at every iteration).
+# Up to this many elements per sum (one NumPy accumulate over them: a body whose native loop is
+# declined runs it at every iteration).
 SEQUENTIAL_SUM_MAX = 256
 _BRANCHING = ("stablehlo.if", "stablehlo.case")
 
@@ -75,10 +75,10 @@ def reduce_(op, ctx):
     dtype = np.dtype(out_type.dtype)
 
     def sequential_sum(x, init):
+        # init, then each element in turn: accumulate adds left to right (reduce would pair)
         rows = np.asarray(x, dtype=dtype).transpose(order).reshape(*kept_shape, length)
-        total = np.full(kept_shape, init, dtype=dtype)
-        for i in range(length):
-            total = np.add(total, rows[..., i], dtype=dtype)
-        return (np.asarray(total, dtype=dtype).reshape(out_type.shape),)
+        terms = np.concatenate([np.full((*kept_shape, 1), init, dtype=dtype), rows], axis=-1)
+        total = np.add.accumulate(terms, axis=-1, dtype=dtype)[..., -1]
+        return (total.reshape(out_type.shape),)
 
     return sequential_sum
