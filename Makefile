@@ -39,7 +39,7 @@ define install_gloo
 endef
 SETS := $(patsubst constraints-jax%.txt,%,$(wildcard constraints-jax*.txt))
 
-.PHONY: test-long test-long-sweeps test-many-processes demo test lint install wheels bench accuracy dtype-sweep conformance conformance-pages gpu-compile-report gpu-device-check gpu-device-carry fuzz soak clean jax-tests-env jax-tests jax-tests-all jax-tests-ci jax-tests-multiprocess
+.PHONY: test-long test-long-sweeps test-long-runs test-many-processes demo test lint install wheels bench accuracy dtype-sweep conformance conformance-pages gpu-compile-report gpu-device-check gpu-device-carry fuzz soak clean jax-tests-env jax-tests jax-tests-all jax-tests-ci jax-tests-multiprocess
 
 # Every plugin in the repository (a directory under plugins/ with a pyproject.toml) is installed
 # and measured by `make conformance`; the cpu plugin first, since others may import it. The
@@ -100,6 +100,12 @@ test-long: $(STAMP)
 # newest JAX set, where the lowering differs; make test-long (all of it) runs on the pinned set.
 test-long-sweeps: $(STAMP)
 	$(PYTEST_RUN) -m "long_sweep and not many_processes"
+
+# The rest of make test-long: its end-to-end runs (trainings, wheels, faulty and broken backends,
+# benchmark smoke, GPU device check, lost processes). CI runs it on the pinned set, so that each
+# long test runs once per CI run (make test-long-sweeps on the newest set, this on the pinned).
+test-long-runs: $(STAMP)
+	$(PYTEST_RUN) -m "long and not long_sweep and not many_processes"
 
 # Jobs of 4 processes per backend (tests/distributed: every collective and dtype, the
 # multi-process example); CI runs the 2-process ones (make test, make test-long).
