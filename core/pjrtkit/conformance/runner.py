@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import importlib
-import json
 import os
 import pkgutil
 import platform as host_platform
@@ -29,6 +28,7 @@ from typing import Any
 from pjrtkit.conformance import report
 from pjrtkit.conformance.checks import (LAYERS, REGISTRY, Check, CheckResult, Outcome,
                                                 run_check)
+from pjrtkit.conformance.children import Shard, ShardRun, child_command, read_report
 from pjrtkit.conformance.results import (SuiteResult, describe_surface,
                                                  results_from_json)
 
@@ -241,9 +241,12 @@ def run_suite(target: Target, *, layers: Sequence[str] | None = None,
             missing[layer] = reason
     checks = select_checks(layers, check_ids)
     jax_checks = [c for c in checks if c.layer == "jax"]
-    shards = None
+    children = None
     if jobs > 1 and target.name and len(jax_checks) > 1:
-        shards = _start_shards(target.name, [jax_checks[k::jobs] for k in range(jobs)])
+        shards = [jax_checks[k::jobs] for k in range(jobs)]
+        children = ShardRun(target.name, [[c.id for c in shard] for shard in shards],
+                            layers=["jax"])
+        children.start()
         here = [c for c in checks if c.layer != "jax"]
     else:
         here = checks
@@ -256,8 +259,9 @@ def run_suite(target: Target, *, layers: Sequence[str] | None = None,
             found[c.id], durations[c.id] = session.run(c)
             if progress is not None:
                 progress(found[c.id])
-        if shards is not None:
-            for shard_results, shard_durations in _finish_shards(shards):
+        if children is not None:
+            for shard in children.finished():
+                shard_results, shard_durations = _shard_outcomes(shard, shards[shard.index])
                 found.update(shard_results)
                 durations.update(shard_durations)
                 if progress is not None:
@@ -265,8 +269,8 @@ def run_suite(target: Target, *, layers: Sequence[str] | None = None,
                         progress(result)
     finally:
         session.close()
-        if shards is not None:
-            _stop_shards(shards)
+        if children is not None:
+            children.close()
     info = target.info()
     info.update(session.api_info)
     return SuiteResult(info=info, results=[found[c.id] for c in checks], durations=durations,
@@ -274,47 +278,18 @@ def run_suite(target: Target, *, layers: Sequence[str] | None = None,
                        missing_layers=missing, rerun_name=target.name)
 
 
-def _start_shards(backend_name: str, shards: list[list[Check]]) -> tuple:
-    """One ``pjrtkit conformance`` child per shard of JAX-layer checks, writing its report to a
-    temporary folder; their output goes to files there (a pipe could fill and stop a child)."""
-    folder = tempfile.TemporaryDirectory(prefix="pjrtkit-conformance-shards-")
-    started = []
-    for k, shard in enumerate(shards):
-        path = os.path.join(folder.name, f"shard{k}.json")
-        command = _child_command(backend_name, path, ["jax"], [c.id for c in shard])
-        log = open(os.path.join(folder.name, f"shard{k}.log"), "w+")
-        started.append((shard, path, log, subprocess.Popen(command, stdout=log,
-                                                           stderr=subprocess.STDOUT)))
-    return folder, started
-
-
-def _finish_shards(shards) -> Iterable[tuple[dict[str, CheckResult], dict[str, float]]]:
-    """Each child's results and durations, as it ends."""
-    _, started = shards
-    for shard, path, log, child in started:
-        code = child.wait()
-        if os.path.exists(path):
-            results, durations = _read_child_report(path)
-        else:
-            log.seek(0)
-            tail = log.read()[-2000:]
-            results = {c.id: CheckResult(
-                c.id, c.layer, Outcome.FAIL, capability=c.capability, description=c.description,
-                detail=f"the conformance child running this check's shard ended without a "
-                       f"report (exit status {code}): {tail}") for c in shard}
-            durations = {c.id: 0.0 for c in shard}
-        yield results, durations
-
-
-def _stop_shards(shards) -> None:
-    """Children still running (this process stopped early) are killed; the folder goes."""
-    folder, started = shards
-    for _, _, log, child in started:
-        if child.poll() is None:
-            child.kill()
-            child.wait()
-        log.close()
-    folder.cleanup()
+def _shard_outcomes(shard: Shard, checks: list[Check]
+                    ) -> tuple[dict[str, CheckResult], dict[str, float]]:
+    """A child's results and durations; without its report, each of its checks fails, naming
+    the child's exit status and the end of its output."""
+    if shard.report is not None:
+        return _results_and_durations(shard.report)
+    results = {c.id: CheckResult(
+        c.id, c.layer, Outcome.FAIL, capability=c.capability, description=c.description,
+        detail=f"the conformance child running this check's shard ended without a report "
+               f"(exit status {shard.exit_status}): {shard.output_tail[-2000:]}")
+        for c in checks}
+    return results, {c.id: 0.0 for c in checks}
 
 
 def run_in_subprocess(backend_name: str, check_ids: Sequence[str], layers: Sequence[str],
@@ -322,26 +297,16 @@ def run_in_subprocess(backend_name: str, check_ids: Sequence[str], layers: Seque
     """Run checks of a named backend in a fresh process (JAX platforms are per process)."""
     with tempfile.TemporaryDirectory(prefix="pjrtkit-conformance-") as tmp:
         path = os.path.join(tmp, "report.json")
-        done = subprocess.run(_child_command(backend_name, path, layers, check_ids),
+        done = subprocess.run(child_command(backend_name, path, layers, check_ids),
                               capture_output=True, text=True, timeout=timeout)
         if not os.path.exists(path):
             raise RuntimeError(f"the conformance subprocess wrote no report (exit "
                                f"{done.returncode}): {done.stderr[-2000:]}")
-        return _read_child_report(path)[0]
+        return _results_and_durations(read_report(path))[0]
 
 
-def _child_command(backend_name: str, path: str, layers: Sequence[str],
-                   check_ids: Sequence[str] | None) -> list[str]:
-    """``pjrtkit conformance`` on a named backend in a fresh interpreter, its report at ``path``."""
-    command = [sys.executable, "-m", "pjrtkit.cli", "conformance", backend_name,
-               "--json", path, "--layer", ",".join(layers), "--quiet"]
-    return command + ["--check", *check_ids] if check_ids else command
-
-
-def _read_child_report(path: str) -> tuple[dict[str, CheckResult], dict[str, float]]:
+def _results_and_durations(data: dict) -> tuple[dict[str, CheckResult], dict[str, float]]:
     """A child's report: its results and each check's duration, by check id."""
-    with open(path) as f:
-        data = json.load(f)
     return ({r.id: r for r in results_from_json(data)},
             {c["id"]: c.get("duration_seconds", 0.0) for c in data["checks"]})
 

@@ -1,20 +1,14 @@
 """``pjrtkit conformance <backend>`` split into shards run as parallel processes, one report.
 
-The checks are dealt round-robin to ``shards`` chunks (``python -m pjrtkit.cli conformance
-BACKEND --check ID ...``, each a process with its own JAX and driver), at most ``workers`` of
-them running at a time, a new one started as one ends, all stopped at one deadline. Their JSON
-reports are merged into one ``SuiteResult`` (checks in suite order) and written as JSON and
-markdown. The checks of a chunk that did not finish in time (stopped, or never started) are
-left out of the report and listed as not run; with more chunks than workers, a deadline costs
-only the chunks in flight.
+The checks are dealt round-robin to ``shards`` chunks, each run by a child process with its own
+JAX and driver (the core's ``pjrtkit.conformance.children.ShardRun``), at most ``workers`` of
+them at a time, all stopped at one deadline. Their JSON reports are merged into one
+``SuiteResult`` (checks in suite order) and written as JSON and markdown. The checks of a chunk
+that did not finish in time (stopped, or never started) are left out of the report and listed
+as not run; with more chunks than workers, a deadline costs only the chunks in flight.
 """
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -39,50 +33,29 @@ def run_sharded(backend: str, shards: int, deadline_s: float, json_path: Path,
     chunk's output."""
     from pjrtkit.conformance import report
     from pjrtkit.conformance.checks import LAYERS
+    from pjrtkit.conformance.children import ShardRun
     from pjrtkit.conformance.results import SuiteResult, results_from_json
 
     ids = list(check_ids) if check_ids is not None else all_check_ids()
     shards = max(1, min(shards, len(ids)))
     workers = shards if workers is None else max(1, workers)
-    parts = [ids[k::shards] for k in range(shards)]
     start = time.monotonic()
     finished, not_run = [], []
-    with tempfile.TemporaryDirectory(prefix="pjrtkit-conformance-shards-") as tmp:
-        waiting, running = list(enumerate(parts)), []
-        while waiting or running:
-            while waiting and len(running) < workers and time.monotonic() - start < deadline_s:
-                k, part = waiting.pop(0)
-                path = os.path.join(tmp, f"shard{k}.json")
-                out = open(os.path.join(tmp, f"shard{k}.out"), "w+")
-                command = [sys.executable, "-m", "pjrtkit.cli", "conformance", backend,
-                           "--json", path, "--check", *part]
-                process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT,
-                                           env=env, start_new_session=True)
-                running.append((k, part, path, out, process))
-            if time.monotonic() - start >= deadline_s:
-                for _, part in waiting:
-                    not_run += part
-                waiting = []
-                for entry in running:
-                    _stop(entry[4])
-            time.sleep(0.2)
-            for entry in [e for e in running if e[4].poll() is not None]:
-                running.remove(entry)
-                k, part, path, out, process = entry
-                out.seek(0)
-                log(f"--- conformance shard {k} ({len(part)} checks, exit "
-                    f"{process.returncode}):\n" + out.read()[-20000:])
-                out.close()
-                if os.path.exists(path):
-                    with open(path) as f:
-                        finished.append(json.load(f))
-                else:
-                    not_run += part
-        results, durations, info = [], {}, {}
-        for data in finished:
-            info = info or data.get("target", {})
-            results += results_from_json(data)
-            durations.update({c["id"]: c.get("duration_seconds", 0.0) for c in data["checks"]})
+    with ShardRun(backend, [ids[k::shards] for k in range(shards)], workers=workers,
+                  deadline_s=deadline_s, env=env, quiet=False) as run:
+        for shard in run.finished():
+            if shard.started:
+                log(f"--- conformance shard {shard.index} ({len(shard.check_ids)} checks, "
+                    f"exit {shard.exit_status}):\n" + shard.output_tail)
+            if shard.report is not None:
+                finished.append(shard.report)
+            else:
+                not_run += shard.check_ids
+    results, durations, info = [], {}, {}
+    for data in finished:
+        info = info or data.get("target", {})
+        results += results_from_json(data)
+        durations.update({c["id"]: c.get("duration_seconds", 0.0) for c in data["checks"]})
     order = {check_id: n for n, check_id in enumerate(ids)}
     results.sort(key=lambda r: order.get(r.id, len(order)))
     suite = SuiteResult(info=info, results=results, durations=durations,
@@ -95,14 +68,3 @@ def run_sharded(backend: str, shards: int, deadline_s: float, json_path: Path,
     return {"summary": suite.summary(), "not_run": not_run, "shards": shards,
             "workers": workers, "seconds": round(suite.duration_seconds, 1),
             "failed": [r.id for r in suite.failed]}
-
-
-def _stop(process) -> None:
-    """End a shard that ran past the deadline, with the processes it started."""
-    import signal
-
-    try:
-        os.killpg(process.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        process.kill()
-    process.wait()
