@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 from pjrtkit.conformance.checks import Outcome
 from pjrtkit.conformance.children import ShardRun
 from pjrtkit.conformance.runner import import_layer, select_checks
@@ -35,9 +37,15 @@ def test_shards_run_workers_at_a_time_and_one_without_a_report_says_so():
     assert "no_such_check" in bad.output_tail
 
 
-def test_the_deadline_stops_running_children_and_starts_no_more():
+@pytest.mark.parametrize("own_session", [False, True])
+def test_the_deadline_stops_running_children_and_starts_no_more(own_session):
     with ShardRun("cpu", [HOOK_CHECKS[:1], HOOK_CHECKS[1:2]], workers=1, deadline_s=0.3,
-                  env=_env()) as run:
+                  env=_env(), own_session=own_session) as run:
+        run.start()
+        child = run._running[0][1]  # noqa: SLF001 - the child just started
+        # by default in this process's group (a signal to the group reaches it); else its own
+        assert (os.getpgid(child.pid) == child.pid) is own_session
+        assert (os.getpgid(child.pid) == os.getpgrp()) is not own_session
         ended = list(run.finished())
     # a child takes longer than 0.3 s just to import JAX and start the backend
     first, second = ended

@@ -2,8 +2,10 @@
 
 JAX fixes its platforms at the first backend use, so a process that must not start JAX itself
 (the layers run here would see it), or that wants several cores, runs checks in children: each
-is ``pjrtkit conformance <backend> --json <report> --check <ids>`` in a fresh interpreter, in
-its own session (a child's own children, the parser and partitioner processes, go with it).
+is ``pjrtkit conformance <backend> --json <report> --check <ids>`` in a fresh interpreter. By
+default a child stays in this process's process group, so a signal to the group (Ctrl-C, a CI
+runner cancelling the job) reaches it too; with ``own_session`` each child gets a session of its
+own, and stopping it at a deadline stops the processes it started (parser, partitioner) too.
 
 ``ShardRun`` runs shards of check ids, at most ``workers`` children at a time (a new one
 started as one ends), optionally all stopped at one deadline. Its output: a ``Shard`` per shard
@@ -64,8 +66,9 @@ class ShardRun:
     def __init__(self, backend_name: str, shards: Sequence[Sequence[str]], *,
                  layers: Sequence[str] | None = None, workers: int | None = None,
                  deadline_s: float | None = None, env: dict | None = None,
-                 quiet: bool = True):
+                 quiet: bool = True, own_session: bool = False):
         self.backend_name, self.layers, self.env, self.quiet = backend_name, layers, env, quiet
+        self.own_session = own_session
         self.shards = [list(ids) for ids in shards]
         self.workers = len(self.shards) if workers is None else max(1, workers)
         self.deadline_s = deadline_s
@@ -100,7 +103,7 @@ class ShardRun:
             command = child_command(self.backend_name, self._path(index, "json"), self.layers,
                                     self.shards[index], quiet=self.quiet)
             child = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
-                                     env=self.env, start_new_session=True)
+                                     env=self.env, start_new_session=self.own_session)
             self._running.append((index, child, log))
 
     def _ended(self, index: int, child: subprocess.Popen | None, log, stopped: bool) -> Shard:
@@ -129,7 +132,7 @@ class ShardRun:
                 running, waiting = self._running, self._waiting
                 self._running, self._waiting = [], []
                 for index, child, log in running:
-                    _stop(child)
+                    _stop(child, self.own_session)
                     yield self._ended(index, child, log, stopped=True)
                 for index in waiting:
                     yield self._ended(index, None, None, stopped=True)
@@ -141,18 +144,21 @@ class ShardRun:
     def close(self) -> None:
         """Kill children still running (their caller stopped early); remove the folder."""
         for _, child, log in self._running:
-            _stop(child)
+            _stop(child, self.own_session)
             log.close()
         self._running, self._waiting = [], []
         self._folder.cleanup()
 
 
-def _stop(child: subprocess.Popen) -> None:
-    """End a child with the processes it started (its session)."""
+def _stop(child: subprocess.Popen, own_session: bool) -> None:
+    """End a child; in its own session, with the processes it started."""
     if child.poll() is not None:
         return
     try:
-        os.killpg(child.pid, signal.SIGKILL)
+        if own_session:
+            os.killpg(child.pid, signal.SIGKILL)
+        else:
+            child.kill()
     except (ProcessLookupError, PermissionError):
         child.kill()
     child.wait()

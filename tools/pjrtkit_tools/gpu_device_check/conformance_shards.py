@@ -42,7 +42,7 @@ def run_sharded(backend: str, shards: int, deadline_s: float, json_path: Path,
     start = time.monotonic()
     finished, not_run = [], []
     with ShardRun(backend, [ids[k::shards] for k in range(shards)], workers=workers,
-                  deadline_s=deadline_s, env=env, quiet=False) as run:
+                  deadline_s=deadline_s, env=env, quiet=False, own_session=True) as run:
         for shard in run.finished():
             if shard.started:
                 log(f"--- conformance shard {shard.index} ({len(shard.check_ids)} checks, "
