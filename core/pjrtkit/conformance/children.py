@@ -25,6 +25,9 @@ import tempfile
 import time
 from collections.abc import Iterator, Sequence
 
+from pjrtkit.conformance.checks import CheckResult
+from pjrtkit.conformance.results import results_from_json
+
 POLL_S = 0.1
 OUTPUT_TAIL_CHARS = 20000
 
@@ -44,6 +47,12 @@ def child_command(backend_name: str, path: str, layers: Sequence[str] | None,
 def read_report(path: str) -> dict:
     with open(path) as f:
         return json.load(f)
+
+
+def results_and_durations(data: dict) -> tuple[dict[str, CheckResult], dict[str, float]]:
+    """A child's JSON report as its CheckResults and each check's duration, by check id."""
+    return ({r.id: r for r in results_from_json(data)},
+            {c["id"]: c.get("duration_seconds", 0.0) for c in data["checks"]})
 
 
 @dataclasses.dataclass
@@ -154,11 +163,10 @@ def _stop(child: subprocess.Popen, own_session: bool) -> None:
     """End a child; in its own session, with the processes it started."""
     if child.poll() is not None:
         return
-    try:
-        if own_session:
+    if own_session:
+        try:
             os.killpg(child.pid, signal.SIGKILL)
-        else:
-            child.kill()
-    except (ProcessLookupError, PermissionError):
-        child.kill()
+        except (ProcessLookupError, PermissionError):
+            pass
+    child.kill()
     child.wait()

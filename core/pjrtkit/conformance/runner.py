@@ -28,9 +28,9 @@ from typing import Any
 from pjrtkit.conformance import report
 from pjrtkit.conformance.checks import (LAYERS, REGISTRY, Check, CheckResult, Outcome,
                                                 run_check)
-from pjrtkit.conformance.children import Shard, ShardRun, child_command, read_report
-from pjrtkit.conformance.results import (SuiteResult, describe_surface,
-                                                 results_from_json)
+from pjrtkit.conformance.children import (Shard, ShardRun, child_command, read_report,
+                                          results_and_durations)
+from pjrtkit.conformance.results import SuiteResult, describe_surface
 
 PACKAGE = "pjrtkit.conformance"
 LAYER_MODULES = {"abi": "abi_checks", "hooks": "hooks_checks", "jax": "jax_checks"}
@@ -283,7 +283,7 @@ def _shard_outcomes(shard: Shard, checks: list[Check]
     """A child's results and durations; without its report, each of its checks fails, naming
     the child's exit status and the end of its output."""
     if shard.report is not None:
-        return _results_and_durations(shard.report)
+        return results_and_durations(shard.report)
     results = {c.id: CheckResult(
         c.id, c.layer, Outcome.FAIL, capability=c.capability, description=c.description,
         detail=f"the conformance child running this check's shard ended without a report "
@@ -302,13 +302,7 @@ def run_in_subprocess(backend_name: str, check_ids: Sequence[str], layers: Seque
         if not os.path.exists(path):
             raise RuntimeError(f"the conformance subprocess wrote no report (exit "
                                f"{done.returncode}): {done.stderr[-2000:]}")
-        return _results_and_durations(read_report(path))[0]
-
-
-def _results_and_durations(data: dict) -> tuple[dict[str, CheckResult], dict[str, float]]:
-    """A child's report: its results and each check's duration, by check id."""
-    return ({r.id: r for r in results_from_json(data)},
-            {c["id"]: c.get("duration_seconds", 0.0) for c in data["checks"]})
+        return results_and_durations(read_report(path))[0]
 
 
 # ---- the command line (``pjrtkit conformance``; test backends reuse it) -----------------------

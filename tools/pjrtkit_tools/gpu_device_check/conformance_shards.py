@@ -33,8 +33,8 @@ def run_sharded(backend: str, shards: int, deadline_s: float, json_path: Path,
     chunk's output."""
     from pjrtkit.conformance import report
     from pjrtkit.conformance.checks import LAYERS
-    from pjrtkit.conformance.children import ShardRun
-    from pjrtkit.conformance.results import SuiteResult, results_from_json
+    from pjrtkit.conformance.children import ShardRun, results_and_durations
+    from pjrtkit.conformance.results import SuiteResult
 
     ids = list(check_ids) if check_ids is not None else all_check_ids()
     shards = max(1, min(shards, len(ids)))
@@ -54,8 +54,9 @@ def run_sharded(backend: str, shards: int, deadline_s: float, json_path: Path,
     results, durations, info = [], {}, {}
     for data in finished:
         info = info or data.get("target", {})
-        results += results_from_json(data)
-        durations.update({c["id"]: c.get("duration_seconds", 0.0) for c in data["checks"]})
+        shard_results, shard_durations = results_and_durations(data)
+        results += shard_results.values()
+        durations.update(shard_durations)
     order = {check_id: n for n, check_id in enumerate(ids)}
     results.sort(key=lambda r: order.get(r.id, len(order)))
     suite = SuiteResult(info=info, results=results, durations=durations,
