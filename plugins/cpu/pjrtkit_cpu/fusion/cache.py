@@ -14,7 +14,10 @@ programs that differ only in constants share one kernel, but a stream of program
 structure (new shapes, say) would still grow the process without end. So a process compiles at
 most ``PJRTKIT_CPU_FUSED_KERNEL_LIMIT`` distinct kernels (default 1024); past it, and while
 ``PENDING_LIMIT`` compiles already wait for the compile thread, a new kernel is not compiled
-and its group keeps running the unfused kernels (same results, slower). At most
+and its group keeps running the unfused kernels (same results, slower); a kernel skipped for a
+full queue is asked for again by its next call that finds room (``BackgroundCompiled``), so a
+program whose first call queues more kernels than that still gets all of them, and one that is
+never called again costs nothing. At most
 ``KERNELS_KEPT`` compiled kernels stay in this table for sharing (least recently asked for go
 first; an executable that holds one keeps it alive). On disk, at most ``DISK_KERNELS_KEPT``
 kernel sources (with their Numba and Python cache files) stay: every ``PRUNE_EVERY`` new
@@ -72,7 +75,17 @@ def kernel_limit() -> int:
 
 
 class CompileSkipped(RuntimeError):
-    """A kernel was not compiled because ``PENDING_LIMIT`` compiles were already waiting."""
+    """A kernel was not compiled: ``PENDING_LIMIT`` compiles were already waiting (``retry``:
+    ask again when the queue has room) or the process's kernel limit is reached (for good)."""
+
+    def __init__(self, message: str, retry: bool):
+        super().__init__(message)
+        self.retry = retry
+
+
+def queue_has_room() -> bool:
+    """Fewer than ``PENDING_LIMIT`` compiles wait (read without the lock: a hint)."""
+    return _pending < PENDING_LIMIT
 
 
 def cache_dir() -> Path:
@@ -99,12 +112,14 @@ def report_fallback(chain: str, exc: BaseException, outcome: str) -> None:
 
 
 def compile_async(source: str, signature: list[tuple[np.dtype, int, bool]],
-                  chain: str = "a fused loop") -> concurrent.futures.Future:
+                  chain: str = "a fused loop",
+                  always: bool = False) -> concurrent.futures.Future:
     """A Future of the Numba dispatcher for ``kernel`` in ``source``, compiled for
     ``signature``: one (dtype, ndim, readonly) per argument, all C-contiguous arrays. The
     dispatcher never compiles again afterwards (a call with other types raises TypeError).
     ``chain`` names what the loop computes (its ops and shape) in the one warning a failed
-    compile gives (``report_fallback``)."""
+    compile gives (``report_fallback``). ``always``: a loop an op cannot run without (it waits
+    for the Future), compiled past both limits."""
     global _executor, _pending, _compiles_started
     key = hashlib.sha256(
         f"{_FORMAT_VERSION}\n{source}\n{signature}".encode()).hexdigest()[:24]
@@ -114,15 +129,16 @@ def compile_async(source: str, signature: list[tuple[np.dtype, int, bool]],
             _futures.move_to_end(key)
             return future
         limit = kernel_limit()
-        if _pending >= PENDING_LIMIT or _compiles_started >= limit:
+        if not always and (_pending >= PENDING_LIMIT or _compiles_started >= limit):
             if _compiles_started == limit:
                 _compiles_started += 1  # log the limit once
                 log.warning("pjrtkit_cpu: %d fused kernels compiled in this process (%s); new "
                             "fused groups run unfused from now on", limit, LIMIT_VARIABLE)
             skipped: concurrent.futures.Future = concurrent.futures.Future()
+            full = _compiles_started < limit
             skipped.set_exception(CompileSkipped(
-                f"{PENDING_LIMIT} fused kernels already wait for the compile thread"
-                if _pending >= PENDING_LIMIT else f"{LIMIT_VARIABLE}={limit} reached"))
+                f"{PENDING_LIMIT} fused kernels already wait for the compile thread" if full
+                else f"{LIMIT_VARIABLE}={limit} reached", retry=full))
             return skipped
         _compiles_started += 1
         if _executor is None:
@@ -172,15 +188,29 @@ def _module_name(key: str) -> str:
 class BackgroundCompiled:
     """Base of the kernels that run a fallback until their Numba function is compiled in the
     background: ``_fast`` is None until the compile of ``_compile_in_background`` succeeds
-    (and stays None if it fails, so the fallback keeps serving); ``future`` is the compile."""
+    (and stays None if it fails, so the fallback keeps serving); ``future`` is the compile.
+    A compile skipped because the queue was full is kept in ``_retry``: the subclass's
+    fallback path calls ``_retry_skipped`` when it is set, which asks again once there is
+    room (``then``, a done-callback, is added to every try's Future)."""
 
-    __slots__ = ("_fast", "future")
+    __slots__ = ("_fast", "future", "_retry")
 
-    def _compile_in_background(self, source: str, signature,
-                               chain: str = "a fused loop") -> None:
+    def _compile_in_background(self, source: str, signature, chain: str = "a fused loop",
+                               then=None) -> None:
         self._fast = None
-        self.future = compile_async(source, signature, chain)
-        self.future.add_done_callback(self._ready)
+        future = self.future = compile_async(source, signature, chain)
+        skipped = future.done() and isinstance(future.exception(), CompileSkipped)
+        self._retry = (source, signature, chain, then) if (
+            skipped and future.exception().retry) else None
+        future.add_done_callback(self._ready)
+        if then is not None:
+            future.add_done_callback(then)
+
+    def _retry_skipped(self) -> None:
+        """Ask again for a compile skipped for a full queue, if there is room now."""
+        retry = self._retry
+        if retry is not None and queue_has_room():
+            self._compile_in_background(*retry)
 
     def _ready(self, future: concurrent.futures.Future) -> None:
         if future.exception() is None:

@@ -125,7 +125,7 @@ class FusedKernel(cache.BackgroundCompiled):
         self._chain = chain_name(op)
         if op.attributes.get(WHOLE_PROGRAM):
             # Compiled by whoever claims it (fusion.whole.WholeProgram), else at the first call.
-            self._fast = self.future = None
+            self._fast = self.future = self._retry = None
             self._deferred = (kernel_source(op), signature)
         else:
             self._deferred = None
@@ -138,17 +138,18 @@ class FusedKernel(cache.BackgroundCompiled):
         deferred, self._deferred = self._deferred, None
         return deferred
 
-    def compile_with(self, source: str, signature: list):
-        """Compile ``source`` (a claimed kernel's module and more) as this kernel's loop; the
-        Future of the compile (of its dispatcher)."""
-        self._compile_in_background(source, signature, self._chain)
-        return self.future
+    def compile_with(self, source: str, signature: list, then) -> None:
+        """Compile ``source`` (a claimed kernel's module and more) as this kernel's loop;
+        ``then(future)`` once each try's compile (of its dispatcher) is done."""
+        self._compile_in_background(source, signature, self._chain, then)
 
     def __call__(self, *args):
         fast = self._fast
         if fast is None:
             if self._deferred is not None:  # a whole program's kernel nobody claimed
                 self._compile_in_background(*self.claim(), self._chain)
+            elif self._retry is not None:
+                self._retry_skipped()
             STATS["unfused"] += 1
             return self._fallback(*args)
         outs = [np.empty(size, dtype) for dtype, _, size in self._outputs]

@@ -358,6 +358,8 @@ class RowKernel(cache.BackgroundCompiled):
     def __call__(self, *args):
         fast = self._fast
         if fast is None:
+            if self._retry is not None:
+                self._retry_skipped()
             STATS["fallback"] += 1
             return self._fallback(*args)
         outs = [np.empty(size, dtype) for dtype, _, size in self._outputs]

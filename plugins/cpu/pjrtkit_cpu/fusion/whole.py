@@ -128,11 +128,13 @@ class WholeProgram:
             if self._started:
                 return
             self._started = True
-        self._kernel.compile_with(self._source, self._signature).add_done_callback(self._ready)
+        self._kernel.compile_with(self._source, self._signature, self._ready)
 
     def _ready(self, future) -> None:
         if future.exception() is not None:
-            return  # logged by the cache; the plan keeps running
+            # logged by the cache; the plan keeps running (and its kernel asks again when
+            # the compile was skipped for a full queue, calling this again)
+            return
         native = future.result().py_func.__globals__.get("native")
         if native is None:
             return

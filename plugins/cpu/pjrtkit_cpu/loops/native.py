@@ -126,6 +126,8 @@ class NativeLoopKernel(cache.BackgroundCompiled):
     def __call__(self, *args):
         fast = self._fast
         if fast is None:
+            if self._retry is not None:
+                self._retry_skipped()
             STATS["interpreted"] += 1
             return self._interpreted(*args)
         spec = self._spec

@@ -41,7 +41,7 @@ def _f64_loop():
     with _f64_lock:
         if _f64_future is None:
             _f64_future = cache.compile_async(_F64_SOURCE, [(_F64, 1, True)] * 3 + [(_F64, 1, False)],
-                                              "the float64 multiply-add loop")
+                                              "the float64 multiply-add loop", always=True)
         return _f64_future
 
 
