@@ -2,6 +2,7 @@
 states as jaxlib reports them, the collective engine, and what a failed collective says."""
 from __future__ import annotations
 
+import atexit
 import itertools
 import json
 import threading
@@ -23,6 +24,8 @@ from pjrtkit.types import MultiProcessSupport, Topology
 PROCESS_STATES = {0: "unspecified", 1: "uninitialized", 2: "disconnected", 3: "connected",
                   4: "error"}
 LOST_STATES = frozenset({"disconnected", "error"})
+# The longest an exiting process waits for the engine's import thread (ProcessRuntime).
+PREPARE_JOIN_AT_EXIT_S = 60.0
 
 # The live runtimes of this process (``live_runtimes``: tools and tests read their store
 # traffic).
@@ -86,7 +89,15 @@ class ProcessRuntime:
         inside a launch, and programs that never cross processes never pay it."""
         with self._engine_lock:
             if self._prepared.ident is None:
-                self._prepared.start()
+                self._start_preparing()
+
+    def _start_preparing(self) -> None:
+        """Start the import thread (engine lock held), and have the interpreter's exit wait
+        for it: a daemon thread still inside the import when Python finalizes is stopped by
+        pthread_exit, whose unwinding through the engine's C++ frames aborted the process
+        (std::terminate, "FATAL: exception not rethrown") after its tests had passed."""
+        self._prepared.start()
+        atexit.register(self._prepared.join, PREPARE_JOIN_AT_EXIT_S)
 
     def _prepare(self) -> None:
         try:
@@ -98,7 +109,7 @@ class ProcessRuntime:
         with self._engine_lock:
             if self._engine is None:
                 if self._prepared.ident is None:
-                    self._prepared.start()
+                    self._start_preparing()
                 self._prepared.join()
                 if self._prepare_error is not None:
                     raise self._prepare_error
