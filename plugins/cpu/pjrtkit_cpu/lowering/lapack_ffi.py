@@ -13,8 +13,10 @@ Layouts: jaxlib's kernels ask XLA for column-major matrices (``operand_layouts``
 order in which LAPACK reads memory, not a change of the values, so the kernels here compute
 on the logical arrays and ignore the layouts. ``backend_config`` is a dictionary of ASCII
 codes (``mode = 86`` is ``'V'``) as jaxlib's kernels read it. Dtypes: float32, float64,
-complex64, complex128, the ``s``/``d``/``c``/``z`` of the target's name; anything else, or an
-operand signature that does not match the target's, is refused at compile time.
+complex64, complex128, the ``s``/``d``/``c``/``z`` of the target's name. Anything else (an
+operand signature that does not match the target's, another dtype, a bad ``backend_config``)
+compiles and is refused with INVALID_ARGUMENT when the call runs, as XLA's CPU backend does
+(jaxlib's FFI kernels check their arguments at the call: "Wrong number of arguments").
 """
 from __future__ import annotations
 
@@ -95,12 +97,24 @@ def targets(routine: str, letters: str = REAL_LETTERS + COMPLEX_LETTERS):
             dtype = TYPE_LETTERS[letter]
 
             def rule(op, ctx, dtype=dtype, letter=letter):
-                return make(op, ctx, dtype, letter)
+                try:
+                    return make(op, ctx, dtype, letter)
+                except InvalidArgument as exc:
+                    return refused_when_run(str(exc))
 
             RULES.register(custom_call_rule(f"lapack_{letter}{routine}_ffi"))(rule)
         return make
 
     return register
+
+
+def refused_when_run(message: str):
+    """The kernel of a call jaxlib's kernel would refuse: INVALID_ARGUMENT at each run."""
+
+    def kernel(*operands):
+        raise InvalidArgument(message)
+
+    return kernel
 
 
 def routine_name(letter: str, real: str, complex_: str) -> str:
