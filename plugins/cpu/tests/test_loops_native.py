@@ -431,10 +431,11 @@ def test_values_read_twice_or_across_an_in_place_update_are_not_chained(check_na
 
     check_native(lambda h0, xs: lax.scan(step, h0, xs), h0, xs)
     (source,) = sources
-    # Three passes, each ending in a buffer: ``a`` (its multiply chained into its add; read by
-    # tanh, a * a and a * 2, so stored), ``tanh(a) + a * a`` (one chain) and ``a * 2``; then
-    # the carry's copy.
-    assert source.count("for q in range(16):") == 4, source
+    # Three computations, each ending in a buffer: ``a`` (its multiply chained into its add;
+    # read by tanh, a * a and a * 2, so stored), ``tanh(a) + a * a`` (one chain) and ``a * 2``,
+    # written one after another, so one loop (LoopSource.element_loop); then the in-place
+    # update of the stacked output and the carry's copy, each a loop of its own.
+    assert source.count("for q in range(16):") == 2, source
     assert source.count("np.empty(16") == 3, source
 
 

@@ -105,6 +105,9 @@ class LoopSource:
         self.chainable: set[int] = set()  # ids of results to chain (``ops.chainable_values``)
         # a chained value's name -> its per-element statements (loads included), index ``q``
         self.chained_code: dict[str, list[str]] = {}
+        # (the lines, their length, the element count) just after ``element_loop`` wrote a
+        # loop: the next one of that count written right after it continues that loop
+        self._open_loop: tuple[list[str], int, int] | None = None
         self._names = 0
 
     def name(self, prefix: str) -> str:
@@ -129,6 +132,19 @@ class LoopSource:
         name = self.name(prefix)
         self.prologue.append(f"{name} = np.empty({size}, {scalar_type(dtype)})")
         return name
+
+    def element_loop(self, lines: list[str], size: int, body: list[str]) -> None:
+        """Append ``for q in range(size):`` and ``body``, whose statements read and write
+        arrays at index ``q`` only (elementwise ops, fused groups): when the last thing in
+        ``lines`` is such a loop of the same size, ``body`` continues it instead. Element q of
+        the earlier body is computed before the later one reads it, so the results are the
+        same; Numba's compile time grows with a kernel's loops and blocks (a sampler's loop
+        body: 164 elementwise loops of two elements)."""
+        last = self._open_loop
+        if last is None or last[0] is not lines or last[1:] != (len(lines), size):
+            lines.append(f"for q in range({size}):")
+        lines.extend(INDENT + line for line in body)
+        self._open_loop = (lines, len(lines), size)
 
     def constant(self, array: np.ndarray, dtype: np.dtype) -> str:
         """A kernel argument holding ``array`` (flat), passed at every call."""

@@ -3,7 +3,8 @@
 Fusion runs on while bodies too, so a loop body arrives with its elementwise chains already
 grouped into ``pjrtkit_cpu.fused_elementwise`` ops. A group becomes one loop over its elements
 here: each input is read per element (an array at the loop index, a scalar or splat once), the
-members are the op table's rules, each output is stored once. An input the group reads through
+members are the op table's rules, each output is stored once (``LoopSource.element_loop``: a
+loop of the same count written just before is continued). An input the group reads through
 an absorbed broadcast or transpose is first gathered into the group's layout (before the loop
 when it never changes during the loop). Groups ending in a reduction, and row programs, run
 their region's ops one by one through the driver (``LoopSource.emit_op``).
@@ -16,7 +17,7 @@ from pjrtkit.stablehlo.ir import TERMINATORS, Op
 
 from pjrtkit_cpu.fusion import codegen
 from pjrtkit_cpu.loopnest.values import literal, strides
-from pjrtkit_cpu.loops.emitter import (INDENT, LoopSource, Unsupported, Val, element_lines,
+from pjrtkit_cpu.loops.emitter import (LoopSource, Unsupported, Val, element_lines,
                                         tensor_type)
 from pjrtkit_cpu.loops.shapes import gather
 
@@ -100,5 +101,4 @@ def fused_elementwise(src: LoopSource, op: Op, lines: list[str]) -> None:
         out = src.buffer(t.shape, t.dtype)
         stores.append(f"{out}[q] = {local[v.id]}")
         src.bind(result, Val("array", out, t.shape, t.dtype))
-    lines.append(f"for q in range({math.prod(shape)}):")
-    lines.extend(INDENT + line for line in loads + body + stores)
+    src.element_loop(lines, math.prod(shape), loads + body + stores)

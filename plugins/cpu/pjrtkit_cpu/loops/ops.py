@@ -78,9 +78,7 @@ def elementwise(src: LoopSource, op: Op, lines: list[str], element=element_lines
         src.bind(op.results[0], Val("chained", result, t.shape, t.dtype))
         return
     out = src.buffer(t.shape, t.dtype)
-    lines.append(f"for q in range({t.size}):")
-    lines.extend(INDENT + line for line in code)
-    lines.append(f"{INDENT}{out}[q] = {result}")
+    src.element_loop(lines, t.size, [*code, f"{out}[q] = {result}"])
     src.bind(op.results[0], Val("array", out, t.shape, t.dtype))
 
 
