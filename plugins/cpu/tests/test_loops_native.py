@@ -416,6 +416,26 @@ def test_an_elementwise_chain_in_the_body_is_one_pass_over_the_carry(check_nativ
     assert source.count("np.empty(128") == 1, source
 
 
+def test_an_elementwise_loop_calling_libm_is_not_merged_with_its_neighbours(check_native,
+                                                                            monkeypatch):
+    """Consecutive elementwise loops of one size are one loop, except one whose body calls
+    libm per element (float32 sine): LLVM would not vectorize the rest of a merged loop."""
+    sources = _loop_sources(monkeypatch)
+    x = np.linspace(-1, 1, 128, dtype=np.float32)
+
+    def body(i, x):
+        s = jnp.sin(x)  # read twice: stored by a loop of its own
+        t = x * 0.5 + 1.0  # read twice: stored
+        return s * s + t * t
+
+    check_native(lambda x: lax.fori_loop(0, 20, body, x), x)
+    (source,) = sources
+    kernel = source[source.index("def kernel"):]
+    loops = kernel.split("for q in range(128):")[1:]
+    assert len(loops) == 3, kernel  # sin; t then s * s + t * t (merged); the carry's copy
+    assert "np.sin(" in loops[0] and "np.sin(" not in "".join(loops[1:]), kernel
+
+
 def test_values_read_twice_or_across_an_in_place_update_are_not_chained(check_native, rng,
                                                                         monkeypatch):
     """A value read by two ops is stored once (both read the buffer); an elementwise value of

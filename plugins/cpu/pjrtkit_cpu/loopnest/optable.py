@@ -92,6 +92,12 @@ _LIBM = {"exp": "np.exp", "expm1": "np.expm1", "log": "np.log", "log1p": "np.log
 _F32 = np.dtype(np.float32)
 
 
+def calls_libm(lines) -> bool:
+    """Whether any of ``lines`` (statements this module spelled) calls libm once per element:
+    LLVM does not vectorize a loop with such a call."""
+    return any(f"{call}(" in line for line in lines for call in _LIBM.values())
+
+
 def _spell(node: Expr, args: list[str], r: str, vectorized: bool) -> list[str] | None:
     """Lines assigning ``node`` (its operands' expressions ``args``) to local ``r``, or None
     when it has no spelling (on this dtype, or a libm call when ``vectorized``)."""

@@ -139,12 +139,15 @@ class LoopSource:
         ``lines`` is such a loop of the same size, ``body`` continues it instead. Element q of
         the earlier body is computed before the later one reads it, so the results are the
         same; Numba's compile time grows with a kernel's loops and blocks (a sampler's loop
-        body: 164 elementwise loops of two elements)."""
+        body: 164 elementwise loops of two elements). A body that calls libm per element
+        (``optable.calls_libm``) keeps a loop of its own: it would stop LLVM vectorizing the
+        rest."""
+        scalar = optable.calls_libm(body)
         last = self._open_loop
-        if last is None or last[0] is not lines or last[1:] != (len(lines), size):
+        if scalar or last is None or last[0] is not lines or last[1:] != (len(lines), size):
             lines.append(f"for q in range({size}):")
         lines.extend(INDENT + line for line in body)
-        self._open_loop = (lines, len(lines), size)
+        self._open_loop = None if scalar else (lines, len(lines), size)
 
     def constant(self, array: np.ndarray, dtype: np.dtype) -> str:
         """A kernel argument holding ``array`` (flat), passed at every call."""
