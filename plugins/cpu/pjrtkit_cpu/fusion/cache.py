@@ -199,9 +199,9 @@ class BackgroundCompiled:
                                then=None) -> None:
         self._fast = None
         future = self.future = compile_async(source, signature, chain)
-        skipped = future.done() and isinstance(future.exception(), CompileSkipped)
+        skipped = future.exception() if future.done() else None
         self._retry = (source, signature, chain, then) if (
-            skipped and future.exception().retry) else None
+            isinstance(skipped, CompileSkipped) and skipped.retry) else None
         future.add_done_callback(self._ready)
         if then is not None:
             future.add_done_callback(then)
