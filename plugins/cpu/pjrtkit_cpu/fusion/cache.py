@@ -3,10 +3,12 @@
 Each kernel's source is written once to ``$PJRTKIT_CACHE_DIR/fused/`` (default
 ``~/.cache/pjrtkit``) under a name derived from its hash and imported from there, so Numba's
 ``cache=True`` finds its compiled code in that directory's ``__pycache__`` in every later
-process. Compilation (importing Numba itself, typing, LLVM) runs on one background thread; the
-caller gets a Future and keeps running the unfused kernels until it resolves. Identical sources
-share one Future within a process. Numba itself is imported on the caller's thread (see
-``prepare_background_compiles``).
+process. Compiles are queued on one background thread; the caller gets a Future and keeps
+running the unfused kernels until it resolves. Identical sources share one Future within a
+process. The thread hands each compile Numba's cache does not already hold to a child process
+(``compile_process``: Numba's typing and LLVM there, not under this process's GIL) and then
+loads the child's code from the cache; without a child it compiles itself. Numba itself is
+imported on the caller's thread (see ``prepare_background_compiles``).
 
 Bounded. Numba never frees a compiled function's machine code (about 1 MiB of RSS per kernel,
 measured by ``make soak``). Constants are kernel arguments (``kernel.baked_literals``), so
@@ -40,6 +42,8 @@ from pathlib import Path
 import numpy as np
 
 from pjrtkit.fp_state import reset_thread
+
+from pjrtkit_cpu.fusion import compile_process
 
 log = logging.getLogger(__name__)
 
@@ -249,12 +253,20 @@ def _compile(key: str, source: str, signature, chain: str):
     try:
         from numba import from_dtype, types
 
-        module = _import_source(key, source)
+        path = _write_source(key, source)
+        # Unless Numba has it cached already, the compile process compiles and caches it;
+        # this process then loads that code.
+        elsewhere = not _numba_cached(key, path) and compile_process.compile_elsewhere(
+            str(path), _module_name(key), signature)
+        module = _import_module(key, path)
         argtypes = [types.Array(from_dtype(dtype), ndim, "C", readonly=readonly)
                     for dtype, ndim, readonly in signature]
         dispatcher = module.kernel
         dispatcher.compile(types.void(*argtypes))
         dispatcher.disable_compile()
+        if elsewhere and sum(dispatcher.stats.cache_misses.values()):
+            compile_process.stop_using(
+                f"Numba's cache in {path.parent} did not give back the compile process's code")
         return dispatcher
     except Exception as exc:
         report_fallback(f"compiling {chain}", exc,
@@ -263,7 +275,7 @@ def _compile(key: str, source: str, signature, chain: str):
         raise
 
 
-def _import_source(key: str, source: str):
+def _write_source(key: str, source: str) -> Path:
     directory = cache_dir()
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"k_{key}.py"
@@ -273,6 +285,17 @@ def _import_source(key: str, source: str):
         tmp.write_text(source)
         os.replace(tmp, path)
         _count_written_source(directory)
+    return path
+
+
+def _numba_cached(key: str, path: Path) -> bool:
+    """Whether Numba's cache beside ``path`` has an index for its ``kernel`` on this Python
+    (one signature per source: the signature is part of ``key``)."""
+    tag = f"py{sys.version_info.major}{sys.version_info.minor}"
+    return any((path.parent / "__pycache__").glob(f"k_{key}.kernel-*.{tag}.nbi"))
+
+
+def _import_module(key: str, path: Path):
     name = _module_name(key)
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)

@@ -1,0 +1,251 @@
+"""Numba compiles in a child process, so a running program keeps its core and the GIL.
+
+A kernel's compile is seconds of Numba's own Python (typing, lowering) and LLVM. On the compile
+thread of the user's process it holds the GIL most of that time: the program that runs unfused
+meanwhile waits for the GIL at every op. Measured on the 2-core development machine, flax's
+transformer LM step (82 kernels, 58 s of compile) took 30.6 s for its first ten calls on a
+fresh kernel cache, against 9.8 s unfused without any compile (``python -m benchmarks --real
+--only flax_lm``). So ``fusion.cache`` hands each compile to one child process (``serve``,
+started at the first compile with this interpreter and the parent's ``sys.path``): the child
+imports the kernel's module from the cache directory and compiles it there with Numba's
+``cache=True``, which writes the machine code beside the source; the parent then imports the
+same module and asks Numba for the same signature, which loads that code (tens of
+milliseconds) instead of compiling.
+
+The child is a helper, never a dependency. It runs one compile at a time, as the compile thread
+did. A compile that fails in it (a Numba TypingError) fails there and is reported in the
+parent like an in-process failure. A child that ends while compiling (an abort in LLVM, killed)
+fails that kernel only, which keeps running unfused, and a new child is started for the next
+one: an abort in Numba no longer ends the user's process. When no child can be started, after
+``MAX_STARTS`` children have ended, or when Numba's cache does not give the child's code back
+(no writable cache directory), compiles run in the parent's compile thread as before, with one
+log line saying why. ``PJRTKIT_CPU_COMPILE_PROCESS=0`` keeps them there from the start.
+
+Protocol: frames of a 4-byte little-endian length and a pickle, requests on the child's stdin,
+replies on a private copy of its stdout (its fd 1 then points to its stderr, so nothing Numba
+prints can corrupt a reply). The child exits at end of input, so it never outlives its parent by
+more than the compile it is in (on Linux it is also killed when the parent dies).
+"""
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import signal
+import struct
+import subprocess
+import sys
+import threading
+import traceback
+import warnings
+
+log = logging.getLogger(__name__)
+
+VARIABLE = "PJRTKIT_CPU_COMPILE_PROCESS"
+# Children started in one process before compiles go back to the compile thread for good.
+MAX_STARTS = 4
+_HEADER = struct.Struct("<I")
+
+
+class KernelCompileError(RuntimeError):
+    """The child could not compile a kernel: Numba's error (its type name starts the message),
+    or the child ended while compiling."""
+
+
+def enabled() -> bool:
+    return os.environ.get(VARIABLE, "1").strip() not in ("", "0")
+
+
+def _write_frame(stream, value) -> None:
+    data = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+    stream.write(_HEADER.pack(len(data)) + data)
+    stream.flush()
+
+
+def _read_frame(stream):
+    header = stream.read(_HEADER.size)
+    if len(header) < _HEADER.size:
+        raise EOFError("the other end closed")
+    (size,) = _HEADER.unpack(header)
+    data = stream.read(size)
+    if len(data) < size:
+        raise EOFError("the other end closed mid-frame")
+    return pickle.loads(data)  # noqa: S301  (frames come from our own parent or child)
+
+
+# -- the parent's side ----------------------------------------------------------------------------
+
+class _Child:
+    """The one compile child of this process and why compiles stopped going to it."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.process: subprocess.Popen | None = None
+        self.starts = 0
+        self.given_up: str | None = None if enabled() else f"{VARIABLE}=0"
+
+    def give_up(self, why: str) -> None:
+        if self.given_up is None:
+            self.given_up = why
+            log.warning("pjrtkit_cpu: Numba compiles run in this process from now on: %s", why)
+        self._stop()
+
+    def _stop(self) -> None:
+        process, self.process = self.process, None
+        if process is not None:
+            for stream in (process.stdin, process.stdout):
+                try:
+                    stream.close()
+                except OSError:
+                    pass
+            try:
+                process.kill()
+                process.wait(timeout=10)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+
+    def _start(self) -> subprocess.Popen | None:
+        if self.starts >= MAX_STARTS:
+            self.give_up(f"{MAX_STARTS} compile processes ended while compiling")
+            return None
+        self.starts += 1
+        code = ("import sys; sys.path[:0] = [p for p in sys.argv[1:] if p not in sys.path]; "
+                "from pjrtkit_cpu.fusion import compile_process; compile_process.serve()")
+        try:
+            process = subprocess.Popen(
+                [sys.executable, "-c", code, *[p for p in sys.path if p]],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                close_fds=True, start_new_session=False)
+            _write_frame(process.stdin, ("hello",))
+            reply = _read_frame(process.stdout)
+        except (OSError, EOFError, pickle.PickleError) as exc:
+            self.give_up(f"no compile process could start ({type(exc).__name__}: {exc})")
+            return None
+        if reply != ("ready",):
+            self.process = process
+            self.give_up(f"the compile process could not start: {reply!r:.300}")
+            return None
+        self.process = process
+        return process
+
+    def compile(self, path: str, module_name: str, signature) -> bool:
+        """Compile ``kernel`` (and the module's C entry, if any) of the source at ``path`` in
+        the child; False when compiles no longer go to a child (compile in this process).
+        Raises KernelCompileError when the child could not compile it."""
+        with self.lock:
+            if self.given_up is not None:
+                return False
+            process = self.process if self.process is not None and \
+                self.process.poll() is None else self._start()
+            if process is None:
+                return False
+            try:
+                _write_frame(process.stdin, ("compile", path, module_name, signature))
+                reply = _read_frame(process.stdout)
+            except (OSError, EOFError, pickle.PickleError):
+                code = process.wait()
+                self.process = None
+                how = (f"signal {signal.Signals(-code).name}" if code < 0
+                       else f"exit status {code}")
+                raise KernelCompileError(
+                    f"the compile process ended ({how}) while compiling {path}") from None
+        if reply[0] == "ok":
+            for message in reply[1]:
+                log.debug("pjrtkit_cpu: compiling %s warned: %s", path, message)
+            return True
+        _, type_name, message, details = reply
+        log.debug("pjrtkit_cpu: compiling %s failed in the compile process:\n%s", path, details)
+        raise KernelCompileError(f"{type_name}: {message}")
+
+
+_child = _Child()
+
+
+def _forget_the_parents_child() -> None:
+    # A forked process must not write into its parent's pipes: it starts its own child.
+    global _child
+    _child = _Child()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_the_parents_child)
+
+
+def compile_elsewhere(path: str, module_name: str, signature) -> bool:
+    """See ``_Child.compile``."""
+    return _child.compile(path, module_name, signature)
+
+
+def stop_using(why: str) -> None:
+    """Compile in this process from now on (``why`` is logged once)."""
+    _child.give_up(why)
+
+
+def child_pid() -> int | None:
+    """The running compile child's pid (tests)."""
+    process = _child.process
+    return process.pid if process is not None and process.poll() is None else None
+
+
+# -- the child's side -----------------------------------------------------------------------------
+
+def _die_with_parent() -> None:
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def _compile_here(path: str, module_name: str, signature) -> list[str]:
+    import importlib.util
+
+    from numba import from_dtype, types
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        spec = importlib.util.spec_from_file_location(module_name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[module_name] = module
+        try:
+            spec.loader.exec_module(module)  # a cfunc C entry compiles (and caches) here
+            argtypes = [types.Array(from_dtype(dtype), ndim, "C", readonly=readonly)
+                        for dtype, ndim, readonly in signature]
+            module.kernel.compile(types.void(*argtypes))
+        finally:
+            sys.modules.pop(module_name, None)
+    return [str(w.message)[:500] for w in caught]
+
+
+def serve() -> None:
+    """The child's loop: answer compile requests until the parent closes its end."""
+    _die_with_parent()
+    requests = os.fdopen(os.dup(0), "rb")
+    replies = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)  # whatever prints goes where stderr goes, never into a reply
+    sys.stdout = sys.stderr
+    try:
+        if _read_frame(requests) != ("hello",):
+            return
+        import numba  # noqa: F401  (ready means compiles need no more imports than theirs)
+        _write_frame(replies, ("ready",))
+    except EOFError:
+        return
+    except Exception as exc:  # noqa: BLE001  (told to the parent, which gives up on us)
+        _write_frame(replies, ("failed", f"{type(exc).__name__}: {exc}"))
+        return
+    while True:
+        try:
+            request = _read_frame(requests)
+        except EOFError:
+            return
+        _, path, module_name, signature = request
+        try:
+            reply = ("ok", _compile_here(path, module_name, signature))
+        except Exception as exc:  # noqa: BLE001  (a compile error is the parent's to report)
+            first = (str(exc).strip().splitlines() or [""])[0]
+            reply = ("error", type(exc).__name__, first, traceback.format_exc()[-4000:])
+        _write_frame(replies, reply)

@@ -1,0 +1,100 @@
+"""Numba compiles in a child process (``pjrtkit_cpu.fusion.compile_process``): the parent loads
+the child's code from Numba's cache, a compile error is reported like an in-process one, and a
+child that dies while compiling fails that kernel only. Each case runs in a fresh interpreter:
+the child belongs to the process that started it."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+PRELUDE = """
+import json, os, signal, sys
+import numpy as np
+from pjrtkit_cpu.fusion import cache, compile_process
+
+F64 = np.dtype(np.float64)
+
+def source(body, name="kernel"):
+    return ("import numpy as np\\nfrom numba import njit\\n\\n\\n"
+            "@njit(cache=True, nogil=True)\\n"
+            f"def {name}(x, out):\\n" + "".join(f"    {line}\\n" for line in body))
+
+def run(body):
+    future = cache.compile_async(source(body), [(F64, 1, True), (F64, 1, False)])
+    try:
+        kernel = future.result(timeout=300)
+    except Exception as exc:
+        return {"error": f"{type(exc).__name__}: {exc}"}
+    x = np.arange(4.0)
+    out = np.zeros(4)
+    kernel(x, out)
+    return {"out": out.tolist(), "hits": sum(kernel.stats.cache_hits.values()),
+            "misses": sum(kernel.stats.cache_misses.values())}
+"""
+
+
+def _run(script: str, tmp_path, **env) -> dict:
+    code = PRELUDE + textwrap.dedent(script)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=600, env={**os.environ, "PJRTKIT_CACHE_DIR": str(tmp_path),
+                                            **env})
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_a_kernel_compiled_in_the_child_is_loaded_from_numbas_cache(tmp_path):
+    found = _run("""
+        result = run(["for i in range(x.shape[0]):", "    out[i] = x[i] * 2.0 + 1.0"])
+        result["child"] = compile_process.child_pid()
+        result["parent"] = os.getpid()
+        print(json.dumps(result))
+    """, tmp_path)
+    assert found["out"] == [1.0, 3.0, 5.0, 7.0]
+    assert found["child"] not in (None, found["parent"])
+    # this process compiled nothing: its one overload came from the child's cache entry
+    assert (found["hits"], found["misses"]) == (1, 0)
+
+
+def test_a_kernel_numba_cannot_type_fails_with_numbas_error(tmp_path):
+    found = _run("""
+        print(json.dumps(run(["out[0] = x[0] + 'a'"])))
+    """, tmp_path)
+    assert found["error"].startswith("KernelCompileError: TypingError"), found
+
+
+@pytest.mark.skipif(not hasattr(os, "kill") or sys.platform == "win32", reason="POSIX signals")
+def test_a_child_that_dies_while_compiling_fails_that_kernel_and_the_next_gets_a_new_child(
+        tmp_path):
+    # The kernel's module kills the process that imports it: the child, never this process
+    # (it imports a kernel's module only after the child compiled it).
+    found = _run("""
+        first = compile_process.child_pid()
+        killed = cache.compile_async(
+            "import os, signal\\nos.kill(os.getpid(), signal.SIGKILL)\\n"
+            + source(["out[0] = x[0]"]), [(F64, 1, True), (F64, 1, False)])
+        try:
+            killed.result(timeout=300)
+            error = None
+        except Exception as exc:
+            error = f"{type(exc).__name__}: {exc}"
+        after = run(["for i in range(x.shape[0]):", "    out[i] = x[i] - 1.0"])
+        print(json.dumps({"error": error, "after": after, "child": compile_process.child_pid()}))
+    """, tmp_path)
+    assert "the compile process ended (signal SIGKILL)" in found["error"], found
+    assert found["after"]["out"] == [-1.0, 0.0, 1.0, 2.0]
+    assert found["after"]["hits"] == 1 and found["child"] is not None
+
+
+def test_with_the_child_turned_off_the_compile_runs_in_this_process(tmp_path):
+    found = _run("""
+        result = run(["for i in range(x.shape[0]):", "    out[i] = x[i] * 3.0"])
+        result["child"] = compile_process.child_pid()
+        print(json.dumps(result))
+    """, tmp_path, PJRTKIT_CPU_COMPILE_PROCESS="0")
+    assert found["out"] == [0.0, 3.0, 6.0, 9.0]
+    assert found["child"] is None and found["misses"] == 1
