@@ -98,3 +98,22 @@ def test_with_the_child_turned_off_the_compile_runs_in_this_process(tmp_path):
     """, tmp_path, PJRTKIT_CPU_COMPILE_PROCESS="0")
     assert found["out"] == [0.0, 3.0, 6.0, 9.0]
     assert found["child"] is None and found["misses"] == 1
+
+
+def test_an_idle_child_ends_and_the_next_compile_starts_another(tmp_path):
+    found = _run("""
+        import time
+        compile_process.IDLE_EXIT_S = 0.5
+        first = run(["for i in range(x.shape[0]):", "    out[i] = x[i] + 2.0"])
+        pid = compile_process.child_pid()
+        deadline = time.monotonic() + 60
+        while compile_process.child_pid() is not None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        gone = compile_process.child_pid() is None and not os.path.exists(f"/proc/{pid}")
+        second = run(["for i in range(x.shape[0]):", "    out[i] = x[i] + 4.0"])
+        print(json.dumps({"first": first, "gone": gone, "pid": pid,
+                          "second": second, "again": compile_process.child_pid()}))
+    """, tmp_path)
+    assert found["first"]["out"] == [2.0, 3.0, 4.0, 5.0] and found["gone"], found
+    assert found["second"]["out"] == [4.0, 5.0, 6.0, 7.0] and found["second"]["hits"] == 1
+    assert found["again"] not in (None, found["pid"])
