@@ -93,7 +93,7 @@ class _Child:
     """The one compile child of this process and why compiles stopped going to it."""
 
     def __init__(self):
-        self.lock = threading.Lock()
+        self.lock = threading.RLock()
         self.process: subprocess.Popen | None = None
         self.deaths = 0  # children that ended while compiling
         self.given_up: str | None = None if enabled() else f"{VARIABLE}=0"
@@ -120,10 +120,12 @@ class _Child:
             time.sleep(IDLE_EXIT_S - idle)
 
     def give_up(self, why: str) -> None:
-        if self.given_up is None:
-            self.given_up = why
-            log.warning("pjrtkit_cpu: Numba compiles run in this process from now on: %s", why)
-        self._stop()
+        with self.lock:
+            if self.given_up is None:
+                self.given_up = why
+                log.warning("pjrtkit_cpu: Numba compiles run in this process from now on: %s",
+                            why)
+            self._stop()
 
     def _stop(self) -> None:
         process, self.process = self.process, None
@@ -259,6 +261,8 @@ def _compile_here(path: str, module_name: str, signature) -> list[str]:
 def serve() -> None:
     """The child's loop: answer compile requests until the parent closes its end."""
     _die_with_parent()
+    # Ctrl-C in a terminal reaches the whole process group: the parent decides, not us.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     requests = os.fdopen(os.dup(0), "rb")
     replies = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # whatever prints goes where stderr goes, never into a reply
