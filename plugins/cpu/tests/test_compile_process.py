@@ -19,6 +19,11 @@ from pjrtkit_cpu.fusion import cache, compile_process
 
 F64 = np.dtype(np.float64)
 
+def child():
+    pids = compile_process.child_pids()
+    assert len(pids) <= 1, pids
+    return pids[0] if pids else None
+
 def source(body, name="kernel"):
     return ("import numpy as np\\nfrom numba import njit\\n\\n\\n"
             "@njit(cache=True, nogil=True)\\n"
@@ -40,9 +45,10 @@ def run(body):
 
 def _run(script: str, tmp_path, **env) -> dict:
     code = PRELUDE + textwrap.dedent(script)
+    env = {**os.environ, "PJRTKIT_CACHE_DIR": str(tmp_path),
+           "PJRTKIT_CPU_COMPILE_PROCESSES": "1", **env}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=600, env={**os.environ, "PJRTKIT_CACHE_DIR": str(tmp_path),
-                                            **env})
+                          timeout=600, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -50,7 +56,7 @@ def _run(script: str, tmp_path, **env) -> dict:
 def test_a_kernel_compiled_in_the_child_is_loaded_from_numbas_cache(tmp_path):
     found = _run("""
         result = run(["for i in range(x.shape[0]):", "    out[i] = x[i] * 2.0 + 1.0"])
-        result["child"] = compile_process.child_pid()
+        result["child"] = child()
         result["parent"] = os.getpid()
         print(json.dumps(result))
     """, tmp_path)
@@ -73,7 +79,7 @@ def test_a_child_that_dies_while_compiling_fails_that_kernel_and_the_next_gets_a
     # The kernel's module kills the process that imports it: the child, never this process
     # (it imports a kernel's module only after the child compiled it).
     found = _run("""
-        first = compile_process.child_pid()
+        first = child()
         killed = cache.compile_async(
             "import os, signal\\nos.kill(os.getpid(), signal.SIGKILL)\\n"
             + source(["out[0] = x[0]"]), [(F64, 1, True), (F64, 1, False)])
@@ -83,7 +89,7 @@ def test_a_child_that_dies_while_compiling_fails_that_kernel_and_the_next_gets_a
         except Exception as exc:
             error = f"{type(exc).__name__}: {exc}"
         after = run(["for i in range(x.shape[0]):", "    out[i] = x[i] - 1.0"])
-        print(json.dumps({"error": error, "after": after, "child": compile_process.child_pid()}))
+        print(json.dumps({"error": error, "after": after, "child": child()}))
     """, tmp_path)
     assert "the compile process ended (signal SIGKILL)" in found["error"], found
     assert found["after"]["out"] == [-1.0, 0.0, 1.0, 2.0]
@@ -93,7 +99,7 @@ def test_a_child_that_dies_while_compiling_fails_that_kernel_and_the_next_gets_a
 def test_with_the_child_turned_off_the_compile_runs_in_this_process(tmp_path):
     found = _run("""
         result = run(["for i in range(x.shape[0]):", "    out[i] = x[i] * 3.0"])
-        result["child"] = compile_process.child_pid()
+        result["child"] = child()
         print(json.dumps(result))
     """, tmp_path, PJRTKIT_CPU_COMPILE_PROCESS="0")
     assert found["out"] == [0.0, 3.0, 6.0, 9.0]
@@ -105,15 +111,34 @@ def test_an_idle_child_ends_and_the_next_compile_starts_another(tmp_path):
         import time
         compile_process.IDLE_EXIT_S = 0.5
         first = run(["for i in range(x.shape[0]):", "    out[i] = x[i] + 2.0"])
-        pid = compile_process.child_pid()
+        pid = child()
         deadline = time.monotonic() + 60
-        while compile_process.child_pid() is not None and time.monotonic() < deadline:
+        while child() is not None and time.monotonic() < deadline:
             time.sleep(0.1)
-        gone = compile_process.child_pid() is None and not os.path.exists(f"/proc/{pid}")
+        gone = child() is None and not os.path.exists(f"/proc/{pid}")
         second = run(["for i in range(x.shape[0]):", "    out[i] = x[i] + 4.0"])
         print(json.dumps({"first": first, "gone": gone, "pid": pid,
-                          "second": second, "again": compile_process.child_pid()}))
+                          "second": second, "again": child()}))
     """, tmp_path)
     assert found["first"]["out"] == [2.0, 3.0, 4.0, 5.0] and found["gone"], found
     assert found["second"]["out"] == [4.0, 5.0, 6.0, 7.0] and found["second"]["hits"] == 1
     assert found["again"] not in (None, found["pid"])
+
+
+def test_with_two_children_kernels_compile_side_by_side_and_all_load_from_the_cache(tmp_path):
+    found = _run("""
+        futures = [cache.compile_async(source([f"out[0] = x[0] * {k}.0"]),
+                                       [(F64, 1, True), (F64, 1, False)]) for k in range(1, 5)]
+        kernels = [f.result(timeout=300) for f in futures]
+        x, out = np.arange(4.0) + 1, np.zeros(4)
+        values = []
+        for kernel in kernels:
+            kernel(x, out)
+            values.append(out[0])
+        print(json.dumps({"values": values, "children": len(compile_process.child_pids()),
+                          "threads": cache._executor._max_workers,
+                          "hits": [sum(k.stats.cache_hits.values()) for k in kernels]}))
+    """, tmp_path, PJRTKIT_CPU_COMPILE_PROCESSES="2")
+    assert found["values"] == [1.0, 2.0, 3.0, 4.0]
+    assert found["threads"] == 2 and found["children"] == 2, found
+    assert found["hits"] == [1, 1, 1, 1]

@@ -3,9 +3,10 @@
 Each kernel's source is written once to ``$PJRTKIT_CACHE_DIR/fused/`` (default
 ``~/.cache/pjrtkit``) under a name derived from its hash and imported from there, so Numba's
 ``cache=True`` finds its compiled code in that directory's ``__pycache__`` in every later
-process. Compiles are queued on one background thread; the caller gets a Future and keeps
-running the unfused kernels until it resolves. Identical sources share one Future within a
-process. The thread hands each compile Numba's cache does not already hold to a child process
+process. Compiles are queued on background threads (``compile_process.compile_threads``: one
+per compile child, one when there are none); the caller gets a Future and keeps running the
+unfused kernels until it resolves. Identical sources share one Future within a process. A
+thread hands each compile Numba's cache does not already hold to its child process
 (``compile_process``: Numba's typing and LLVM there, not under this process's GIL) and then
 loads the child's code from the cache; without a child it compiles itself. Numba itself is
 imported on the caller's thread (see ``prepare_background_compiles``).
@@ -15,7 +16,7 @@ measured by ``make soak``). Constants are kernel arguments (``kernel.baked_liter
 programs that differ only in constants share one kernel, but a stream of programs of distinct
 structure (new shapes, say) would still grow the process without end. So a process compiles at
 most ``PJRTKIT_CPU_FUSED_KERNEL_LIMIT`` distinct kernels (default 1024); past it, and while
-``PENDING_LIMIT`` compiles already wait for the compile thread, a new kernel is not compiled
+``PENDING_LIMIT`` compiles already wait for the compile threads, a new kernel is not compiled
 and its group keeps running the unfused kernels (same results, slower); a kernel skipped for a
 full queue is asked for again by its next call that finds room (``BackgroundCompiled``), so a
 program whose first call queues more kernels than that still gets all of them, and one that is
@@ -55,7 +56,7 @@ _pending = 0  # submitted, not finished
 
 # Compiled kernels kept for reuse (each holds Numba's machine code, some 100 KiB).
 KERNELS_KEPT = 512
-# Kernels waiting for the one compile thread; past it new kernels are not compiled.
+# Kernels waiting for the compile threads; past it new kernels are not compiled.
 PENDING_LIMIT = 64
 # Kernel sources kept on disk, and how often and how old before pruning looks at them.
 DISK_KERNELS_KEPT = 4096
@@ -141,14 +142,15 @@ def compile_async(source: str, signature: list[tuple[np.dtype, int, bool]],
             skipped: concurrent.futures.Future = concurrent.futures.Future()
             full = _compiles_started < limit
             skipped.set_exception(CompileSkipped(
-                f"{PENDING_LIMIT} fused kernels already wait for the compile thread" if full
+                f"{PENDING_LIMIT} fused kernels already wait for the compile threads" if full
                 else f"{LIMIT_VARIABLE}={limit} reached", retry=full))
             return skipped
         _compiles_started += 1
         if _executor is None:
             prepare_background_compiles()
             _executor = concurrent.futures.ThreadPoolExecutor(
-                1, thread_name_prefix="pjrtkit-cpu-numba", initializer=reset_thread)
+                compile_process.compile_threads(), thread_name_prefix="pjrtkit-cpu-numba",
+                initializer=reset_thread)
         _pending += 1
         future = _executor.submit(_compile, key, source, signature, chain)
         _futures[key] = future

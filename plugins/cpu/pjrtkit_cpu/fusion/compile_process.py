@@ -5,22 +5,24 @@ thread of the user's process it holds the GIL most of that time: the program tha
 meanwhile waits for the GIL at every op. Measured on the 2-core development machine, flax's
 transformer LM step (82 kernels, 58 s of compile) took 30.6 s for its first ten calls on a
 fresh kernel cache, against 9.8 s unfused without any compile (``python -m benchmarks --real
---only flax_lm``). So ``fusion.cache`` hands each compile to one child process (``serve``,
+--only flax_lm``). So ``fusion.cache`` hands each compile to a child process (``serve``,
 started at the first compile with this interpreter and the parent's ``sys.path``): the child
 imports the kernel's module from the cache directory and compiles it there with Numba's
 ``cache=True``, which writes the machine code beside the source; the parent then imports the
 same module and asks Numba for the same signature, which loads that code (tens of
 milliseconds) instead of compiling.
 
-The child is a helper, never a dependency. It runs one compile at a time, as the compile thread
-did. A compile that fails in it (a Numba TypingError) fails there and is reported in the
-parent like an in-process failure. A child that ends while compiling (an abort in LLVM, killed)
-fails that kernel only, which keeps running unfused, and a new child is started for the next
-one: an abort in Numba no longer ends the user's process. When no child can be started, after
-``MAX_DEATHS`` children have ended while compiling, or when Numba's cache does not give the
-child's code back (no writable cache directory), compiles run in the parent's compile thread
-as before, with one log line saying why. ``PJRTKIT_CPU_COMPILE_PROCESS=0`` keeps them there
-from the start.
+The child is a helper, never a dependency. Each compile thread has its own child, which runs
+one compile at a time; ``processes()`` children (``PJRTKIT_CPU_COMPILE_PROCESSES``, default half
+the CPUs, 1 to 4) compile side by side, which one process's threads could not (Numba compiles
+under one lock, and its Python under the GIL). A compile that fails in a child (a Numba
+TypingError) is reported in the parent like an in-process failure. A child that ends while
+compiling (an abort in LLVM, killed) fails that kernel only, which keeps running unfused, and a
+new child is started for the next one: an abort in Numba no longer ends the user's process.
+When no child can be started, after ``MAX_DEATHS`` children have ended while compiling, or when
+Numba's cache does not give the child's code back (no writable cache directory), compiles run
+in one compile thread of the parent as before, with one log line saying why.
+``PJRTKIT_CPU_COMPILE_PROCESS=0`` keeps them there from the start.
 
 Memory: Numba never frees a kernel's machine code, and the compiler's own state grows with
 every kernel; that growth is now the child's (measured: 169 MB after one kernel, 365 MB after
@@ -53,6 +55,7 @@ from pjrtkit.fp_state import clean_thread
 log = logging.getLogger(__name__)
 
 VARIABLE = "PJRTKIT_CPU_COMPILE_PROCESS"
+PROCESSES_VARIABLE = "PJRTKIT_CPU_COMPILE_PROCESSES"
 # Children that may end while compiling before compiles go back to the compile thread for good.
 MAX_DEATHS = 4
 # A child idle this long ends (it holds every kernel it compiled: Numba never frees one); the
@@ -89,14 +92,41 @@ def _read_frame(stream):
 
 # -- the parent's side ----------------------------------------------------------------------------
 
-class _Child:
-    """The one compile child of this process and why compiles stopped going to it."""
+class _Pool:
+    """The compile children of this process (one per compile thread) and why compiles stopped
+    going to them."""
 
     def __init__(self):
         self.lock = threading.RLock()
-        self.process: subprocess.Popen | None = None
+        self.children: dict[int, _Child] = {}  # by compile thread
         self.deaths = 0  # children that ended while compiling
         self.given_up: str | None = None if enabled() else f"{VARIABLE}=0"
+
+    def child(self) -> _Child | None:
+        """The calling compile thread's child (None once given up)."""
+        with self.lock:
+            if self.given_up is not None:
+                return None
+            return self.children.setdefault(threading.get_ident(), _Child(self))
+
+    def give_up(self, why: str) -> None:
+        with self.lock:
+            if self.given_up is None:
+                self.given_up = why
+                log.warning("pjrtkit_cpu: Numba compiles run in this process from now on: %s",
+                            why)
+            children = list(self.children.values())
+        for child in children:
+            child.stop()
+
+
+class _Child:
+    """One compile child process, used by one compile thread."""
+
+    def __init__(self, pool: _Pool):
+        self.pool = pool
+        self.lock = threading.Lock()  # the compile thread's against the idle reaper's
+        self.process: subprocess.Popen | None = None
         self.last_used = 0.0
         self.reaper: threading.Thread | None = None
 
@@ -115,19 +145,15 @@ class _Child:
                     return
                 idle = time.monotonic() - self.last_used
                 if idle >= IDLE_EXIT_S:
-                    self._stop()
+                    self._stop_locked()
                     return
             time.sleep(IDLE_EXIT_S - idle)
 
-    def give_up(self, why: str) -> None:
+    def stop(self) -> None:
         with self.lock:
-            if self.given_up is None:
-                self.given_up = why
-                log.warning("pjrtkit_cpu: Numba compiles run in this process from now on: %s",
-                            why)
-            self._stop()
+            self._stop_locked()
 
-    def _stop(self) -> None:
+    def _stop_locked(self) -> None:
         process, self.process = self.process, None
         if process is not None:
             for stream in (process.stdin, process.stdout):
@@ -141,9 +167,10 @@ class _Child:
             except (OSError, subprocess.TimeoutExpired):
                 pass
 
-    def _start(self) -> subprocess.Popen | None:
-        if self.deaths >= MAX_DEATHS:
-            self.give_up(f"{MAX_DEATHS} compile processes ended while compiling")
+    def _start_locked(self) -> subprocess.Popen | None:
+        """A running child, or None after giving up (the reason is logged)."""
+        if self.pool.deaths >= MAX_DEATHS:
+            self.pool.give_up(f"{MAX_DEATHS} compile processes ended while compiling")
             return None
         code = ("import sys; sys.path[:0] = [p for p in sys.argv[1:] if p not in sys.path]; "
                 "from pjrtkit_cpu.fusion import compile_process; compile_process.serve()")
@@ -151,17 +178,20 @@ class _Child:
             process = subprocess.Popen(
                 [sys.executable, "-c", code, *[p for p in sys.path if p]],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                close_fds=True, start_new_session=False)
+                close_fds=True)
+        except OSError as exc:
+            self.pool.give_up(f"no compile process could start ({type(exc).__name__}: {exc})")
+            return None
+        self.process = process
+        try:
             _write_frame(process.stdin, ("hello",))
             reply = _read_frame(process.stdout)
         except (OSError, EOFError, pickle.PickleError) as exc:
-            self.give_up(f"no compile process could start ({type(exc).__name__}: {exc})")
-            return None
+            reply = f"{type(exc).__name__}: {exc}"
         if reply != ("ready",):
-            self.process = process
-            self.give_up(f"the compile process could not start: {reply!r:.300}")
+            self._stop_locked()
+            self.pool.give_up(f"the compile process could not start: {reply!r:.300}")
             return None
-        self.process = process
         return process
 
     def compile(self, path: str, module_name: str, signature) -> bool:
@@ -169,10 +199,8 @@ class _Child:
         the child; False when compiles no longer go to a child (compile in this process).
         Raises KernelCompileError when the child could not compile it."""
         with self.lock:
-            if self.given_up is not None:
-                return False
             process = self.process if self.process is not None and \
-                self.process.poll() is None else self._start()
+                self.process.poll() is None else self._start_locked()
             if process is None:
                 return False
             try:
@@ -182,7 +210,8 @@ class _Child:
             except (OSError, EOFError, pickle.PickleError):
                 code = process.wait()
                 self.process = None
-                self.deaths += 1
+                with self.pool.lock:
+                    self.pool.deaths += 1
                 how = (f"signal {signal.Signals(-code).name}" if code < 0
                        else f"exit status {code}")
                 raise KernelCompileError(
@@ -196,33 +225,60 @@ class _Child:
         raise KernelCompileError(f"{type_name}: {message}")
 
 
-_child = _Child()
+def processes() -> int:
+    """Compile children (and compile threads) one process uses: ``PJRTKIT_CPU_COMPILE_PROCESSES``,
+    else half the CPUs this process may run on, at least 1 and at most 4 (each child holds
+    Numba's memory while it lives; the other half is the program's)."""
+    value = os.environ.get(PROCESSES_VARIABLE, "").strip()
+    if value:
+        try:
+            return max(1, int(value))
+        except ValueError:
+            log.warning("%s=%r is not a number of processes; using the default",
+                        PROCESSES_VARIABLE, value)
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 2
+    return max(1, min(4, cpus // 2))
 
 
-def _forget_the_parents_child() -> None:
-    # A forked process must not write into its parent's pipes: it starts its own child.
-    global _child
-    _child = _Child()
+def compile_threads() -> int:
+    """Threads the compile queue runs on: one per child, or one when compiles stay in this
+    process (Numba compiles one function at a time under its own lock)."""
+    return processes() if _pool.given_up is None else 1
+
+
+_pool = _Pool()
+
+
+def _forget_the_parents_children() -> None:
+    # A forked process must not write into its parent's pipes: it starts its own children.
+    global _pool
+    _pool = _Pool()
 
 
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forget_the_parents_child)
+    os.register_at_fork(after_in_child=_forget_the_parents_children)
 
 
 def compile_elsewhere(path: str, module_name: str, signature) -> bool:
-    """See ``_Child.compile``."""
-    return _child.compile(path, module_name, signature)
+    """See ``_Child.compile``; False once compiles stay in this process."""
+    child = _pool.child()
+    return child is not None and child.compile(path, module_name, signature)
 
 
 def stop_using(why: str) -> None:
     """Compile in this process from now on (``why`` is logged once)."""
-    _child.give_up(why)
+    _pool.give_up(why)
 
 
-def child_pid() -> int | None:
-    """The running compile child's pid (tests)."""
-    process = _child.process
-    return process.pid if process is not None and process.poll() is None else None
+def child_pids() -> list[int]:
+    """The running compile children's pids (tests)."""
+    with _pool.lock:
+        children = list(_pool.children.values())
+    return [c.process.pid for c in children
+            if c.process is not None and c.process.poll() is None]
 
 
 # -- the child's side -----------------------------------------------------------------------------
