@@ -203,6 +203,17 @@ def test_dot_layouts(check_native, rng, dims):
     check_native(fn, lhs, rhs)
 
 
+# (m, n): the helper writes a 2-row x 4-column block loop and loops for the rows and columns
+# left over, each only when it has iterations: no 2-row block, no 4-column block, a row left
+# over only, both blocks exactly, every loop.
+@pytest.mark.parametrize("m,n", [(1, 3), (3, 8), (2, 4), (3, 5)])
+def test_dot_blocks_and_remainders(check_native, rng, m, n):
+    lhs = rng.standard_normal((m, 5)).astype(np.float32)
+    rhs = rng.standard_normal((5, n)).astype(np.float32)
+    check_native(lambda a, b: lax.fori_loop(0, 3, lambda i, acc: acc * 0.5 + a @ b,
+                                            jnp.zeros((m, n), jnp.float32)), lhs, rhs)
+
+
 def test_unsupported_op_stays_interpreted(check_native, rng):
     x = rng.standard_normal(8).astype(np.float32)
     # sort has no native emitter: the loop must silently stay interpreted and still be right
