@@ -142,3 +142,24 @@ def test_with_two_children_kernels_compile_side_by_side_and_all_load_from_the_ca
     assert found["values"] == [1.0, 2.0, 3.0, 4.0]
     assert found["threads"] == 2 and found["children"] == 2, found
     assert found["hits"] == [1, 1, 1, 1]
+
+
+@pytest.mark.skipif(not hasattr(os, "kill") or sys.platform == "win32", reason="POSIX signals")
+def test_after_max_deaths_compiles_stay_in_this_process(tmp_path):
+    # The give-up path runs while the compile thread holds its child's lock: it must not wait
+    # for that lock (the subprocess's timeout would catch a hang).
+    found = _run("""
+        compile_process.MAX_DEATHS = 1
+        killed = cache.compile_async(
+            "import os, signal\\nos.kill(os.getpid(), signal.SIGKILL)\\n"
+            + source(["out[0] = x[0]"]), [(F64, 1, True), (F64, 1, False)])
+        try:
+            killed.result(timeout=300)
+        except Exception:
+            pass
+        after = run(["for i in range(x.shape[0]):", "    out[i] = x[i] * 5.0"])
+        print(json.dumps({"after": after, "given_up": compile_process._pool.given_up}))
+    """, tmp_path)
+    assert found["after"]["out"] == [0.0, 5.0, 10.0, 15.0]
+    assert found["after"]["misses"] == 1  # compiled here: no child took it
+    assert "1 compile processes ended while compiling" in found["given_up"], found

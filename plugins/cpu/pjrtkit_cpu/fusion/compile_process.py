@@ -110,14 +110,14 @@ class _Pool:
             return self.children.setdefault(threading.get_ident(), _Child(self))
 
     def give_up(self, why: str) -> None:
+        """From now on compiles stay in this process. The children are not stopped here (one
+        may be compiling, and the caller may hold its own child's lock): no compile reaches
+        them any more, so each ends once idle."""
         with self.lock:
             if self.given_up is None:
                 self.given_up = why
                 log.warning("pjrtkit_cpu: Numba compiles run in this process from now on: %s",
                             why)
-            children = list(self.children.values())
-        for child in children:
-            child.stop()
 
 
 class _Child:
@@ -148,10 +148,6 @@ class _Child:
                     self._stop_locked()
                     return
             time.sleep(IDLE_EXIT_S - idle)
-
-    def stop(self) -> None:
-        with self.lock:
-            self._stop_locked()
 
     def _stop_locked(self) -> None:
         process, self.process = self.process, None
@@ -199,6 +195,8 @@ class _Child:
         the child; False when compiles no longer go to a child (compile in this process).
         Raises KernelCompileError when the child could not compile it."""
         with self.lock:
+            if self.pool.given_up is not None:
+                return False
             process = self.process if self.process is not None and \
                 self.process.poll() is None else self._start_locked()
             if process is None:
