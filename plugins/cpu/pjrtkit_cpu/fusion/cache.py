@@ -32,7 +32,6 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import hashlib
-import importlib.util
 import logging
 import os
 import sys
@@ -253,18 +252,12 @@ def wait_all(timeout: float | None = None) -> None:
 
 def _compile(key: str, source: str, signature, chain: str):
     try:
-        from numba import from_dtype, types
-
         path = _write_source(key, source)
         # Unless Numba has it cached already, the compile process compiles and caches it;
         # this process then loads that code.
         elsewhere = not _numba_cached(key, path) and compile_process.compile_elsewhere(
             str(path), _module_name(key), signature)
-        module = _import_module(key, path)
-        argtypes = [types.Array(from_dtype(dtype), ndim, "C", readonly=readonly)
-                    for dtype, ndim, readonly in signature]
-        dispatcher = module.kernel
-        dispatcher.compile(types.void(*argtypes))
+        dispatcher = compile_process.import_and_compile(str(path), _module_name(key), signature)
         dispatcher.disable_compile()
         if elsewhere and sum(dispatcher.stats.cache_misses.values()):
             compile_process.stop_using(
@@ -295,15 +288,6 @@ def _numba_cached(key: str, path: Path) -> bool:
     (one signature per source: the signature is part of ``key``)."""
     tag = f"py{sys.version_info.major}{sys.version_info.minor}"
     return any((path.parent / "__pycache__").glob(f"k_{key}.kernel-*.{tag}.nbi"))
-
-
-def _import_module(key: str, path: Path):
-    name = _module_name(key)
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def _count_written_source(directory: Path) -> None:

@@ -292,21 +292,31 @@ def _die_with_parent() -> None:
         pass
 
 
-def _compile_here(path: str, module_name: str, signature) -> list[str]:
+def import_and_compile(path: str, module_name: str, signature):
+    """Import the kernel module at ``path`` as ``module_name`` (kept in ``sys.modules``) and
+    compile its ``kernel`` for ``signature`` (one (dtype, ndim, readonly) per C-contiguous
+    array argument): Numba compiles it, or loads it from its cache. The module's ``native``
+    C entry, if any, compiles (or loads) at import. The dispatcher."""
     import importlib.util
 
     from numba import from_dtype, types
 
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    spec.loader.exec_module(module)
+    argtypes = [types.Array(from_dtype(dtype), ndim, "C", readonly=readonly)
+                for dtype, ndim, readonly in signature]
+    module.kernel.compile(types.void(*argtypes))
+    return module.kernel
+
+
+def _compile_here(path: str, module_name: str, signature) -> list[str]:
+    """The child's compile (its module is dropped after: the parent loads its own)."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        spec = importlib.util.spec_from_file_location(module_name, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[module_name] = module
         try:
-            spec.loader.exec_module(module)  # a cfunc C entry compiles (and caches) here
-            argtypes = [types.Array(from_dtype(dtype), ndim, "C", readonly=readonly)
-                        for dtype, ndim, readonly in signature]
-            module.kernel.compile(types.void(*argtypes))
+            import_and_compile(path, module_name, signature)
         finally:
             sys.modules.pop(module_name, None)
     return [str(w.message)[:500] for w in caught]
