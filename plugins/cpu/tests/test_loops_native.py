@@ -5,6 +5,10 @@ background compile finishes (the interpreted loop) and once with the native loop
 both with XLA and checking that the native loop really ran (``STATS``). Programs JAX cannot
 emit (out-of-range dynamic_slice starts) are StableHLO text run on XLA's CPU client.
 """
+import inspect
+import threading
+import time
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -213,6 +217,48 @@ def test_dot_blocks_and_remainders(check_native, rng, m, n):
     check_native(lambda a, b: lax.fori_loop(0, 3, lambda i, acc: acc * 0.5 + a @ b,
                                             jnp.zeros((m, n), jnp.float32)), lhs, rhs)
 
+
+
+def test_a_call_running_interpreted_goes_on_natively_when_the_compile_lands(registry, rng):
+    # A long loop whose native loop lands while a call runs interpreted (a cold start: the
+    # compile takes seconds, numpyro's NUTS loop runs for a minute) switches to it mid-call and
+    # gives the bits of an all-native call. The loop carries an array it updates in place (a
+    # carry the interpreted loop owns) and one it only reads.
+    steps = 20000
+
+    def fn(x, table, history):
+        def body(i, carry):
+            x, history = carry
+            x = x * 0.999 + table[i % 16] * 1e-3
+            return x, history.at[i % 64].set(x[i % 8])
+        return lax.fori_loop(0, steps, body, (x, history))
+
+    args = (rng.standard_normal(8).astype(np.float32),
+            rng.standard_normal((16, 8)).astype(np.float32), np.zeros(64, np.float32))
+    plan = build_plan(maybe_fuse(lower_program(fn, *args)), registry)
+    loops = [kernel for kernel in (inspect.unwrap(step[0]) for step in plan.steps)
+             if isinstance(kernel, native.NativeLoopKernel)]
+    assert len(loops) == 1
+    loop = loops[0]
+    cache.wait_all(timeout=300)
+    assert loop.ready
+    all_native = plan(*args)
+    compiled, loop._fast = loop._fast, None  # as before its compile landed  # noqa: SLF001
+
+    def land():  # the compile lands some hundred iterations into the call
+        time.sleep(0.02)
+        loop._fast = compiled  # noqa: SLF001
+
+    before = dict(native.STATS)
+    lands = threading.Thread(target=land)
+    lands.start()
+    switched = plan(*args)
+    lands.join()
+    assert {k: native.STATS[k] - before[k] for k in before} == \
+        {"interpreted": 1, "resumed": 1, "native": 1}
+    for a, b, r in zip(switched, all_native, run_on_xla_cpu(fn, args)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+        assert_close(np.asarray(a), np.asarray(r))
 
 def test_unsupported_op_stays_interpreted(check_native, rng):
     x = rng.standard_normal(8).astype(np.float32)

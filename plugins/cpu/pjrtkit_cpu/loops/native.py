@@ -9,7 +9,9 @@ are updated in place at the end of each iteration (or by in-place updates from `
 
 Compilation goes through the fused-loop cache (``fusion.cache``: background thread, disk cache
 under ``$PJRTKIT_CACHE_DIR/fused``), so compiling a program never waits for Numba: the
-interpreted loop runs until the native one is ready, or forever if it fails to compile.
+interpreted loop runs until the native one is ready, or forever if it fails to compile. A call
+that is running interpreted when the compile lands goes on natively from its current iteration
+(``NativeLoopKernel.resume``).
 Anything unsupported leaves the interpreted loop alone. ``STATS`` counts calls of each.
 """
 from __future__ import annotations
@@ -30,8 +32,9 @@ from pjrtkit_cpu.loops.ops import OP_TABLE, chainable_values, emit_op
 log = logging.getLogger(__name__)
 
 ENABLED = os.environ.get("PJRTKIT_CPU_NATIVE_LOOPS", "1") not in ("", "0")
-# Calls served by native loops vs by the interpreted loop (tests and profiling read these).
-STATS = {"native": 0, "interpreted": 0}
+# Calls served by native loops vs by the interpreted loop, and interpreted calls that went on
+# natively when the compile landed mid-call (tests and profiling read these).
+STATS = {"native": 0, "interpreted": 0, "resumed": 0}
 __all__ = ["OP_TABLE", "STATS", "LoopSpec", "NativeLoopKernel", "native_loop"]
 
 
@@ -122,6 +125,20 @@ class NativeLoopKernel(cache.BackgroundCompiled):
         self._spec = spec
         self._interpreted = interpreted
         self._compile_in_background(spec.source, spec.signature, f"the native loop {spec.name}")
+
+    @property
+    def ready(self) -> bool:
+        """Whether the native loop is compiled (an interpreted call in flight switches to it:
+        ``resume``)."""
+        return self._fast is not None
+
+    def resume(self, carried, captures):
+        """The loop's results, going on natively from ``carried`` (the carries after some
+        iterations an interpreted call ran; while's semantics are the same from any iteration's
+        carries). A long loop whose compile lands while its first call runs (numpyro's NUTS
+        sampling loop, a training loop in ``fori_loop``) stops paying the interpreter there."""
+        STATS["resumed"] += 1
+        return self(*carried, *captures)
 
     def __call__(self, *args):
         fast = self._fast

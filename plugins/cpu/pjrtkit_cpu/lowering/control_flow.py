@@ -10,6 +10,8 @@ native loop landed and once after, so one program gave other bits from one call 
 (numpyro's NUTS followed another chain). Its small float sums are added in the native loop's
 order (``lowering.loop_sums``). The native loop gets the blocks as they are: LLVM contracts
 them itself.
+An interpreted call switches to the native loop at the iteration its compile lands on
+(``NativeLoopKernel.resume``).
 Region plans are called as ``plan(*block_args, *captures)`` and an op with regions receives
 ``(*operands, *captures)``, with ``captures`` in the same order (``ctx.captures(op)``).
 """
@@ -42,6 +44,7 @@ def while_(op, ctx):
     body = ctx.compile_region(Region([_as_native(body_block)]))
     num_carried = len(op.operands)
     owned = tuple(sorted(owned))
+    native = []  # the loop's NativeLoopKernel, when it has one
 
     def kernel(*args):
         carried = args[:num_carried]
@@ -52,11 +55,19 @@ def while_(op, ctx):
             carried = list(carried)
             for p in owned:
                 carried[p] = np.array(carried[p], copy=True, order="C")
+        compiled = native[0] if native else None
         while cond(*carried, *captures)[0]:
             carried = body(*carried, *captures)
+            if compiled is not None and compiled.ready:
+                # The native loop landed while this call ran: it goes on from this
+                # iteration's carries (what the loop's remaining iterations start from).
+                return compiled.resume(carried, captures)
         return tuple(carried)
 
-    return native_loop(op, ctx, cond_block, body_block, owned, kernel)
+    loop = native_loop(op, ctx, cond_block, body_block, owned, kernel)
+    if loop is not kernel:
+        native.append(loop)
+    return loop
 
 
 def _as_native(block: Block) -> Block:
