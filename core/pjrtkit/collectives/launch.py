@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import sys
 import threading
 from collections.abc import Callable
 from typing import Any
 
 from pjrtkit.errors import Internal, PjrtError
 from pjrtkit.kernel_threads import kernel_thread
+from pjrtkit.switch_interval import SHORT_SWITCH_INTERVAL_S, short_switch_interval
 
 
 class LaunchAborted(Exception):
@@ -228,35 +228,10 @@ class Launch:
             self._condition.notify_all()
 
 
-# CPython hands the GIL to a waiting thread only when its holder blocks or has run for the
-# switch interval (5 ms by default). The devices of a launch meet at every collective, and a
-# device released from a rendezvous, or one whose NumPy call just returned, waits up to that
-# long for a device thread that is interpreting Python: with four devices on two cores and seven
-# all-reduces per training step that was most of the step. While any launch runs, the interval
-# is at most LAUNCH_SWITCH_INTERVAL_S; the caller's value comes back when the last one ends.
-LAUNCH_SWITCH_INTERVAL_S = 0.0002
-_switch_lock = threading.Lock()
-_switch_users = 0
-_switch_saved: float | None = None
-
-
-@contextlib.contextmanager
-def _short_switch_interval():
-    global _switch_users, _switch_saved
-    with _switch_lock:
-        if _switch_users == 0:
-            _switch_saved = sys.getswitchinterval()
-            if _switch_saved > LAUNCH_SWITCH_INTERVAL_S:
-                sys.setswitchinterval(LAUNCH_SWITCH_INTERVAL_S)
-        _switch_users += 1
-    try:
-        yield
-    finally:
-        with _switch_lock:
-            _switch_users -= 1
-            if _switch_users == 0 and _switch_saved is not None:
-                sys.setswitchinterval(_switch_saved)
-                _switch_saved = None
+# While any launch runs, the GIL switch interval is at most LAUNCH_SWITCH_INTERVAL_S (see
+# pjrtkit.switch_interval): a device released from a rendezvous, or one whose NumPy call just
+# returned, otherwise waited up to 5 ms for a device thread interpreting Python.
+LAUNCH_SWITCH_INTERVAL_S = SHORT_SWITCH_INTERVAL_S
 
 
 def launch_on_threads(name: str, num_replicas: int, num_partitions: int,
@@ -289,7 +264,7 @@ def launch_on_threads(name: str, num_replicas: int, num_partitions: int,
     threads = [threading.Thread(target=kernel_thread(device_main), args=(position,), daemon=True,
                                 name=f"pjrtkit-{name}-device{position}")
                for position in positions[1:]]
-    with _short_switch_interval():
+    with short_switch_interval():
         for thread in threads:
             thread.start()
         device_main(positions[0])

@@ -163,3 +163,26 @@ def test_after_max_deaths_compiles_stay_in_this_process(tmp_path):
     assert found["after"]["out"] == [0.0, 5.0, 10.0, 15.0]
     assert found["after"]["misses"] == 1  # compiled here: no child took it
     assert "1 compile processes ended while compiling" in found["given_up"], found
+
+
+def test_the_load_runs_at_the_short_switch_interval_and_gives_the_callers_back(tmp_path):
+    # The parent's load gives the GIL up at every file read; beside a program running
+    # interpreted, each wait to get it back lasted the caller's switch interval.
+    found = _run("""
+        from pjrtkit.switch_interval import SHORT_SWITCH_INTERVAL_S
+        seen = []
+        load = compile_process.import_and_compile
+
+        def recording(*args):
+            seen.append(sys.getswitchinterval())
+            return load(*args)
+
+        compile_process.import_and_compile = recording
+        sys.setswitchinterval(0.004)
+        result = run(["for i in range(x.shape[0]):", "    out[i] = x[i] - 1.0"])
+        result.update(seen=seen, short=SHORT_SWITCH_INTERVAL_S, after=sys.getswitchinterval())
+        print(json.dumps(result))
+    """, tmp_path)
+    assert found["out"] == [-1.0, 0.0, 1.0, 2.0]
+    assert found["seen"] and max(found["seen"]) <= found["short"], found
+    assert found["after"] == pytest.approx(0.004)

@@ -42,6 +42,7 @@ from pathlib import Path
 import numpy as np
 
 from pjrtkit.fp_state import reset_thread
+from pjrtkit.switch_interval import short_switch_interval
 
 from pjrtkit_cpu.fusion import compile_process
 
@@ -254,10 +255,14 @@ def _compile(key: str, source: str, signature, chain: str):
     try:
         path = _write_source(key, source)
         # Unless Numba has it cached already, the compile process compiles and caches it;
-        # this process then loads that code.
-        elsewhere = not _numba_cached(key, path) and compile_process.compile_elsewhere(
-            str(path), _module_name(key), signature)
-        dispatcher = compile_process.import_and_compile(str(path), _module_name(key), signature)
+        # this process then loads that code. Loading (and compiling, when it stays here) is
+        # Python that gives the GIL up at every file read: beside a program running
+        # interpreted, at the default switch interval, each wait to get it back lasted 5 ms.
+        with short_switch_interval():
+            elsewhere = not _numba_cached(key, path) and compile_process.compile_elsewhere(
+                str(path), _module_name(key), signature)
+            dispatcher = compile_process.import_and_compile(str(path), _module_name(key),
+                                                            signature)
         dispatcher.disable_compile()
         if elsewhere and sum(dispatcher.stats.cache_misses.values()):
             compile_process.stop_using(
