@@ -258,9 +258,9 @@ def _compile(key: str, source: str, signature, chain: str):
         # this process then loads that code. Loading (and compiling, when it stays here) is
         # Python that gives the GIL up at every file read: beside a program running
         # interpreted, at the default switch interval, each wait to get it back lasted 5 ms.
+        elsewhere = not _numba_cached(key, path) and compile_process.compile_elsewhere(
+            str(path), _module_name(key), signature)
         with short_switch_interval():
-            elsewhere = not _numba_cached(key, path) and compile_process.compile_elsewhere(
-                str(path), _module_name(key), signature)
             dispatcher = compile_process.import_and_compile(str(path), _module_name(key),
                                                             signature)
         dispatcher.disable_compile()
