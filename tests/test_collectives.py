@@ -217,10 +217,11 @@ def test_mesh_axes_naming_an_axis_the_mesh_lacks_is_invalid():
 def test_a_launch_shortens_the_gil_switch_interval_and_gives_the_callers_back():
     """Device threads meet at every collective; CPython's default 5 ms switch interval would
     keep a released device waiting for the GIL. During a launch (two at once here) the
-    interval is at most LAUNCH_SWITCH_INTERVAL_S; after the last one it is the caller's."""
+    interval is at most SHORT_SWITCH_INTERVAL_S; after the last one it is the caller's."""
     import sys
 
     from pjrtkit.collectives import launch as L
+    from pjrtkit.switch_interval import SHORT_SWITCH_INTERVAL_S
 
     seen = []
 
@@ -238,7 +239,7 @@ def test_a_launch_shortens_the_gil_switch_interval_and_gives_the_callers_back():
         assert L.launch_on_threads("b", 2, 1, run_device, lambda exc: Internal(str(exc))) \
             == [0, 1]
         outer.join()
-        assert len(seen) == 4 and max(seen) <= L.LAUNCH_SWITCH_INTERVAL_S, seen
+        assert len(seen) == 4 and max(seen) <= SHORT_SWITCH_INTERVAL_S, seen
         assert sys.getswitchinterval() == pytest.approx(0.004)
     finally:
         sys.setswitchinterval(before)

@@ -20,7 +20,7 @@ from typing import Any
 
 from pjrtkit.errors import Internal, PjrtError
 from pjrtkit.kernel_threads import kernel_thread
-from pjrtkit.switch_interval import SHORT_SWITCH_INTERVAL_S, short_switch_interval
+from pjrtkit.switch_interval import short_switch_interval
 
 
 class LaunchAborted(Exception):
@@ -228,12 +228,6 @@ class Launch:
             self._condition.notify_all()
 
 
-# While any launch runs, the GIL switch interval is at most LAUNCH_SWITCH_INTERVAL_S (see
-# pjrtkit.switch_interval): a device released from a rendezvous, or one whose NumPy call just
-# returned, otherwise waited up to 5 ms for a device thread interpreting Python.
-LAUNCH_SWITCH_INTERVAL_S = SHORT_SWITCH_INTERVAL_S
-
-
 def launch_on_threads(name: str, num_replicas: int, num_partitions: int,
                       run_device: Callable[[int], Any],
                       error_of: Callable[[Exception], PjrtError], *,
@@ -264,6 +258,8 @@ def launch_on_threads(name: str, num_replicas: int, num_partitions: int,
     threads = [threading.Thread(target=kernel_thread(device_main), args=(position,), daemon=True,
                                 name=f"pjrtkit-{name}-device{position}")
                for position in positions[1:]]
+    # A device released from a rendezvous, or one whose NumPy call just returned, would wait up
+    # to the default 5 ms for a device thread interpreting Python (pjrtkit.switch_interval).
     with short_switch_interval():
         for thread in threads:
             thread.start()

@@ -218,7 +218,6 @@ def test_dot_blocks_and_remainders(check_native, rng, m, n):
                                             jnp.zeros((m, n), jnp.float32)), lhs, rhs)
 
 
-
 def test_a_call_running_interpreted_goes_on_natively_when_the_compile_lands(registry, rng):
     # A long loop whose native loop lands while a call runs interpreted (a cold start: the
     # compile takes seconds, numpyro's NUTS loop runs for a minute) switches to it mid-call and
@@ -259,6 +258,7 @@ def test_a_call_running_interpreted_goes_on_natively_when_the_compile_lands(regi
     for a, b, r in zip(switched, all_native, run_on_xla_cpu(fn, args)):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
         assert_close(np.asarray(a), np.asarray(r))
+
 
 def test_unsupported_op_stays_interpreted(check_native, rng):
     x = rng.standard_normal(8).astype(np.float32)
